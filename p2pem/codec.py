@@ -1,0 +1,621 @@
+"""Signed (and, per edge, encrypted) wire envelopes for :class:`~p2pem.messages.Message`.
+
+Pure byte manipulation: no sockets, no MQTT.  An envelope is ::
+
+    u32 header_len | header | body | Ed25519 signature (64 bytes)
+
+with all integers big-endian and the header laid out as ::
+
+    magic "P2EM" | u8 version | u8 flags | i32 sender | i64 iteration | i64 round
+    | u8 len + run id (UTF-8) | u8 len + kind (UTF-8)
+    | u16 n + n x i32 receivers | u16 n + n x i64 meta
+    | float64 payload: u8 ndim + ndim x u32 shape   or   int payload: u32 count
+
+``flags`` bit 0 is ``encrypted``, bit 1 marks an integer payload.  The body is the
+payload: raw little-endian float64 values, or each integer as 32 big-endian bytes
+(fixed width, so the ciphertext length does not leak magnitudes).  When the message
+is encrypted the body is ``crypto.seal(edge key, payload, aad=header)``, so the
+broker and the other nodes see the header (who, when, what kind, how big) but never
+the payload.  The signature covers a domain tag plus everything before it, so it
+authenticates the ciphertext: anyone holding the roster can verify a message without
+being able to read it.
+
+Encoding is deterministic (Ed25519 and the synthetic nonce of :func:`crypto.seal` are),
+so re-encoding the same message yields the same bytes; :class:`ReplayGuard` relies on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import operator
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Literal, Mapping
+
+import numpy as np
+
+from p2pem.crypto import (
+    SEAL_OVERHEAD,
+    SIGNATURE_SIZE,
+    CryptoError,
+    EdgeKey,
+    Identity,
+    PublicIdentity,
+    derive_edge_key,
+    open_,
+    seal,
+)
+from p2pem.errors import ConfigError, ProtocolError
+from p2pem.messages import Message
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAX_RING_INT",
+    "Codec",
+    "Envelope",
+    "ForgedMessage",
+    "InvalidMessage",
+    "MalformedMessage",
+    "NotAddressed",
+    "ReplayGuard",
+    "ReplayedMessage",
+    "TamperedMessage",
+    "UnknownSender",
+    "WrongRun",
+    "replay_key",
+    "validate_run_id",
+]
+
+#: Version of the envelope layout written by this module.
+FORMAT_VERSION = 1
+#: Exclusive upper bound of integer payload entries (they travel as 32 bytes each).
+MAX_RING_INT = 2**256
+
+_MAGIC = b"P2EM"
+_SIGNING_DOMAIN = b"p2pem/envelope/v1\x00"
+_FLAG_ENCRYPTED = 0x01
+_FLAG_INT_PAYLOAD = 0x02
+_KNOWN_FLAGS = _FLAG_ENCRYPTED | _FLAG_INT_PAYLOAD
+_INT_WIDTH = 32
+_FIXED = struct.Struct(">4sBBiqq")
+_LEN = struct.Struct(">I")
+_I32 = (-(2**31), 2**31 - 1)
+_I64 = (-(2**63), 2**63 - 1)
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+class InvalidMessage(ProtocolError):
+    """Base class of every envelope that cannot be encoded or must be rejected on receipt."""
+
+
+class MalformedMessage(InvalidMessage):
+    """The bytes are not a well-formed envelope, or a message cannot be encoded."""
+
+
+class WrongRun(InvalidMessage):
+    """The envelope belongs to another run."""
+
+
+class UnknownSender(InvalidMessage):
+    """The claimed sender has no pinned public key in the roster."""
+
+
+class ForgedMessage(InvalidMessage):
+    """The signature does not verify under the claimed sender's pinned key (forged, or altered in transit)."""
+
+
+class TamperedMessage(InvalidMessage):
+    """The signature is valid but the sealed payload does not authenticate under the edge key."""
+
+
+class NotAddressed(InvalidMessage):
+    """An encrypted payload is for another node, so this node cannot open it."""
+
+
+class ReplayedMessage(InvalidMessage):
+    """A different message arrived under the identity of one already accepted (replay or equivocation)."""
+
+
+def validate_run_id(run_id: str) -> str:
+    """Return ``run_id`` if it is usable in envelopes, MQTT topics and ACL files.
+
+    A run id is 1 to 64 characters from ``[A-Za-z0-9._-]`` starting with a letter or
+    digit (no ``/``, ``+``, ``#`` or blanks, which would break the topic layout).
+
+    Raises
+    ------
+    ConfigError
+        If it is not.
+    """
+    if not isinstance(run_id, str) or _RUN_ID.fullmatch(run_id) is None:
+        raise ConfigError(
+            f"invalid run id {run_id!r}: use 1-64 characters from A-Z a-z 0-9 . _ - starting with a letter or digit"
+        )
+    return run_id
+
+
+def replay_key(msg: Message) -> tuple[int, int, int, str, tuple[int, ...]]:
+    """The identity of a message: ``(sender, iteration, round, kind, receivers)``.
+
+    An honest sender emits at most one message per key, which is what lets
+    :class:`ReplayGuard` tell an MQTT duplicate from an equivocation.
+    """
+    return (msg.sender, msg.iteration, msg.round, msg.kind, tuple(msg.receivers))
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A parsed envelope whose signature has been checked; the payload is still raw.
+
+    Parameters
+    ----------
+    run_id, sender, receivers, iteration, round, kind, encrypted, meta
+        Header fields, as in :class:`~p2pem.messages.Message`.
+    payload_type : {"float64", "int"}
+        Kind of payload.
+    shape : tuple of int
+        Array shape for float payloads, ``(count,)`` for integer payloads.
+    header : bytes
+        Header bytes (the associated data of the sealed payload).
+    body : bytes
+        Payload bytes as sent: plain values, or the sealed box.
+    """
+
+    run_id: str
+    sender: int
+    receivers: tuple[int, ...]
+    iteration: int
+    round: int
+    kind: str
+    encrypted: bool
+    meta: tuple[int, ...]
+    payload_type: Literal["float64", "int"]
+    shape: tuple[int, ...]
+    header: bytes = field(repr=False)
+    body: bytes = field(repr=False)
+
+    @property
+    def payload_nbytes(self) -> int:
+        """Size of the plaintext payload in bytes (what an eavesdropper learns from the length)."""
+        n = math.prod(self.shape)
+        return n * (8 if self.payload_type == "float64" else _INT_WIDTH)
+
+
+class Codec:
+    """Encode messages of one node, and verify and decode messages from its peers.
+
+    Parameters
+    ----------
+    run_id : str
+        Run this codec belongs to; envelopes of other runs are rejected.
+    roster : mapping of int to PublicIdentity
+        Pinned public identity of every node that may send (including ``SERVER``
+        for the federated baseline).
+    identity : Identity, optional
+        This node's secret keys; needed to encode and to open encrypted payloads.
+    node_id : int, optional
+        This node's id; needed together with ``identity``.  A codec without both is
+        an observer: it verifies every envelope and decodes plaintext ones only.
+
+    Raises
+    ------
+    ConfigError
+        If the run id is invalid, only one of ``identity``/``node_id`` is given, or
+        the roster entry of ``node_id`` does not match ``identity``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from p2pem.crypto import Identity
+    >>> keys = {0: Identity.generate(), 1: Identity.generate()}
+    >>> roster = {i: k.public for i, k in keys.items()}
+    >>> alice = Codec("demo", roster, identity=keys[0], node_id=0)
+    >>> bob = Codec("demo", roster, identity=keys[1], node_id=1)
+    >>> msg = Message(0, (1,), 3, 7, "dual", np.array([0.5, -2.0]), encrypted=True)
+    >>> bob.decode(alice.encode(msg)).payload
+    array([ 0.5, -2. ])
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        roster: Mapping[int, PublicIdentity],
+        *,
+        identity: Identity | None = None,
+        node_id: int | None = None,
+    ) -> None:
+        self.run_id = validate_run_id(run_id)
+        self._run_bytes = run_id.encode("utf-8")
+        self.roster: dict[int, PublicIdentity] = dict(roster)
+        if (identity is None) != (node_id is None):
+            raise ConfigError("give both identity and node_id, or neither for an observer codec")
+        if node_id is not None and identity is not None:
+            pinned = self.roster.get(node_id)
+            if pinned is None:
+                raise ConfigError(f"node {node_id} is not in the roster")
+            if pinned != identity.public:
+                raise ConfigError(
+                    f"roster key of node {node_id} ({pinned.fingerprint}) does not match this "
+                    f"node's key file ({identity.public.fingerprint})"
+                )
+        self.identity = identity
+        self.node_id = node_id
+        self._edge_keys: dict[int, EdgeKey] = {}
+
+    def __repr__(self) -> str:
+        return f"Codec(run_id={self.run_id!r}, node_id={self.node_id!r}, roster={len(self.roster)} nodes)"
+
+    # ----------------------------------------------------------------- encode
+    def encode(self, msg: Message) -> bytes:
+        """Serialise, seal (if ``msg.encrypted``) and sign ``msg``.
+
+        Parameters
+        ----------
+        msg : Message
+            A message whose sender is this node.  Float payloads must have an 8-byte
+            float dtype; integer payloads hold integers in ``[0, 2**256)``.
+
+        Returns
+        -------
+        bytes
+            The envelope.
+
+        Raises
+        ------
+        MalformedMessage
+            If the message cannot be represented (wrong sender, payload dtype, an
+            encrypted message without exactly one receiver, out-of-range fields).
+        UnknownSender
+            If the receiver of an encrypted message has no roster entry.
+        """
+        if self.identity is None or self.node_id is None:
+            raise MalformedMessage("an observer codec (no identity) cannot encode messages")
+        if msg.sender != self.node_id:
+            raise MalformedMessage(
+                f"node {self.node_id} cannot encode a message claiming sender {msg.sender!r}"
+            )
+        header, plain = self._pack(msg)
+        if msg.encrypted:
+            key = self._edge_key(msg.receivers[0], role="receiver")
+            body = seal(key, plain, aad=header, nonce_context=header)
+        else:
+            body = plain
+        signed = _LEN.pack(len(header)) + header + body
+        return signed + self.identity.sign(_SIGNING_DOMAIN + signed)
+
+    def _pack(self, msg: Message) -> tuple[bytes, bytes]:
+        who = f"node {msg.sender}"
+        sender = _int_in(msg.sender, _I32, "sender", who)
+        receivers = tuple(_int_in(r, _I32, "receiver", who) for r in msg.receivers)
+        iteration = _int_in(msg.iteration, _I64, "iteration", who)
+        round_ = _int_in(msg.round, _I64, "round", who)
+        meta = tuple(_int_in(m, _I64, "meta field", who) for m in msg.meta)
+        if not isinstance(msg.kind, str):
+            raise MalformedMessage(f"message from {who}: kind must be a str")
+        kind = msg.kind.encode("utf-8")
+        if not 1 <= len(kind) <= 255:
+            raise MalformedMessage(f"message from {who}: kind must be 1-255 bytes of UTF-8")
+        if len(receivers) > 0xFFFF or len(meta) > 0xFFFF:
+            raise MalformedMessage(f"message from {who}: too many receivers or meta fields")
+        if msg.encrypted and len(receivers) != 1:
+            raise MalformedMessage(
+                f"encrypted message from {who} must have exactly one receiver, has {len(receivers)}"
+            )
+        if sender in receivers:
+            raise MalformedMessage(f"message from {who} lists its sender among the receivers")
+
+        flags = _FLAG_ENCRYPTED if msg.encrypted else 0
+        payload = msg.payload
+        if isinstance(payload, np.ndarray):
+            if payload.dtype.kind != "f" or payload.dtype.itemsize != 8:
+                raise MalformedMessage(
+                    f"message from {who}: array payload must be float64, got {payload.dtype}"
+                )
+            if payload.ndim > 255 or any(d > 0xFFFFFFFF for d in payload.shape):
+                raise MalformedMessage(f"message from {who}: payload shape {payload.shape} too large")
+            descriptor = struct.pack(f">B{payload.ndim}I", payload.ndim, *payload.shape)
+            plain = np.ascontiguousarray(payload, dtype="<f8").tobytes()
+        elif isinstance(payload, tuple):
+            flags |= _FLAG_INT_PAYLOAD
+            if len(payload) > 0xFFFFFFFF:
+                raise MalformedMessage(f"message from {who}: too many payload integers")
+            values = [_ring_int(v, who) for v in payload]
+            descriptor = _LEN.pack(len(values))
+            plain = b"".join(v.to_bytes(_INT_WIDTH, "big") for v in values)
+        else:
+            raise MalformedMessage(
+                f"message from {who}: payload must be a float64 array or a tuple of int, "
+                f"not {type(payload).__name__}"
+            )
+        header = b"".join(
+            [
+                _FIXED.pack(_MAGIC, FORMAT_VERSION, flags, sender, iteration, round_),
+                bytes([len(self._run_bytes)]),
+                self._run_bytes,
+                bytes([len(kind)]),
+                kind,
+                struct.pack(f">H{len(receivers)}i", len(receivers), *receivers),
+                struct.pack(f">H{len(meta)}q", len(meta), *meta),
+                descriptor,
+            ]
+        )
+        return header, plain
+
+    # ----------------------------------------------------------------- decode
+    def verify(self, data: bytes) -> Envelope:
+        """Parse an envelope and check run id, roster membership and signature; do not decrypt.
+
+        Useful for observers and for logging; :meth:`decode` calls it first.
+
+        Raises
+        ------
+        MalformedMessage, WrongRun, UnknownSender, ForgedMessage
+            Each with a one-line reason naming the claimed sender.
+        """
+        data = bytes(data)
+        env = _parse(data)
+        who = f"node {env.sender}"
+        if env.run_id != self.run_id:
+            raise WrongRun(f"message from {who} belongs to run {env.run_id!r}, not {self.run_id!r}")
+        public = self.roster.get(env.sender)
+        if public is None:
+            raise UnknownSender(f"message from {who} rejected: {who} is not in the roster")
+        try:
+            public.verify(_SIGNING_DOMAIN + data[:-SIGNATURE_SIZE], data[-SIGNATURE_SIZE:])
+        except CryptoError:
+            raise ForgedMessage(
+                f"message claiming to be from {who} has an invalid signature (forged or altered in transit)"
+            ) from None
+        # Checks of what a correctly signed sender wrote come after the signature, so
+        # that the reason names a sender who really sent it.
+        expected = env.payload_nbytes + (SEAL_OVERHEAD if env.encrypted else 0)
+        if len(env.body) != expected:
+            raise MalformedMessage(
+                f"message from {who}: payload is {len(env.body)} bytes, header announces {expected}"
+            )
+        if env.encrypted and len(env.receivers) != 1:
+            raise MalformedMessage(f"encrypted message from {who} has {len(env.receivers)} receivers, not 1")
+        return env
+
+    def decode(self, data: bytes) -> Message:
+        """Verify an envelope and return the message it carries, payload bit-for-bit.
+
+        Parameters
+        ----------
+        data : bytes
+            Envelope as produced by :meth:`encode` on the sender's node.
+
+        Returns
+        -------
+        Message
+            Float payloads come back as a fresh writable native float64 array of the
+            original shape; integer payloads as a tuple of Python ints.
+
+        Raises
+        ------
+        MalformedMessage, WrongRun, UnknownSender, ForgedMessage
+            See :meth:`verify`.
+        NotAddressed
+            If the payload is encrypted for another node.
+        TamperedMessage
+            If the sealed payload does not authenticate under the edge key.
+
+        Notes
+        -----
+        A plaintext message is returned even when this node is not among its
+        receivers (a multicast on ``.../all`` reaches every subscriber); the caller
+        filters with ``node_id in msg.receivers``.
+        """
+        env = self.verify(data)
+        body = env.body
+        if env.encrypted:
+            receiver = env.receivers[0]
+            if self.identity is None or receiver != self.node_id:
+                raise NotAddressed(
+                    f"encrypted message from node {env.sender} is for node {receiver}, "
+                    f"not for {'this observer' if self.node_id is None else f'node {self.node_id}'}"
+                )
+            key = self._edge_key(env.sender, role="sender")
+            try:
+                body = open_(key, body, aad=env.header)
+            except CryptoError:
+                raise TamperedMessage(
+                    f"encrypted payload from node {env.sender} does not authenticate under the edge key "
+                    f"{key.pair} (altered, or sealed with another key)"
+                ) from None
+        payload: np.ndarray | tuple[int, ...]
+        if env.payload_type == "float64":
+            payload = np.frombuffer(body, dtype="<f8").astype(np.float64).reshape(env.shape)
+        else:
+            payload = tuple(
+                int.from_bytes(body[k : k + _INT_WIDTH], "big") for k in range(0, len(body), _INT_WIDTH)
+            )
+        return Message(
+            sender=env.sender,
+            receivers=env.receivers,
+            iteration=env.iteration,
+            round=env.round,
+            kind=env.kind,
+            payload=payload,
+            encrypted=env.encrypted,
+            meta=env.meta,
+        )
+
+    def _edge_key(self, peer_id: int, *, role: str) -> EdgeKey:
+        key = self._edge_keys.get(peer_id)
+        if key is None:
+            assert self.identity is not None and self.node_id is not None
+            public = self.roster.get(peer_id)
+            if public is None:
+                raise UnknownSender(f"encrypted message {role} node {peer_id} is not in the roster")
+            key = derive_edge_key(self.identity, self.node_id, public, peer_id, self.run_id)
+            self._edge_keys[peer_id] = key
+        return key
+
+
+class ReplayGuard:
+    """Tell MQTT duplicates from replays and equivocations among verified messages.
+
+    MQTT QoS 1 delivers at least once, so the same envelope may arrive twice; that is
+    harmless and :meth:`admit` says "ignore".  A *different* envelope under an already
+    accepted :func:`replay_key` is either an old message replayed by an attacker into
+    a new context or a sender equivocating (saying different things to the same
+    audience); both are rejected.
+
+    Feed it only messages that passed :meth:`Codec.decode`; otherwise a forger could
+    poison a key before the honest message arrives.
+
+    Examples
+    --------
+    >>> guard = ReplayGuard()
+    >>> msg = Message(0, (1,), 0, 0, "primal", (5,))
+    >>> guard.admit(msg, b"envelope-bytes"), guard.admit(msg, b"envelope-bytes")
+    (True, False)
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, int, int, str, tuple[int, ...]], bytes] = {}
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def admit(self, msg: Message, data: bytes) -> bool:
+        """Record ``msg`` received as ``data``.
+
+        Parameters
+        ----------
+        msg : Message
+            The decoded message.
+        data : bytes
+            The envelope it was decoded from.
+
+        Returns
+        -------
+        bool
+            True for a new message (process it), False for a byte-identical
+            duplicate (ignore it).
+
+        Raises
+        ------
+        ReplayedMessage
+            If a different envelope was already accepted under the same key.
+        """
+        key = replay_key(msg)
+        # Hash what the signature covers, not the signature: an identical message is
+        # identical even if a signature were re-encoded differently.
+        digest = hashlib.sha256(bytes(data)[:-SIGNATURE_SIZE]).digest()
+        seen = self._seen.get(key)
+        if seen is None:
+            self._seen[key] = digest
+            return True
+        if seen == digest:
+            return False
+        raise ReplayedMessage(
+            f"node {msg.sender} sent two different {msg.kind!r} messages for iteration {msg.iteration} "
+            f"round {msg.round} to {msg.receivers} (replay or equivocation)"
+        )
+
+    def forget_before(self, iteration: int) -> None:
+        """Drop the keys of iterations before ``iteration`` to bound memory in long runs.
+
+        Only safe once no message of those iterations can still be accepted (the
+        caller must reject them by iteration number instead).
+        """
+        self._seen = {k: v for k, v in self._seen.items() if k[1] >= iteration}
+
+
+def _int_in(value: object, bounds: tuple[int, int], name: str, who: str) -> int:
+    try:
+        v = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise MalformedMessage(f"message from {who}: {name} must be an int, not {type(value).__name__}") from None
+    if not bounds[0] <= v <= bounds[1]:
+        raise MalformedMessage(f"message from {who}: {name} {v} out of range")
+    return v
+
+
+def _ring_int(value: object, who: str) -> int:
+    try:
+        v = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise MalformedMessage(
+            f"message from {who}: integer payload entries must be int, not {type(value).__name__}"
+        ) from None
+    if not 0 <= v < MAX_RING_INT:
+        raise MalformedMessage(f"message from {who}: integer payload entry outside [0, 2**256)")
+    return v
+
+
+def _parse(data: bytes) -> Envelope:
+    """Split an envelope into its fields without any cryptographic check."""
+    sender: int | None = None
+
+    def bad(reason: str) -> MalformedMessage:
+        who = "unknown sender" if sender is None else f"node {sender}"
+        return MalformedMessage(f"malformed envelope (claimed sender: {who}): {reason}")
+
+    if len(data) < _LEN.size + _FIXED.size + SIGNATURE_SIZE:
+        raise bad(f"only {len(data)} bytes")
+    (header_len,) = _LEN.unpack_from(data, 0)
+    end = _LEN.size + header_len
+    if header_len < _FIXED.size or end + SIGNATURE_SIZE > len(data):
+        raise bad(f"header length {header_len} does not fit in {len(data)} bytes")
+    header = data[_LEN.size : end]
+    body = data[end:-SIGNATURE_SIZE]
+    magic, version, flags, sender, iteration, round_ = _FIXED.unpack_from(header, 0)
+    if magic != _MAGIC:
+        sender = None
+        raise bad("not a p2pem envelope")
+    if version != FORMAT_VERSION:
+        raise bad(f"format version {version}, this node reads version {FORMAT_VERSION}")
+    if flags & ~_KNOWN_FLAGS:
+        raise bad(f"unknown flags {flags:#04x}")
+    pos = _FIXED.size
+    try:
+        n = header[pos]
+        run_id = header[pos + 1 : pos + 1 + n].decode("utf-8")
+        pos += 1 + n
+        n = header[pos]
+        kind = header[pos + 1 : pos + 1 + n].decode("utf-8")
+        pos += 1 + n
+        (n,) = struct.unpack_from(">H", header, pos)
+        receivers = struct.unpack_from(f">{n}i", header, pos + 2)
+        pos += 2 + 4 * n
+        (n,) = struct.unpack_from(">H", header, pos)
+        meta = struct.unpack_from(f">{n}q", header, pos + 2)
+        pos += 2 + 8 * n
+        payload_type: Literal["float64", "int"]
+        if flags & _FLAG_INT_PAYLOAD:
+            payload_type = "int"
+            shape: tuple[int, ...] = (_LEN.unpack_from(header, pos)[0],)
+            pos += _LEN.size
+        else:
+            payload_type = "float64"
+            ndim = header[pos]
+            shape = struct.unpack_from(f">{ndim}I", header, pos + 1)
+            pos += 1 + 4 * ndim
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise bad(f"truncated or invalid header ({exc})") from None
+    if pos != len(header):
+        raise bad(f"{len(header) - pos} unexpected bytes after the header fields")
+    if not kind:
+        raise bad("empty kind")
+    return Envelope(
+        run_id=run_id,
+        sender=sender,
+        receivers=tuple(receivers),
+        iteration=iteration,
+        round=round_,
+        kind=kind,
+        encrypted=bool(flags & _FLAG_ENCRYPTED),
+        meta=tuple(meta),
+        payload_type=payload_type,
+        shape=tuple(shape),
+        header=header,
+        body=body,
+    )

@@ -1,0 +1,493 @@
+"""Tabular data in, per-node parts out: loading, preprocessing, splitting, validating.
+
+Everything here is pure: functions take arrays (or a file path) and return new
+arrays, randomness comes only from an explicit ``rng`` keyword, and every problem
+with the input becomes a :class:`~p2pem.errors.DataError` whose one-line message
+says where the problem is (file, line, column, node).
+
+The usual pipeline, as run by :func:`p2pem.scenario.load_data`, is::
+
+    X, names = load_table(path, drop_columns=("name", "status"))
+    X = pca(standardize(X, column_names=names), 2)
+    parts = split_rows(X, 80, how="even", rng=rng)
+    check_parts(parts, n_components=3)
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pem.errors import ConfigError, DataError
+from p2pem.gmm import GMMParams
+
+__all__ = [
+    "SPLITS",
+    "check_parts",
+    "load_table",
+    "pca",
+    "split_rows",
+    "standardize",
+    "synthetic_mixture",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: The ways :func:`split_rows` spreads rows over nodes.
+SPLITS = ("even", "contiguous", "random")
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_table(
+    path: str | os.PathLike[str],
+    *,
+    columns: Sequence[str] | None = None,
+    drop_columns: Iterable[str] = (),
+) -> tuple[FloatArray, tuple[str, ...]]:
+    """Read a comma-separated file with a header row into a float matrix.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The CSV file.  Its first non-blank line names the columns.  Line endings
+        may be LF or CRLF, fields may be quoted, a UTF-8 byte-order mark is
+        ignored.  Blank lines are skipped.
+    columns : sequence of str, optional
+        Keep only these columns, in this order.  Default: every column.
+    drop_columns : iterable of str, default ()
+        Remove these columns (applied after ``columns``).  Use it for
+        identifiers and labels such as ``name`` and ``status``.
+
+    Returns
+    -------
+    X : numpy.ndarray of shape (n_samples, n_features), float64
+        One row per data line, one column per kept column.
+    column_names : tuple of str
+        Names of the kept columns, in the order of the columns of ``X``
+        (surrounding whitespace stripped).
+
+    Raises
+    ------
+    DataError
+        The file is missing, unreadable, empty or holds only a header; a row has
+        a different number of fields than the header; the header repeats a
+        name; ``columns`` or ``drop_columns`` name unknown columns (the message
+        lists the available ones); nothing is left to keep; or a kept cell is
+        empty, non-numeric, NaN or infinite (the message names the file, the
+        1-based line number and the column).
+
+    Examples
+    --------
+    >>> X, names = load_table("data/parkinsons.data", drop_columns=["name", "status"])
+    >>> X.shape
+    (195, 22)
+    """
+    where = os.fspath(path)
+    if isinstance(columns, str) or isinstance(drop_columns, str):
+        raise ConfigError("columns and drop_columns must be sequences of names, not a single string")
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle)
+            try:
+                return _read_table(reader, where, columns, tuple(drop_columns))
+            except csv.Error as exc:
+                raise DataError(f"{where} line {reader.line_num}: malformed CSV ({exc})") from exc
+    except FileNotFoundError:
+        raise DataError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{where}: is a directory, not a CSV file") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise DataError(f"{where}: cannot read ({exc.strerror or exc})") from None
+
+
+def _read_table(
+    reader: Any,
+    where: str,
+    columns: Sequence[str] | None,
+    drop_columns: tuple[str, ...],
+) -> tuple[FloatArray, tuple[str, ...]]:
+    header = _next_nonblank(reader)
+    if header is None:
+        raise DataError(f"{where}: file is empty (expected a header row)")
+    header = [name.strip() for name in header]
+    header_line = reader.line_num
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise DataError(f"{where} line {header_line}: column name {name!r} appears twice in the header")
+        seen.add(name)
+
+    available = ", ".join(repr(name) for name in header)
+    for label, names in (("columns", columns or ()), ("drop_columns", drop_columns)):
+        unknown = [name for name in names if name not in seen]
+        if unknown:
+            listed = ", ".join(repr(name) for name in unknown)
+            raise DataError(f"{where}: unknown column(s) {listed} in {label} (available: {available})")
+    if columns is not None and len(set(columns)) != len(columns):
+        raise DataError(f"{where}: columns names a column more than once: {list(columns)!r}")
+
+    kept = [name for name in (header if columns is None else columns) if name not in set(drop_columns)]
+    if not kept:
+        raise DataError(f"{where}: no columns left to read after selecting and dropping")
+    index = [header.index(name) for name in kept]
+
+    rows: list[list[float]] = []
+    while True:
+        line = reader.line_num + 1  # a quoted field may span lines: report where the record starts
+        try:
+            record = next(reader)
+        except StopIteration:
+            break
+        if not record:
+            continue
+        if len(record) != len(header):
+            raise DataError(
+                f"{where} line {line}: expected {len(header)} fields as in the header, got {len(record)}"
+            )
+        rows.append([_parse_cell(record[j], where, line, header[j]) for j in index])
+    if not rows:
+        raise DataError(f"{where}: no data rows after the header")
+    return np.array(rows, dtype=np.float64), tuple(kept)
+
+
+def _next_nonblank(reader: Any) -> list[str] | None:
+    for record in reader:
+        if record:
+            return record
+    return None
+
+
+def _parse_cell(cell: str, where: str, line: int, column: str) -> float:
+    text = cell.strip()
+    if not text:
+        raise DataError(f"{where} line {line}, column {column!r}: empty cell")
+    try:
+        value = float(text)
+    except ValueError:
+        raise DataError(f"{where} line {line}, column {column!r}: {cell!r} is not a number") from None
+    if not math.isfinite(value):
+        raise DataError(f"{where} line {line}, column {column!r}: {cell!r} is not a finite number")
+    return value
+
+
+# --------------------------------------------------------------------- preprocessing
+
+
+def _as_matrix(X: npt.ArrayLike, what: str = "X") -> FloatArray:
+    try:
+        array = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{what} is not a numeric array ({exc})") from None
+    if array.ndim != 2:
+        raise DataError(f"{what} must be 2-D (n_samples, n_features), got shape {array.shape}")
+    if array.shape[0] == 0 or array.shape[1] == 0:
+        raise DataError(f"{what} is empty (shape {array.shape})")
+    if not np.all(np.isfinite(array)):
+        row, col = np.argwhere(~np.isfinite(array))[0]
+        raise DataError(f"{what} holds a non-finite value at row {row}, column {col}")
+    return array
+
+
+def standardize(X: npt.ArrayLike, *, column_names: Sequence[str] | None = None) -> FloatArray:
+    """Centre every column and scale it to unit (population) variance.
+
+    Parameters
+    ----------
+    X : array_like of shape (n_samples, n_features)
+        Finite data.
+    column_names : sequence of str, optional
+        Names of the columns, used only to name a constant column in the error.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_samples, n_features)
+        ``(X - mean) / std`` with ``std`` computed with ``ddof=0``; a new array.
+
+    Raises
+    ------
+    DataError
+        ``X`` is not a finite non-empty 2-D array, or a column is constant (every
+        value equal), which would divide by zero.
+    """
+    array = _as_matrix(X)
+    constant = np.flatnonzero(np.ptp(array, axis=0) == 0)
+    if constant.size:
+        j = int(constant[0])
+        label = f"column {j}" + (f" ({column_names[j]!r})" if column_names is not None else "")
+        raise DataError(f"cannot standardize: {label} is constant (every value is {float(array[0, j])!r})")
+    mean = array.mean(axis=0)
+    std = array.std(axis=0)
+    return (array - mean) / std
+
+
+def pca(X: npt.ArrayLike, n_components: int) -> FloatArray:
+    """Project data on its first principal components.
+
+    The components are the leading right singular vectors of the centred data
+    ``X - mean``; the returned scores are the centred data projected on them, so
+    each output column has mean zero and the column variances are the squared
+    singular values over ``n_samples``, in descending order.
+
+    Parameters
+    ----------
+    X : array_like of shape (n_samples, n_features)
+        Finite data (usually standardised first).
+    n_components : int
+        Number of components to keep, ``1 <= n_components <= min(n_samples, n_features)``.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_samples, n_components)
+        Principal component scores.
+
+    Raises
+    ------
+    ConfigError
+        ``n_components`` is not a positive integer.
+    DataError
+        ``X`` is not a finite non-empty 2-D array, or has fewer rows or columns
+        than ``n_components``.
+
+    Notes
+    -----
+    A singular vector is defined only up to sign.  To make the output
+    deterministic across LAPACK builds, each component is flipped so that its
+    largest-magnitude loading is positive (the first one if several tie).
+    Cost: one thin SVD, O(n_samples * n_features * min(n_samples, n_features)).
+    """
+    if isinstance(n_components, bool) or not isinstance(n_components, (int, np.integer)) or n_components < 1:
+        raise ConfigError(f"pca n_components must be a positive integer, got {n_components!r}")
+    array = _as_matrix(X)
+    n_samples, n_features = array.shape
+    if n_components > min(n_samples, n_features):
+        raise DataError(
+            f"cannot keep {n_components} principal components of data with "
+            f"{n_samples} rows and {n_features} columns"
+        )
+    centred = array - array.mean(axis=0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    components = vt[:n_components]
+    pivots = np.argmax(np.abs(components), axis=1)
+    signs = np.sign(components[np.arange(n_components), pivots])
+    components = components * signs[:, np.newaxis]
+    return centred @ components.T
+
+
+# ------------------------------------------------------------------------- splitting
+
+
+def split_rows(
+    X: npt.ArrayLike,
+    n_nodes: int,
+    *,
+    how: str = "even",
+    rng: np.random.Generator | None = None,
+) -> list[FloatArray]:
+    """Spread the rows of ``X`` over ``n_nodes`` nodes.
+
+    Parameters
+    ----------
+    X : array_like of shape (n_samples, n_features)
+        The data.
+    n_nodes : int
+        Number of nodes, at least 1.
+    how : {"even", "contiguous", "random"}, default "even"
+        ``"even"``: shuffle the rows with ``rng``, then cut them into ``n_nodes``
+        blocks whose sizes differ by at most one (the first
+        ``n_samples % n_nodes`` nodes get one row more).
+        ``"contiguous"``: the same blocks without shuffling, in file order; does
+        not use ``rng``.
+        ``"random"``: every row goes to a node drawn uniformly at random, so
+        sizes vary and a node may end up with no rows (which
+        :func:`check_parts` then rejects).
+    rng : numpy.random.Generator, optional
+        Required for ``"even"`` and ``"random"``.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        ``n_nodes`` arrays of shape (n_i, n_features), copies of the rows of ``X``.
+
+    Raises
+    ------
+    ConfigError
+        Unknown ``how``, ``n_nodes < 1``, or no ``rng`` where one is needed.
+    DataError
+        ``X`` is not 2-D, or holds fewer rows than nodes with ``"even"`` or
+        ``"contiguous"``.
+
+    Examples
+    --------
+    >>> parts = split_rows(np.zeros((195, 2)), 80, rng=np.random.default_rng(0))
+    >>> sorted({len(p) for p in parts}), sum(len(p) == 3 for p in parts)
+    ([2, 3], 35)
+    """
+    if how not in SPLITS:
+        raise ConfigError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {how!r}")
+    if isinstance(n_nodes, bool) or not isinstance(n_nodes, (int, np.integer)) or n_nodes < 1:
+        raise ConfigError(f"n_nodes must be a positive integer, got {n_nodes!r}")
+    if how != "contiguous" and rng is None:
+        raise ConfigError(f"split {how!r} is random: pass rng=numpy.random.Generator")
+    array = np.asarray(X, dtype=np.float64)
+    if array.ndim != 2:
+        raise DataError(f"X must be 2-D (n_samples, n_features), got shape {array.shape}")
+    n_samples = array.shape[0]
+    if how in ("even", "contiguous") and n_samples < n_nodes:
+        raise DataError(f"cannot split {n_samples} rows over {n_nodes} nodes: some node would hold no rows")
+
+    if how == "random":
+        assert rng is not None
+        owner = rng.integers(n_nodes, size=n_samples)
+        return [array[owner == node] for node in range(n_nodes)]
+    order = np.arange(n_samples)
+    if how == "even":
+        assert rng is not None
+        order = rng.permutation(n_samples)
+    return [array[block] for block in np.array_split(order, n_nodes)]
+
+
+def check_parts(parts: Sequence[npt.ArrayLike], n_components: int) -> None:
+    """Check that per-node data can run a distributed EM with ``n_components`` components.
+
+    Parameters
+    ----------
+    parts : sequence of array_like
+        One array of shape (n_i, n_features) per node, node ``i`` at index ``i``.
+    n_components : int
+        Number of mixture components to be fitted.
+
+    Raises
+    ------
+    DataError
+        No nodes; a node's data is not a numeric 2-D array, holds no rows, no
+        columns, or a NaN/infinite value; a node's width differs from node 0's
+        (the message names the first such node and both widths); or all nodes
+        together hold fewer rows than ``n_components``.
+    """
+    if len(parts) == 0:
+        raise DataError("no nodes: the data was split over zero parts")
+    width: int | None = None
+    total = 0
+    for node, part in enumerate(parts):
+        try:
+            array = np.asarray(part, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"node {node}: data is not a numeric array ({exc})") from None
+        if array.ndim != 2:
+            raise DataError(f"node {node}: data must be 2-D (n_samples, n_features), got shape {array.shape}")
+        if array.shape[0] == 0:
+            raise DataError(f"node {node} holds no rows")
+        if array.shape[1] == 0:
+            raise DataError(f"node {node} holds rows with no columns")
+        if width is None:
+            width = array.shape[1]
+        elif array.shape[1] != width:
+            raise DataError(f"node {node} has {array.shape[1]} columns but node 0 has {width}")
+        if not np.all(np.isfinite(array)):
+            row = int(np.argwhere(~np.isfinite(array))[0][0])
+            raise DataError(f"node {node} holds a non-finite value (in its row {row})")
+        total += array.shape[0]
+    if total < n_components:
+        raise DataError(f"all nodes together hold {total} rows, fewer than the {n_components} components to fit")
+
+
+# ------------------------------------------------------------------------- synthetic
+
+
+def synthetic_mixture(
+    n_samples: int,
+    *,
+    n_features: int = 2,
+    n_components: int = 3,
+    separation: float = 3.0,
+    rng: np.random.Generator,
+) -> tuple[FloatArray, IntArray, GMMParams]:
+    """Draw a data set from a random, well separated Gaussian mixture.
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of rows, at least 1.
+    n_features : int, default 2
+        Dimension.
+    n_components : int, default 3
+        Number of clusters.
+    separation : float, default 3.0
+        Minimum distance between any two means, in units of the largest
+        standard deviation a component can have along any direction (every
+        covariance eigenvalue lies in [0.25, 1]).
+    rng : numpy.random.Generator
+        The only source of randomness.
+
+    Returns
+    -------
+    X : numpy.ndarray of shape (n_samples, n_features)
+        The samples, in random order.
+    labels : numpy.ndarray of shape (n_samples,), int64
+        The component each row was drawn from.
+    params : p2pem.gmm.GMMParams
+        The true mixture.
+
+    Raises
+    ------
+    ConfigError
+        A size is not a positive integer or ``separation`` is negative or not finite.
+
+    Notes
+    -----
+    Covariances are ``Q diag(lambda) Q^T`` with ``Q`` a random orthogonal matrix
+    (QR of a Gaussian matrix) and ``lambda ~ U[0.25, 1]``.  Means are drawn one at
+    a time uniformly in a cube, rejecting a draw closer than ``separation`` to an
+    earlier mean; the cube grows when draws keep being rejected.  Weights are
+    ``1/(2 K) + Dirichlet(1, ..., 1) / 2``, so none is below ``1/(2 K)``.  A
+    component may still receive no rows when ``n_samples`` is small.
+    """
+    for label, value in (("n_samples", n_samples), ("n_features", n_features), ("n_components", n_components)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ConfigError(f"synthetic_mixture: {label} must be a positive integer, got {value!r}")
+    if not (math.isfinite(separation) and separation >= 0):
+        raise ConfigError(f"synthetic_mixture: separation must be a finite number >= 0, got {separation!r}")
+
+    covariances = np.empty((n_components, n_features, n_features))
+    for k in range(n_components):
+        q, r = np.linalg.qr(rng.standard_normal((n_features, n_features)))
+        q = q * np.sign(np.diag(r))  # Haar-distributed rotation
+        eigenvalues = rng.uniform(0.25, 1.0, size=n_features)
+        cov = (q * eigenvalues) @ q.T
+        covariances[k] = (cov + cov.T) / 2
+
+    means = _separated_points(n_components, n_features, separation, rng)
+    weights = 0.5 / n_components + 0.5 * rng.dirichlet(np.ones(n_components))
+
+    labels = rng.choice(n_components, size=n_samples, p=weights).astype(np.int64)
+    noise = rng.standard_normal((n_samples, n_features))
+    chol = np.linalg.cholesky(covariances)
+    X = means[labels] + np.einsum("nij,nj->ni", chol[labels], noise)
+    return X, labels, GMMParams(weights=weights, means=means, covariances=covariances)
+
+
+def _separated_points(n_points: int, n_features: int, separation: float, rng: np.random.Generator) -> FloatArray:
+    side = max(separation, 1.0) * 1.5 * max(1.0, n_points ** (1.0 / n_features))
+    points = np.empty((n_points, n_features))
+    placed = 0
+    while placed < n_points:
+        for _ in range(100):
+            candidate = rng.uniform(-side / 2, side / 2, size=n_features)
+            if placed == 0 or np.min(np.linalg.norm(points[:placed] - candidate, axis=1)) >= separation:
+                points[placed] = candidate
+                placed += 1
+                break
+        else:
+            side *= 1.25
+    return points

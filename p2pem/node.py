@@ -1,0 +1,147 @@
+"""The Node: one party's EM loop composed with one protocol, as a message-driven state machine.
+
+A Node consumes messages and produces messages; it never knows what carries them.  The
+in-memory simulator and the MQTT node process drive the very same class (like a Flower client
+app), which is why a deployment reproduces a simulation exactly.
+
+Calls: ``start()`` once, then ``receive(msg)`` for every message addressed to the node (and
+``wake()`` on each activation in asynchronous mode); each returns the messages to send.
+``done`` turns True when the EM loop has finished; the fitted model is in ``em.params``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+import numpy as np
+
+from p2pem.em import EMSettings, EMState
+from p2pem.errors import ProtocolError
+from p2pem.gmm import FloatArray
+from p2pem.messages import Message
+from p2pem.protocols.base import Aggregation, NodeContext, ProtocolSpec
+
+log = logging.getLogger(__name__)
+
+
+class OutOfRound(ProtocolError):
+    """A message for an aggregation this node has already finished (stale, replayed or reordered)."""
+
+
+class Node:
+    """One party: its private rows, its EM state and the protocol's per-node state machine.
+
+    Parameters
+    ----------
+    ctx : NodeContext
+        Node id, public topology and the node's own random generator.
+    X : (n_rows, d) array
+        The node's private rows.
+    settings : EMSettings
+        The public EM settings every node shares.
+    protocol : ProtocolSpec
+    """
+
+    def __init__(self, ctx: NodeContext, X: FloatArray, settings: EMSettings, protocol: ProtocolSpec) -> None:
+        self.ctx = ctx
+        self.node_id = ctx.node_id
+        self.protocol = protocol
+        self.em = EMState(X, settings, ctx.n_nodes)
+        self.agg: Aggregation | None = None
+        self._pending: dict[int, list[Message]] = defaultdict(list)
+        self.rounds: dict[int, float] = {}
+        self.unconverged: list[int] = []
+        self.sent_messages = 0
+        self.sent_bytes = 0
+
+    @property
+    def done(self) -> bool:
+        return self.em.finished
+
+    @property
+    def iteration(self) -> int:
+        return self.em.iteration
+
+    def start(self) -> list[Message]:
+        return self._begin()
+
+    def receive(self, msg: Message) -> list[Message]:
+        if self.node_id not in msg.receivers:
+            raise ProtocolError(f"node {self.node_id} got a message addressed to {msg.receivers}")
+        if self.done or msg.iteration < self.iteration:
+            raise OutOfRound(
+                f"node {self.node_id}: stale {msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}"
+            )
+        if msg.iteration > self.iteration:
+            if msg.iteration > self.iteration + 1:
+                raise OutOfRound(f"node {self.node_id}: message from node {msg.sender} is {msg.iteration - self.iteration} EM iterations ahead")
+            self._pending[msg.iteration].append(msg)
+            return []
+        return self._count(self.agg.receive(msg)) + self._maybe_advance()
+
+    def wake(self) -> list[Message]:
+        """One asynchronous activation (pdmm-sp in async mode)."""
+        if self.done or self.agg is None:
+            return []
+        return self._count(self.agg.wake()) + self._maybe_advance()
+
+    @property
+    def ready(self) -> bool:
+        return not self.done and self.agg is not None and self.agg.ready
+
+    def waiting_for(self) -> str:
+        """What the node is waiting for, for timeout messages."""
+        return f"EM iteration {self.iteration}, protocol round {getattr(self.agg, 'round', '?')}"
+
+    # -------------------------------------------------------------------------------------------
+
+    def _count(self, out: list[Message]) -> list[Message]:
+        self.sent_messages += len(out)
+        self.sent_bytes += sum(m.nbytes for m in out)
+        return out
+
+    def _begin(self) -> list[Message]:
+        value = self.em.contribution()
+        self.agg = self.protocol.node_aggregation(self.ctx, self.em.iteration)
+        out = self._count(self.agg.start(value))
+        for msg in self._pending.pop(self.em.iteration, []):
+            out += self._count(self.agg.receive(msg))
+        return out + self._maybe_advance()
+
+    def _maybe_advance(self) -> list[Message]:
+        if not self.agg.done:
+            return []
+        agg = self.agg
+        self.rounds[self.em.iteration] = agg.rounds
+        if not agg.converged:
+            self.unconverged.append(self.em.iteration)
+        self.em.absorb(np.asarray(agg.result, dtype=float))
+        if self.em.finished:
+            self.agg = None
+            return []
+        return self._begin()
+
+
+class Server:
+    """The aggregation server of protocols that have one (``federated``); sees every upload."""
+
+    node_id = -1
+
+    def __init__(self, protocol: ProtocolSpec, topology) -> None:
+        self.protocol = protocol
+        self.topology = topology
+        self._aggs: dict[int, Aggregation] = {}
+        self.sent_messages = 0
+        self.sent_bytes = 0
+
+    def receive(self, msg: Message) -> list[Message]:
+        agg = self._aggs.get(msg.iteration)
+        if agg is None:
+            agg = self._aggs[msg.iteration] = self.protocol.server_aggregation(self.topology, msg.iteration)
+        out = agg.receive(msg)
+        if agg.done:
+            del self._aggs[msg.iteration]
+        self.sent_messages += len(out)
+        self.sent_bytes += sum(m.nbytes for m in out)
+        return out

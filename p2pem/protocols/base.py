@@ -1,0 +1,176 @@
+"""What every aggregation protocol provides: a per-node state machine and a fast batch path.
+
+An *aggregation* turns one vector per node into the network average at every node.  A
+protocol spec (a frozen dataclass holding the user's parameters) makes one
+:class:`Aggregation` per node and EM iteration; the Node feeds it messages and collects what
+it sends.  The same spec also offers :meth:`ProtocolSpec.aggregate`, which computes all
+nodes at once with the same arithmetic in the same order, so the vectorised simulator and
+the message-level one agree to the last bit (a test checks it, traces included).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+import scipy.sparse as sp
+
+from p2pem.errors import ProtocolError
+from p2pem.messages import Message
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """Public facts about the graph that every node may know (from the roster).
+
+    Directed edges ``(i, j)`` are numbered in lexicographic order, so a node's outgoing edges
+    are contiguous and sorted by neighbour: the order every per-node sum runs in.
+    """
+
+    n_nodes: int
+    neighbours: tuple[tuple[int, ...], ...]
+    diameter: int
+    ring: tuple[int, ...] | None = None
+
+    @classmethod
+    def from_graph(cls, g: nx.Graph, *, ring: list[int] | None = None) -> Topology:
+        n = g.number_of_nodes()
+        nbrs = tuple(tuple(sorted(int(v) for v in g.neighbors(i))) for i in range(n))
+        return cls(n_nodes=n, neighbours=nbrs, diameter=int(nx.diameter(g)), ring=None if ring is None else tuple(ring))
+
+    @cached_property
+    def degrees(self) -> np.ndarray:
+        return np.array([len(nb) for nb in self.neighbours], dtype=np.int64)
+
+    @cached_property
+    def src(self) -> np.ndarray:
+        return np.repeat(np.arange(self.n_nodes), self.degrees)
+
+    @cached_property
+    def dst(self) -> np.ndarray:
+        return np.array([j for nb in self.neighbours for j in nb], dtype=np.int64)
+
+    @cached_property
+    def row_start(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.degrees)[:-1]])
+
+    @cached_property
+    def reverse(self) -> np.ndarray:
+        """Index of edge (j, i) for every edge (i, j)."""
+        key = self.src * self.n_nodes + self.dst
+        rev_key = self.dst * self.n_nodes + self.src
+        return np.searchsorted(key, rev_key)
+
+    @cached_property
+    def sign(self) -> np.ndarray:
+        """B_{i|j} = +1 if i < j else -1, per directed edge (i, j)."""
+        return np.where(self.src < self.dst, 1.0, -1.0)
+
+    @cached_property
+    def incidence(self) -> sp.csr_matrix:
+        """n x 2m matrix with B_{i|j} at (i, edge(i,j)): ``incidence @ z`` is sum_j B_{i|j} z_{i|j}."""
+        n_edges = self.src.size
+        return sp.csr_matrix((self.sign, (self.src, np.arange(n_edges))), shape=(self.n_nodes, n_edges))
+
+
+@dataclass(frozen=True, eq=False)
+class NodeContext:
+    """What one node knows when it runs a protocol: itself, the public topology, its own RNG."""
+
+    node_id: int
+    topology: Topology
+    rng: np.random.Generator
+
+    @property
+    def neighbours(self) -> tuple[int, ...]:
+        return self.topology.neighbours[self.node_id]
+
+    @property
+    def n_nodes(self) -> int:
+        return self.topology.n_nodes
+
+
+@dataclass
+class AggregateOutcome:
+    """Result of a batch aggregation over all nodes."""
+
+    results: np.ndarray  # (n_nodes, p): the average as every node holds it
+    rounds: float
+    messages: int
+    nbytes: int
+    converged: bool = True
+    trace: list[Message] | None = None
+
+
+class Aggregation(abc.ABC):
+    """One node's part of one aggregation (one EM iteration)."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self.result: np.ndarray | None = None
+        self.rounds: float = 0
+        self.converged = True
+
+    @abc.abstractmethod
+    def start(self, value: np.ndarray) -> list[Message]:
+        """Begin with this node's input vector; returns the messages to send."""
+
+    @abc.abstractmethod
+    def receive(self, msg: Message) -> list[Message]:
+        """Consume one message addressed to this node; returns the messages to send."""
+
+    def wake(self) -> list[Message]:
+        """One asynchronous activation (only asynchronous protocols override this)."""
+        raise ProtocolError(f"{type(self).__name__} is not asynchronous")
+
+    @property
+    def ready(self) -> bool:
+        """True when a wake would do something (asynchronous protocols)."""
+        return False
+
+
+@dataclass(frozen=True)
+class ProtocolSpec(abc.ABC):
+    """A protocol and its parameters; frozen, so it can be shared by every node."""
+
+    name: str = field(init=False, default="")
+    exact: bool = field(init=False, default=True)
+    asynchronous: bool = field(init=False, default=False)
+
+    def validate(self, g: nx.Graph) -> None:
+        """Raise GraphError when the protocol cannot run on ``g``."""
+
+    def topology(self, g: nx.Graph) -> Topology:
+        return Topology.from_graph(g)
+
+    @abc.abstractmethod
+    def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
+        """The per-node state machine for one aggregation."""
+
+    def server_aggregation(self, topology: Topology, iteration: int) -> Aggregation | None:
+        """The state machine of a server, for protocols that have one."""
+        return None
+
+    def aggregate(
+        self,
+        values: np.ndarray,
+        topology: Topology,
+        rngs: list[np.random.Generator],
+        iteration: int,
+        *,
+        record: bool = False,
+    ) -> AggregateOutcome:
+        """All nodes at once; must match the per-node state machines bit for bit."""
+        raise NotImplementedError
+
+    def params(self) -> dict:
+        """The user-settable parameters, for result files."""
+        from dataclasses import asdict
+
+        out = asdict(self)
+        for key in ("name", "exact", "asynchronous"):
+            out.pop(key, None)
+        return out

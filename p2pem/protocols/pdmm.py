@@ -1,0 +1,362 @@
+"""PDMM average consensus with subspace perturbation (``pdmm-sp``).
+
+Average consensus as the problem min sum_i 1/2 ||x_i - s_i||^2 subject to x_i = x_j on every
+edge, solved by PDMM (Zhang & Heusdens 2018).  With B_{i|j} = +1 if i < j else -1 and a dual
+z_{i|j} per directed edge, one synchronous round is (eq. (10)-(11) of Li et al. 2022)::
+
+    x_i  <- (s_i - sum_j B_{i|j} z_{i|j}) / (1 + c d_i)
+    z_{j|i} <- (1 - theta) z_{j|i} + theta (z_{i|j} + 2 c B_{i|j} x_i)
+
+theta = 1 is PDMM, theta = 1/2 averaged PDMM (ADMM).  Subspace perturbation (Li, Heusdens &
+Christensen 2020): the initial duals z^(0) are drawn with a large standard deviation and
+exchanged once per aggregation over an encrypted channel; afterwards every node broadcasts
+only x_i, and each node tracks both z_{i|j} and z_{j|i} of its edges itself.  The part of
+z^(0) in H-perp (the orthogonal complement of span(C) + span(PC)) never converges, which hides
+s_i in x_i, while x converges to the exact average because x depends on z only through H.
+
+Stopping (evaluated by each node on what it sees): node i is *locally settled* in round t when
+both its own change |x_i(t) - x_i(t-1)| and its disagreement with every neighbour are at most
+``tol * max|x_i(t)|`` (infinity norms).  A counter g_i(t) = 1 + min(g_i(t-1), min_j g_j(t-1))
+while settled (0 otherwise) rides on the broadcasts; g_i >= D + 1 (D the graph diameter, public)
+means every node settled recently.  The node then fixes ``stop_at = t + D`` and floods it, so
+every node stops at the same round, or at ``max_iter`` at the latest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+import networkx as nx
+import numpy as np
+import scipy.sparse.linalg as spla
+
+from p2pem.errors import ConfigError, ProtocolError
+from p2pem.graphs import require_cycle
+from p2pem.messages import Message
+from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology
+
+NEVER = 2**62
+
+
+def dual_update(z: np.ndarray, z_other: np.ndarray, coef: np.ndarray, x_other: np.ndarray, theta: float) -> np.ndarray:
+    """z_{i|j} <- (1 - theta) z_{i|j} + theta (z_{j|i} + 2 c B_{j|i} x_j); ``coef`` = 2 c B_{j|i}.
+
+    The one place this formula is written: the node and the vectorised engine both call it,
+    elementwise, so they round identically.
+    """
+    return (1.0 - theta) * z + theta * (z_other + coef * x_other)
+
+
+def auto_c(topology: Topology) -> float:
+    """Step size c from the graph alone (public): 1 / sqrt(lambda_2 * lambda_max) of the Laplacian.
+
+    A common heuristic for ADMM-type consensus, it balances the slowest and the fastest
+    modes; ``sim/bench_consensus.py`` compares it with a grid of fixed values.
+    """
+    n = topology.n_nodes
+    import scipy.sparse as sp
+
+    adj = sp.csr_matrix((np.ones(topology.src.size), (topology.src, topology.dst)), shape=(n, n))
+    lap = sp.diags(topology.degrees.astype(float)) - adj
+    if n <= 400:
+        ev = np.linalg.eigvalsh(lap.toarray())
+        lam2, lmax = ev[1], ev[-1]
+    else:
+        lmax = spla.eigsh(lap, k=1, which="LA", return_eigenvectors=False)[0]
+        lam2 = spla.eigsh(lap, k=2, sigma=-1e-3, which="LM", return_eigenvectors=False).max()
+    return float(1.0 / math.sqrt(lam2 * lmax))
+
+
+@dataclass(frozen=True)
+class PdmmSP(ProtocolSpec):
+    """``pdmm-sp``: PDMM average consensus with subspace perturbation.
+
+    Parameters
+    ----------
+    mode : {"sync", "async"}
+        Synchronous rounds, or one uniformly random node wakes per tick.
+    c : float or "auto"
+        PDMM step size; "auto" derives it from the (public) graph, see :func:`auto_c`.
+    theta : float
+        1 for PDMM, 0.5 for averaged PDMM (ADMM).
+    perturbation_std : float
+        Standard deviation of the initial duals (the privacy noise).
+    tol : float
+        Relative local stopping tolerance (see the module docstring).
+    max_iter : int
+        Rounds at most (in async mode: activations per node at most).
+    encrypt_duals : bool
+        Send the initial duals encrypted (the protocol).  False is an *insecure* variant kept
+        only as a labelled comparison for the leakage analysis.
+    """
+
+    mode: Literal["sync", "async"] = "sync"
+    c: Union[float, str] = "auto"
+    theta: float = 1.0
+    perturbation_std: float = 100.0
+    tol: float = 1e-12
+    max_iter: int = 2000
+    encrypt_duals: bool = True
+    name: str = field(init=False, default="pdmm-sp")
+    exact: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("sync", "async"):
+            raise ConfigError(f"pdmm-sp: mode must be 'sync' or 'async', got {self.mode!r}")
+        object.__setattr__(self, "asynchronous", self.mode == "async")
+        if isinstance(self.c, str):
+            if self.c != "auto":
+                raise ConfigError(f"pdmm-sp: c must be a positive number or 'auto', got {self.c!r}")
+        elif not (_is_number(self.c) and self.c > 0):
+            raise ConfigError(f"pdmm-sp: c must be a positive number or 'auto', got {self.c!r}")
+        if not (_is_number(self.theta) and 0 < self.theta <= 1):
+            raise ConfigError(f"pdmm-sp: theta must be in (0, 1], got {self.theta!r}")
+        if not (_is_number(self.perturbation_std) and self.perturbation_std >= 0):
+            raise ConfigError(f"pdmm-sp: perturbation_std must be a number >= 0, got {self.perturbation_std!r}")
+        if not (_is_number(self.tol) and self.tol >= 0):
+            raise ConfigError(f"pdmm-sp: tol must be a number >= 0, got {self.tol!r}")
+        if not (isinstance(self.max_iter, int) and not isinstance(self.max_iter, bool) and self.max_iter >= 1):
+            raise ConfigError(f"pdmm-sp: max_iter must be a positive integer, got {self.max_iter!r}")
+        if not isinstance(self.encrypt_duals, bool):
+            raise ConfigError(f"pdmm-sp: encrypt_duals must be true or false, got {self.encrypt_duals!r}")
+
+    @property
+    def label(self) -> str:
+        return "pdmm-sp" + ("" if self.encrypt_duals else " (INSECURE: plaintext duals)")
+
+    def validate(self, g: nx.Graph) -> None:
+        require_cycle(g)
+
+    def step_size(self, topology: Topology) -> float:
+        return auto_c(topology) if self.c == "auto" else float(self.c)
+
+    def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
+        return PdmmNode(self, ctx, iteration)
+
+    # -- the batch path -------------------------------------------------------------------
+
+    def aggregate(self, values, topology, rngs, iteration, *, record=False) -> AggregateOutcome:
+        if self.asynchronous:
+            raise NotImplementedError("asynchronous pdmm-sp runs only at message level")
+        t_ = topology
+        n, p = values.shape
+        c = self.step_size(t_)
+        theta = self.theta
+        diam = t_.diameter
+        trace: list[Message] | None = [] if record else None
+        z = np.empty((t_.src.size, p))
+        for i in range(n):
+            lo, hi = t_.row_start[i], t_.row_start[i] + t_.degrees[i]
+            z[lo:hi] = rngs[i].normal(0.0, self.perturbation_std, size=(hi - lo, p))
+        if record:
+            for d in range(t_.src.size):
+                trace.append(Message(int(t_.src[d]), (int(t_.dst[d]),), iteration, 0, "dual-init", z[d].copy(), self.encrypt_duals))
+        coef_in = (2.0 * c) * (-t_.sign)[:, None]  # 2 c B_{j|i} for edge (i, j)
+        denom = (1.0 + c * t_.degrees.astype(float))[:, None]
+        rev, src, dst, starts = t_.reverse, t_.src, t_.dst, t_.row_start
+        inc = t_.incidence
+        g = np.zeros(n, dtype=np.int64)
+        stop_at = np.full(n, NEVER, dtype=np.int64)
+        x_prev = None
+        t = 0
+        converged = True
+        while True:
+            t += 1
+            x = (values - inc @ z) / denom
+            if record:
+                for i in range(n):
+                    trace.append(Message(i, t_.neighbours[i], iteration, t, "primal", x[i].copy(), False, (int(g[i]), int(stop_at[i]))))
+            stop_in = np.minimum(stop_at, np.minimum.reduceat(stop_at[dst], starts))
+            if x_prev is None:
+                g_new = np.zeros(n, dtype=np.int64)
+            else:
+                change = np.max(np.abs(x - x_prev), axis=1)
+                edge_gap = np.max(np.abs(x[src] - x[dst]), axis=1)
+                res = np.maximum(change, np.maximum.reduceat(edge_gap, starts))
+                ok = res <= self.tol * np.max(np.abs(x), axis=1)
+                g_new = np.where(ok, 1 + np.minimum(g, np.minimum.reduceat(g[dst], starts)), 0)
+            stop_in = np.where(g_new >= diam + 1, np.minimum(stop_in, t + diam), stop_in)
+            if t >= stop_in[0] or t >= self.max_iter:
+                # every node holds the same stop_at (flooded), so node 0 speaks for all
+                if not (t >= stop_in).all() and t < self.max_iter:
+                    raise ProtocolError("pdmm-sp: nodes disagree on the stopping round (internal error)")
+                converged = bool(t >= stop_in[0])
+                break
+            g, stop_at = g_new, stop_in
+            z = dual_update(z, z[rev], coef_in, x[dst], theta)
+            x_prev = x
+        n_edges = t_.src.size
+        messages = n_edges + n * t
+        nbytes = n_edges * 8 * p + n * t * (8 * p + 16)
+        return AggregateOutcome(x, t, messages, nbytes, converged, trace)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+class PdmmNode(Aggregation):
+    """One node of pdmm-sp for one aggregation (synchronous or asynchronous)."""
+
+    def __init__(self, spec: PdmmSP, ctx: NodeContext, iteration: int) -> None:
+        super().__init__()
+        self.spec = spec
+        self.ctx = ctx
+        self.iteration = iteration
+        self.nbrs = ctx.neighbours
+        self.index = {j: k for k, j in enumerate(self.nbrs)}
+        i = ctx.node_id
+        self.c = spec.step_size(ctx.topology)
+        sign_out = np.array([1.0 if i < j else -1.0 for j in self.nbrs])
+        self.coef_in = (2.0 * self.c) * (-sign_out)[:, None]  # 2 c B_{j|i}
+        self.coef_out = (2.0 * self.c) * sign_out[:, None]  # 2 c B_{i|j}
+        self.sign_out = sign_out
+        self.denom = 1.0 + self.c * float(len(self.nbrs))
+        self.diam = ctx.topology.diameter
+        self.z_own: np.ndarray | None = None  # z_{i|j}, one row per neighbour
+        self.z_nb: np.ndarray | None = None  # z_{j|i}
+        self._inits: dict[int, np.ndarray] = {}
+        self._round_msgs: dict[int, dict[int, Message]] = {}
+        self.round = 0  # last round whose x was broadcast
+        self.g = 0
+        self.stop_at = NEVER
+        self.x: np.ndarray | None = None
+        self.x_prev: np.ndarray | None = None
+        # asynchronous bookkeeping
+        self._x_nb: list[np.ndarray | None] = [None] * len(self.nbrs)
+        self._g_nb = [0] * len(self.nbrs)
+        self._stop_nb = False
+
+    # -- shared pieces -----------------------------------------------------------------------
+
+    def _primal(self) -> np.ndarray:
+        acc = np.zeros(self.s.shape)
+        for k in range(len(self.nbrs)):
+            acc += self.sign_out[k] * self.z_own[k]
+        return (self.s - acc) / self.denom
+
+    def _msg(self, rnd: int, meta: tuple[int, ...]) -> Message:
+        return Message(self.ctx.node_id, self.nbrs, self.iteration, rnd, "primal", self.x.copy(), False, meta)
+
+    def start(self, value: np.ndarray) -> list[Message]:
+        self.s = value
+        p = value.shape[0]
+        self.z_own = self.ctx.rng.normal(0.0, self.spec.perturbation_std, size=(len(self.nbrs), p))
+        me = self.ctx.node_id
+        return [
+            Message(me, (j,), self.iteration, 0, "dual-init", self.z_own[k].copy(), self.spec.encrypt_duals)
+            for k, j in enumerate(self.nbrs)
+        ]
+
+    def receive(self, msg: Message) -> list[Message]:
+        k = self.index.get(msg.sender)
+        if k is None:
+            raise ProtocolError(f"pdmm-sp: node {self.ctx.node_id} got a message from non-neighbour {msg.sender}")
+        if msg.kind == "dual-init":
+            if msg.round != 0 or msg.sender in self._inits or self.z_nb is not None:
+                raise ProtocolError(f"pdmm-sp: unexpected dual-init from node {msg.sender}")
+            self._inits[msg.sender] = np.asarray(msg.payload)
+            if len(self._inits) == len(self.nbrs):
+                self.z_nb = np.stack([self._inits[j] for j in self.nbrs])
+                if not self.spec.asynchronous:
+                    return self._broadcast_next()
+            return []
+        if msg.kind != "primal":
+            raise ProtocolError(f"pdmm-sp: unexpected message kind {msg.kind!r} from node {msg.sender}")
+        if self.spec.asynchronous:
+            return self._receive_async(k, msg)
+        if self.done or not (self.round <= msg.round <= self.round + 1) or msg.round == 0:
+            raise ProtocolError(
+                f"pdmm-sp: out-of-round message from node {msg.sender} (round {msg.round}, node {self.ctx.node_id} is in round {self.round})"
+            )
+        box = self._round_msgs.setdefault(msg.round, {})
+        if msg.sender in box:
+            raise ProtocolError(f"pdmm-sp: second round-{msg.round} message from node {msg.sender}")
+        box[msg.sender] = msg
+        if self.z_nb is not None and len(self._round_msgs.get(self.round, ())) == len(self.nbrs):
+            return self._complete_round()
+        return []
+
+    # -- synchronous --------------------------------------------------------------------------
+
+    def _broadcast_next(self) -> list[Message]:
+        meta = (self.g, self.stop_at)
+        self.round += 1
+        self.x = self._primal()
+        out = [self._msg(self.round, meta)]
+        if len(self._round_msgs.get(self.round, ())) == len(self.nbrs):
+            out += self._complete_round()
+        return out
+
+    def _complete_round(self) -> list[Message]:
+        t = self.round
+        box = self._round_msgs.pop(t)
+        msgs = [box[j] for j in self.nbrs]
+        x_nb = np.stack([np.asarray(m.payload) for m in msgs])
+        g_nb = min(m.meta[0] for m in msgs)
+        stop_at = min(self.stop_at, min(m.meta[1] for m in msgs))
+        x = self.x
+        if self.x_prev is None:
+            g_new = 0
+        else:
+            change = np.max(np.abs(x - self.x_prev))
+            gap = np.max(np.max(np.abs(x - x_nb), axis=1))
+            ok = max(change, gap) <= self.spec.tol * np.max(np.abs(x))
+            g_new = 1 + min(self.g, g_nb) if ok else 0
+        if g_new >= self.diam + 1:
+            stop_at = min(stop_at, t + self.diam)
+        if t >= stop_at or t >= self.spec.max_iter:
+            self.done = True
+            self.converged = t >= stop_at
+            self.result = x
+            self.rounds = t
+            return []
+        self.g, self.stop_at = g_new, stop_at
+        z_own = dual_update(self.z_own, self.z_nb, self.coef_in, x_nb, self.spec.theta)
+        self.z_nb = dual_update(self.z_nb, self.z_own, self.coef_out, x, self.spec.theta)
+        self.z_own = z_own
+        self.x_prev = x
+        return self._broadcast_next()
+
+    # -- asynchronous -------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.z_nb is not None and not self.done
+
+    def wake(self) -> list[Message]:
+        if not self.ready:
+            return []
+        self.round += 1
+        x = self._primal()
+        if self.x is None or any(v is None for v in self._x_nb):
+            settled = False
+        else:
+            change = np.max(np.abs(x - self.x))
+            gap = max(np.max(np.abs(x - v)) for v in self._x_nb)
+            settled = max(change, gap) <= self.spec.tol * np.max(np.abs(x))
+        self.g = 1 + min(self.g, min(self._g_nb)) if settled else 0
+        stop = self._stop_nb or self.g >= self.diam + 1 or self.round >= self.spec.max_iter
+        self.x = x
+        self.z_nb = dual_update(self.z_nb, self.z_own, self.coef_out, x, self.spec.theta)
+        out = [self._msg(self.round, (self.g, int(stop)))]
+        if stop:
+            self.done = True
+            self.converged = self.round < self.spec.max_iter or self._stop_nb or self.g >= self.diam + 1
+            self.result = x
+            self.rounds = self.round
+        return out
+
+    def _receive_async(self, k: int, msg: Message) -> list[Message]:
+        if self.z_nb is None:
+            raise ProtocolError(f"pdmm-sp: primal from node {msg.sender} before the dual exchange finished")
+        if self.done:
+            return []
+        x_j = np.asarray(msg.payload)
+        self._x_nb[k] = x_j
+        self._g_nb[k] = msg.meta[0]
+        self._stop_nb = self._stop_nb or bool(msg.meta[1])
+        self.z_own[k] = dual_update(self.z_own[k], self.z_nb[k], self.coef_in[k], x_j, self.spec.theta)
+        return []

@@ -1,0 +1,766 @@
+"""Scenario files: one TOML file describes one reproducible experiment.
+
+A scenario names the data and how it is preprocessed and split over nodes, the
+communication graph, the EM settings, the protocols to run (in order) and the one
+seed from which every random stream is derived.  :func:`load_scenario` turns the
+file into frozen dataclasses and rejects anything it does not understand with a
+one-line :class:`~p2pem.errors.ConfigError` naming the file and the dotted key
+(``scenarios/x.toml: unknown key 'em.max_iters' (known: ...)``).
+
+Schema (keys not listed are errors; ``[leakage]`` and ``[deploy]`` are free-form)::
+
+    name = "parkinsons"            # optional, default: the file's stem
+    seed = 1                       # required integer >= 0
+
+    [data]
+    source = "csv"                 # required: "csv" | "synthetic"
+    path = "../data/x.csv"         # csv, required; relative to this file's folder
+    columns = ["a", "b"]           # csv, optional: keep these columns
+    drop_columns = ["name"]        # csv, optional: drop these columns
+    standardize = true             # optional, default false
+    pca = 2                        # optional: keep that many principal components
+    split = "even"                 # optional, default "even": "even" | "contiguous" | "random"
+    n_samples = 600                # synthetic, required
+    n_features = 2                 # synthetic, default 2
+    n_components = 3               # synthetic, default 3 (true number of clusters)
+    separation = 3.0               # synthetic, default 3.0
+
+    [graph]
+    kind = "geometric"             # required: "geometric" | "edges"
+    n_nodes = 80                   # geometric: required, >= 2; edges: optional check
+    radius = 0.3                   # geometric, optional, default sqrt(2 log n / n)
+    edges = [[0, 1], [1, 2]]       # edges, required: ids 0..n-1, connected, no repeats
+
+    [em]
+    n_components = 3               # required
+    max_iter = 100                 # default 100 (0 allowed: initialise only)
+    tol = 0.0                      # default 0.0
+    reg_covar = 1e-6               # default 1e-6
+    [em.init]                      # optional; all three keys together
+    weights = [...]
+    means = [[...], ...]
+    covariances = [[[...]], ...]
+
+    [[protocols]]                  # one or more, run in order
+    name = "pdmm-sp"               # "pdmm-sp" | "secure-sum" | "federated" | "centralized"
+    mode = "sync"                  # every other key is a protocol parameter,
+                                   # checked by p2pem.protocols.make_protocol
+
+    [leakage]                      # optional, free-form
+    [deploy]                       # optional, free-form
+
+Integer keys reject booleans and floats; number keys accept integers and floats
+(not booleans, not NaN or infinity).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NoReturn
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pem.data import (
+    SPLITS,
+    check_parts,
+    load_table,
+    pca,
+    split_rows,
+    standardize,
+    synthetic_mixture,
+)
+from p2pem.errors import ConfigError, DataError, GraphError
+from p2pem.gmm import GMMParams
+from p2pem.graphs import default_radius, graph_from_edges
+from p2pem.protocols import make_protocol
+
+__all__ = [
+    "GRAPH_KINDS",
+    "PROTOCOLS",
+    "SOURCES",
+    "STREAMS",
+    "DataConfig",
+    "EMConfig",
+    "GraphConfig",
+    "ProtocolConfig",
+    "Scenario",
+    "load_data",
+    "load_scenario",
+    "seed_streams",
+]
+
+#: Protocol names, as the user types them.
+PROTOCOLS = ("pdmm-sp", "secure-sum", "federated", "centralized")
+#: Where the data comes from.
+SOURCES = ("csv", "synthetic")
+#: How the communication graph is given.
+GRAPH_KINDS = ("geometric", "edges")
+#: Names of the random streams derived from the seed, in spawn order.  Append
+#: new streams at the end: a stream's identity is its position.
+STREAMS = ("data", "graph", "init", "protocol", "montecarlo")
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+# ------------------------------------------------------------------------ dataclasses
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """The ``[data]`` table: where the rows come from and how they are prepared.
+
+    Parameters
+    ----------
+    source : {"csv", "synthetic"}
+        Read a CSV file or draw from :func:`p2pem.data.synthetic_mixture`.
+    path : pathlib.Path or None
+        Absolute path of the CSV file (csv only).
+    columns : tuple of str or None
+        Columns to keep, in order (csv only); None keeps all.
+    drop_columns : tuple of str
+        Columns to drop (csv only).
+    standardize : bool
+        Scale every column to zero mean and unit variance.
+    pca : int or None
+        Keep that many principal components (after standardising).
+    split : {"even", "contiguous", "random"}
+        How rows are spread over nodes, see :func:`p2pem.data.split_rows`.
+    n_samples, n_features, n_components : int or None
+        Size of the synthetic data set (synthetic only, else None).
+    separation : float or None
+        Separation of the synthetic clusters (synthetic only, else None).
+    """
+
+    source: str
+    path: Path | None = None
+    columns: tuple[str, ...] | None = None
+    drop_columns: tuple[str, ...] = ()
+    standardize: bool = False
+    pca: int | None = None
+    split: str = "even"
+    n_samples: int | None = None
+    n_features: int | None = None
+    n_components: int | None = None
+    separation: float | None = None
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """The ``[graph]`` table: the communication graph.
+
+    Parameters
+    ----------
+    kind : {"geometric", "edges"}
+        A random geometric graph in the unit square, or an explicit edge list.
+    n_nodes : int
+        Number of nodes (for ``"edges"``: the number of distinct node ids).
+    radius : float or None
+        Connection radius (geometric only); the default ``sqrt(2 log n / n)`` is
+        filled in by :func:`load_scenario`.
+    edges : tuple of (int, int) or None
+        Undirected edges over nodes ``0 .. n_nodes-1`` (edges only).
+    """
+
+    kind: str
+    n_nodes: int
+    radius: float | None = None
+    edges: tuple[tuple[int, int], ...] | None = None
+
+
+@dataclass(frozen=True)
+class EMConfig:
+    """The ``[em]`` table.
+
+    Parameters
+    ----------
+    n_components : int
+        Number of mixture components to fit.
+    max_iter : int
+        Number of EM iterations at most.
+    tol : float
+        Stop when the log-likelihood gain falls below it (0 runs ``max_iter``).
+    reg_covar : float
+        Added to the diagonal of every covariance estimate.
+    init : p2pem.gmm.GMMParams or None
+        Explicit initial parameters (read-only arrays), or None.
+    """
+
+    n_components: int
+    max_iter: int = 100
+    tol: float = 0.0
+    reg_covar: float = 1e-6
+    init: GMMParams | None = None
+
+
+@dataclass(frozen=True)
+class ProtocolConfig:
+    """One ``[[protocols]]`` entry: a protocol name and its parameters.
+
+    Parameters
+    ----------
+    name : {"pdmm-sp", "secure-sum", "federated", "centralized"}
+        Which protocol.
+    params : Mapping
+        Every other key of the table, read-only, as parsed from TOML.
+    """
+
+    name: str
+    params: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A whole scenario file.
+
+    Parameters
+    ----------
+    name : str
+        Scenario name (default: the file's stem).
+    seed : int
+        The only seed; see :meth:`streams`.
+    path : pathlib.Path
+        The scenario file, as given to :func:`load_scenario`.
+    data : DataConfig
+    graph : GraphConfig
+    em : EMConfig
+    protocols : tuple of ProtocolConfig
+        Run in this order.
+    leakage : Mapping
+        The free-form ``[leakage]`` table (read-only at top level; empty if absent).
+    deploy : Mapping
+        The free-form ``[deploy]`` table (read-only at top level; empty if absent).
+    """
+
+    name: str
+    seed: int
+    path: Path
+    data: DataConfig
+    graph: GraphConfig
+    em: EMConfig
+    protocols: tuple[ProtocolConfig, ...]
+    leakage: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    deploy: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+
+    def streams(self) -> dict[str, np.random.SeedSequence]:
+        """The independent random streams of this scenario, see :func:`seed_streams`."""
+        return seed_streams(self.seed)
+
+
+# ---------------------------------------------------------------------------- streams
+
+
+def seed_streams(seed: int) -> dict[str, np.random.SeedSequence]:
+    """Derive the scenario's independent random streams from its one seed.
+
+    Parameters
+    ----------
+    seed : int
+        Non-negative integer.
+
+    Returns
+    -------
+    dict of str to numpy.random.SeedSequence
+        Keys ``"data"``, ``"graph"``, ``"init"``, ``"protocol"``, ``"montecarlo"``
+        (:data:`STREAMS`).  Make a generator with
+        ``numpy.random.default_rng(streams["data"])``; split a stream further
+        (e.g. one per node) with ``streams["protocol"].spawn(n_nodes)``.
+
+    Raises
+    ------
+    ConfigError
+        ``seed`` is not a non-negative integer.
+
+    Notes
+    -----
+    Stream ``i`` of :data:`STREAMS` is ``SeedSequence(seed, spawn_key=(i,))``,
+    which is exactly ``SeedSequence(seed).spawn(5)[i]``.  Building it from the
+    spawn key keeps it stable: it depends only on ``seed`` and the stream's
+    position, not on how many streams were spawned before, and NumPy
+    guarantees that children with different spawn keys are independent.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    return {name: np.random.SeedSequence(int(seed), spawn_key=(i,)) for i, name in enumerate(STREAMS)}
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """Read and validate a scenario file.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The TOML file.  A relative ``data.path`` inside it is resolved against
+        the folder of this file.
+
+    Returns
+    -------
+    Scenario
+
+    Raises
+    ------
+    ConfigError
+        With one line naming the file and the dotted key: the file is missing or
+        is not valid TOML (the parser's message); a key is unknown, missing,
+        of the wrong type or out of range; an enum value is not allowed; the
+        data file does not exist; ``em.init`` has the wrong shapes; or a
+        protocol rejects its parameters.
+    GraphError
+        (a ConfigError) An explicit edge list describes a disconnected graph.
+
+    Examples
+    --------
+    >>> scenario = load_scenario("scenarios/parkinsons.toml")
+    >>> scenario.graph.n_nodes, [p.name for p in scenario.protocols]
+    (80, ['pdmm-sp', 'secure-sum', 'federated', 'centralized'])
+    """
+    file = Path(path)
+    where = os.fspath(path)
+    try:
+        with open(file, "rb") as handle:
+            document = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such scenario file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{where}: is a directory, not a scenario file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read ({exc.strerror or exc})") from None
+
+    top = _Section(where, document, "", ("name", "seed", "data", "graph", "em", "protocols", "leakage", "deploy"))
+    name = top.string("name", default=file.stem)
+    if not name:
+        top.fail("'name' must not be empty")
+    seed = top.integer("seed", minimum=0)
+    data = _parse_data(top.section("data", _DATA_KEYS), file.parent)
+    graph = _parse_graph(top.section("graph", ("kind", "n_nodes", "radius", "edges")))
+    em = _parse_em(top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "init")), _static_width(data))
+    protocols = _parse_protocols(top)
+    leakage = top.free_table("leakage")
+    deploy = top.free_table("deploy")
+    return Scenario(
+        name=name,
+        seed=seed,
+        path=file,
+        data=data,
+        graph=graph,
+        em=em,
+        protocols=protocols,
+        leakage=leakage,
+        deploy=deploy,
+    )
+
+
+def load_data(scenario: Scenario) -> list[npt.NDArray[np.float64]]:
+    """Build the per-node data of a scenario.
+
+    Reads the CSV file (or draws the synthetic mixture from the ``"data"``
+    stream), standardises, projects on principal components, splits the rows
+    over ``scenario.graph.n_nodes`` nodes with the same ``"data"`` stream and
+    validates the parts with :func:`p2pem.data.check_parts`.  The result depends
+    only on the scenario (and the data file).
+
+    Parameters
+    ----------
+    scenario : Scenario
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Node ``i``'s rows at index ``i``, each of shape (n_i, n_features).
+
+    Raises
+    ------
+    DataError
+        The data cannot be read or prepared, or a node ends up without rows
+        (prefixed with the scenario file unless it already names the data file).
+    ConfigError
+        ``em.init`` does not match the width of the prepared data.
+    """
+    cfg = scenario.data
+    rng = np.random.default_rng(scenario.streams()["data"])
+    names: Sequence[str] | None = None
+    if cfg.source == "csv":
+        assert cfg.path is not None
+        X, names = load_table(cfg.path, columns=cfg.columns, drop_columns=cfg.drop_columns)
+    else:
+        assert cfg.n_samples is not None and cfg.n_features is not None and cfg.n_components is not None
+        assert cfg.separation is not None
+        X, _, _ = synthetic_mixture(
+            cfg.n_samples,
+            n_features=cfg.n_features,
+            n_components=cfg.n_components,
+            separation=cfg.separation,
+            rng=rng,
+        )
+    try:
+        if cfg.standardize:
+            X = standardize(X, column_names=names)
+        if cfg.pca is not None:
+            X = pca(X, cfg.pca)
+        parts = split_rows(X, scenario.graph.n_nodes, how=cfg.split, rng=rng)
+        check_parts(parts, scenario.em.n_components)
+    except DataError as exc:
+        raise DataError(f"{scenario.path}: {exc}") from exc
+    init = scenario.em.init
+    if init is not None and init.means.shape[1] != X.shape[1]:
+        raise ConfigError(
+            f"{scenario.path}: 'em.init.means' has {init.means.shape[1]} columns "
+            f"but the prepared data has {X.shape[1]} features"
+        )
+    return parts
+
+
+# ------------------------------------------------------------------ section parsers
+
+_DATA_KEYS = (
+    "source",
+    "path",
+    "columns",
+    "drop_columns",
+    "standardize",
+    "pca",
+    "split",
+    "n_samples",
+    "n_features",
+    "n_components",
+    "separation",
+)
+_CSV_ONLY = ("path", "columns", "drop_columns")
+_SYNTHETIC_ONLY = ("n_samples", "n_features", "n_components", "separation")
+
+
+def _parse_data(sec: _Section, folder: Path) -> DataConfig:
+    source = sec.choice("source", SOURCES)
+    forbidden = _SYNTHETIC_ONLY if source == "csv" else _CSV_ONLY
+    for key in forbidden:
+        if sec.has(key):
+            sec.fail(f"{sec.key(key)!r} is not used with source = {source!r}")
+    common: dict[str, Any] = {
+        "source": source,
+        "standardize": sec.boolean("standardize", default=False),
+        "pca": sec.integer("pca", default=None, minimum=1),
+        "split": sec.choice("split", SPLITS, default="even"),
+    }
+    if source == "synthetic":
+        n_features = sec.integer("n_features", default=2, minimum=1)
+        if common["pca"] is not None and common["pca"] > n_features:
+            sec.fail(f"{sec.key('pca')!r} = {common['pca']} exceeds {sec.key('n_features')!r} = {n_features}")
+        return DataConfig(
+            **common,
+            n_samples=sec.integer("n_samples", minimum=1),
+            n_features=n_features,
+            n_components=sec.integer("n_components", default=3, minimum=1),
+            separation=sec.number("separation", default=3.0, minimum=0.0),
+        )
+
+    raw_path = sec.string("path")
+    resolved = Path(raw_path)
+    if not resolved.is_absolute():
+        resolved = folder / resolved
+    resolved = resolved.resolve()
+    if not resolved.is_file():
+        what = "is not a file" if resolved.exists() else "does not exist"
+        sec.fail(f"{sec.key('path')!r} = {raw_path!r} {what} (resolved to {resolved})")
+    columns = sec.string_list("columns", default=None)
+    if columns is not None and not columns:
+        sec.fail(f"{sec.key('columns')!r} must not be empty")
+    drop_columns = sec.string_list("drop_columns", default=()) or ()
+    if columns is not None and common["pca"] is not None:
+        width = len([c for c in columns if c not in drop_columns])
+        if common["pca"] > width:
+            sec.fail(f"{sec.key('pca')!r} = {common['pca']} exceeds the {width} selected columns")
+    return DataConfig(**common, path=resolved, columns=columns, drop_columns=tuple(drop_columns))
+
+
+def _static_width(data: DataConfig) -> int | None:
+    """Width of the prepared data when the scenario alone determines it."""
+    if data.pca is not None:
+        return data.pca
+    if data.source == "synthetic":
+        return data.n_features
+    if data.columns is not None:
+        return len([c for c in data.columns if c not in data.drop_columns])
+    return None
+
+
+def _parse_graph(sec: _Section) -> GraphConfig:
+    kind = sec.choice("kind", GRAPH_KINDS)
+    if kind == "geometric":
+        if sec.has("edges"):
+            sec.fail(f"{sec.key('edges')!r} is not used with kind = 'geometric'")
+        n_nodes = sec.integer("n_nodes", minimum=2)
+        radius = sec.number("radius", default=default_radius(n_nodes), positive=True)
+        return GraphConfig(kind=kind, n_nodes=n_nodes, radius=radius)
+
+    if sec.has("radius"):
+        sec.fail(f"{sec.key('radius')!r} is not used with kind = 'edges'")
+    raw = sec.require("edges")
+    key = sec.key("edges")
+    if not isinstance(raw, list) or not raw:
+        sec.fail(f"{key!r} must be a non-empty array of [i, j] pairs, got {_show(raw)}")
+    edges: list[tuple[int, int]] = []
+    seen: set[frozenset[int]] = set()
+    for index, pair in enumerate(raw):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(_is_int(v) and v >= 0 for v in pair)):
+            sec.fail(f"'{key}[{index}]' must be a pair of node ids >= 0, got {_show(pair)}")
+        i, j = pair
+        if i == j:
+            sec.fail(f"'{key}[{index}]' is a self-loop [{i}, {j}]")
+        if frozenset(pair) in seen:
+            sec.fail(f"'{key}[{index}]' repeats the edge [{i}, {j}]")
+        seen.add(frozenset(pair))
+        edges.append((i, j))
+    nodes = {v for edge in edges for v in edge}
+    count = len(nodes)
+    missing = sorted(set(range(count)) - nodes)
+    if missing:
+        sec.fail(f"node ids in {key!r} must be 0..n-1 without gaps; missing {missing[:5]} (largest id {max(nodes)})")
+    n_nodes = sec.integer("n_nodes", default=None, minimum=2)
+    if n_nodes is not None and n_nodes != count:
+        sec.fail(f"{sec.key('n_nodes')!r} = {n_nodes} but {key!r} connects {count} nodes")
+    try:
+        graph_from_edges(edges)  # connectivity, the one check left
+    except GraphError as exc:
+        raise GraphError(f"{sec.where}: {key!r}: {exc}") from exc
+    return GraphConfig(kind=kind, n_nodes=count, edges=tuple(edges))
+
+
+def _parse_em(sec: _Section, width: int | None) -> EMConfig:
+    n_components = sec.integer("n_components", minimum=1)
+    max_iter = sec.integer("max_iter", default=100, minimum=0)
+    tol = sec.number("tol", default=0.0, minimum=0.0)
+    reg_covar = sec.number("reg_covar", default=1e-6, minimum=0.0)
+    init = None
+    if sec.has("init"):
+        init = _parse_init(sec.section("init", ("weights", "means", "covariances")), n_components, width)
+    return EMConfig(n_components=n_components, max_iter=max_iter, tol=tol, reg_covar=reg_covar, init=init)
+
+
+def _parse_init(sec: _Section, k: int, width: int | None) -> GMMParams:
+    weights = sec.number_array("weights", ndim=1)
+    means = sec.number_array("means", ndim=2)
+    covariances = sec.number_array("covariances", ndim=3)
+    if weights.shape != (k,):
+        sec.fail(f"{sec.key('weights')!r} must hold {k} weights (em.n_components), got {weights.shape[0]}")
+    if np.any(weights <= 0) or abs(weights.sum() - 1.0) > 1e-8:
+        sec.fail(f"{sec.key('weights')!r} must be positive and sum to 1, got {weights.tolist()}")
+    if means.shape[0] != k:
+        sec.fail(f"{sec.key('means')!r} must hold {k} means (em.n_components), got {means.shape[0]}")
+    d = means.shape[1]
+    if width is not None and d != width:
+        sec.fail(f"{sec.key('means')!r} has {d} columns but the data will have {width} features")
+    if covariances.shape != (k, d, d):
+        sec.fail(f"{sec.key('covariances')!r} must have shape ({k}, {d}, {d}), got {covariances.shape}")
+    for index, cov in enumerate(covariances):
+        where = f"{sec.key('covariances')}[{index}]"
+        if not np.allclose(cov, cov.T, rtol=1e-10, atol=1e-12):
+            sec.fail(f"{where!r} is not symmetric")
+        try:
+            np.linalg.cholesky(cov)
+        except np.linalg.LinAlgError:
+            sec.fail(f"{where!r} is not positive definite")
+    for array in (weights, means, covariances):
+        array.flags.writeable = False
+    return GMMParams(weights=weights, means=means, covariances=covariances)
+
+
+def _parse_protocols(top: _Section) -> tuple[ProtocolConfig, ...]:
+    raw = top.require("protocols")
+    if not (isinstance(raw, list) and raw and all(isinstance(t, dict) for t in raw)):
+        top.fail(f"'protocols' must be one or more [[protocols]] tables, got {_show(raw)}")
+    protocols = []
+    for index, table in enumerate(raw):
+        prefix = f"protocols[{index}]"
+        sec = _Section(top.where, table, prefix, None)
+        name = sec.choice("name", PROTOCOLS)
+        params = {key: copy.deepcopy(value) for key, value in table.items() if key != "name"}
+        _validate_protocol(top.where, prefix, params, name)
+        protocols.append(ProtocolConfig(name=name, params=MappingProxyType(params)))
+    return tuple(protocols)
+
+
+def _validate_protocol(where: str, prefix: str, params: dict[str, Any], name: str) -> None:
+    """Let the protocol itself reject unknown or invalid parameters."""
+    try:
+        make_protocol(name, dict(params))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {prefix}: {exc}") from exc
+
+
+# ----------------------------------------------------------------------- the reader
+
+_REQUIRED: Any = object()
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _show(value: object) -> str:
+    """A value as the user wrote it in TOML, with its TOML type."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, int):
+        return f"{value} (an integer)"
+    if isinstance(value, float):
+        return f"{value!r} (a float)"
+    if isinstance(value, str):
+        return f"{value!r} (a string)"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return f"{value} (a date/time)"
+
+
+class _Section:
+    """One TOML table being validated; every error names the file and dotted key."""
+
+    def __init__(self, where: str, table: dict[str, Any], prefix: str, known: Sequence[str] | None) -> None:
+        self.where = where
+        self.table = table
+        self.prefix = prefix
+        if known is not None:
+            unknown = [key for key in table if key not in known]
+            if unknown:
+                noun = "key" if len(unknown) == 1 else "keys"
+                listed = ", ".join(repr(self.key(key)) for key in unknown)
+                self.fail(f"unknown {noun} {listed} (known: {', '.join(known)})")
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+    def fail(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.where}: {message}")
+
+    def has(self, name: str) -> bool:
+        return name in self.table
+
+    def require(self, name: str) -> Any:
+        if name not in self.table:
+            self.fail(f"missing required key {self.key(name)!r}")
+        return self.table[name]
+
+    def _get(self, name: str, default: Any) -> tuple[bool, Any]:
+        if name in self.table:
+            return True, self.table[name]
+        if default is _REQUIRED:
+            self.require(name)
+        return False, default
+
+    def _wrong(self, name: str, expected: str, value: object) -> NoReturn:
+        self.fail(f"{self.key(name)!r} must be {expected}, got {_show(value)}")
+
+    def integer(self, name: str, *, default: Any = _REQUIRED, minimum: int | None = None) -> Any:
+        present, value = self._get(name, default)
+        if not present:
+            return value
+        if not _is_int(value):
+            self._wrong(name, "an integer", value)
+        if minimum is not None and value < minimum:
+            self.fail(f"{self.key(name)!r} must be >= {minimum}, got {value}")
+        return value
+
+    def number(
+        self,
+        name: str,
+        *,
+        default: Any = _REQUIRED,
+        minimum: float | None = None,
+        positive: bool = False,
+    ) -> Any:
+        present, value = self._get(name, default)
+        if not present:
+            return value
+        if not _is_number(value) or not math.isfinite(value):
+            self._wrong(name, "a finite number", value)
+        if minimum is not None and value < minimum:
+            self.fail(f"{self.key(name)!r} must be >= {minimum}, got {value}")
+        if positive and value <= 0:
+            self.fail(f"{self.key(name)!r} must be > 0, got {value}")
+        return float(value)
+
+    def boolean(self, name: str, *, default: Any = _REQUIRED) -> Any:
+        present, value = self._get(name, default)
+        if present and not isinstance(value, bool):
+            self._wrong(name, "true or false", value)
+        return value
+
+    def string(self, name: str, *, default: Any = _REQUIRED) -> Any:
+        present, value = self._get(name, default)
+        if present and not isinstance(value, str):
+            self._wrong(name, "a string", value)
+        return value
+
+    def choice(self, name: str, choices: Sequence[str], *, default: Any = _REQUIRED) -> Any:
+        value = self.string(name, default=default)
+        if value not in choices:
+            self.fail(f"{self.key(name)!r} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        return value
+
+    def string_list(self, name: str, *, default: Any = _REQUIRED) -> Any:
+        present, value = self._get(name, default)
+        if not present:
+            return value
+        if not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+            self._wrong(name, "an array of strings", value)
+        if len(set(value)) != len(value):
+            self.fail(f"{self.key(name)!r} names a column more than once")
+        return tuple(value)
+
+    def number_array(self, name: str, *, ndim: int) -> npt.NDArray[np.float64]:
+        value = self.require(name)
+        shape_words = {1: "an array of numbers", 2: "an array of arrays of numbers", 3: "an array of matrices"}
+
+        def walk(item: object, depth: int) -> None:
+            if depth == ndim:
+                if not (_is_number(item) and math.isfinite(item)):  # type: ignore[arg-type]
+                    self.fail(f"{self.key(name)!r} must be {shape_words[ndim]}, holds {_show(item)}")
+            elif not isinstance(item, list):
+                self.fail(f"{self.key(name)!r} must be {shape_words[ndim]}, holds {_show(item)}")
+            else:
+                for element in item:
+                    walk(element, depth + 1)
+
+        walk(value, 0)
+        try:
+            array = np.array(value, dtype=np.float64)
+        except ValueError:
+            self.fail(f"{self.key(name)!r} is ragged: its rows must all have the same length")
+        if array.ndim != ndim or array.size == 0:
+            self.fail(f"{self.key(name)!r} must be a non-empty {ndim}-D array, got shape {array.shape}")
+        return array
+
+    def section(self, name: str, known: Sequence[str]) -> _Section:
+        if name not in self.table:
+            self.fail(f"missing required table [{self.key(name)}]")
+        value = self.table[name]
+        if not isinstance(value, dict):
+            self._wrong(name, "a table", value)
+        return _Section(self.where, value, self.key(name), known)
+
+    def free_table(self, name: str) -> Mapping[str, Any]:
+        if name not in self.table:
+            return _EMPTY
+        value = self.table[name]
+        if not isinstance(value, dict):
+            self._wrong(name, "a table", value)
+        return MappingProxyType(copy.deepcopy(value))

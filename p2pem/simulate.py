@@ -1,0 +1,249 @@
+"""Run distributed EM on one machine, with either of two engines that agree to the last bit.
+
+``engine="vectorised"``
+    Per-node E-/M-steps (the same functions the Node calls) and one batch call per EM
+    iteration into the protocol's :meth:`~p2pem.protocols.ProtocolSpec.aggregate`, which
+    runs the consensus over sparse edge arrays.  Fast; the default.
+``engine="messages"``
+    The real :class:`~p2pem.node.Node` state machines exchanging :class:`Message` objects
+    over an in-memory FIFO transport: the code a deployment runs.  Asynchronous pdmm-sp
+    always runs here (one node per tick leaves nothing to vectorise).
+
+Both engines draw every random number from the same per-node generators, derived from one
+protocol seed with ``SeedSequence(seed).spawn(n + 1)`` (the last stream schedules the
+asynchronous wake-ups), so for the same seed they produce identical parameters, logs and
+message traces.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+from p2pem.em import EMSettings, EMState, fit_centralized
+from p2pem.errors import ConfigError, ProtocolError
+from p2pem.gmm import FloatArray, GMMParams
+from p2pem.messages import SERVER, Message
+from p2pem.node import Node, Server
+from p2pem.protocols import Centralized, NodeContext, ProtocolSpec, Topology
+from p2pem.data import check_parts
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class RunResult:
+    """What one protocol run produced (the per-protocol entry of ``result.json``)."""
+
+    protocol: str
+    protocol_params: dict
+    weights: FloatArray
+    means: FloatArray
+    covariances: FloatArray
+    loglik: list[float]
+    n_iter: int
+    converged: bool
+    consensus_iterations: list[float]
+    init_consensus_iterations: float | None
+    messages: int
+    bytes: int
+    wall_s: float
+    node_spread: float = 0.0
+    unconverged_iterations: list[int] = field(default_factory=list)
+    trace: list[Message] | None = None
+
+    @property
+    def params(self) -> GMMParams:
+        return GMMParams(self.weights, self.means, self.covariances)
+
+    def to_json(self) -> dict:
+        return {
+            "protocol": self.protocol,
+            "protocol_params": self.protocol_params,
+            "loglik": list(self.loglik),
+            "weights": self.weights.tolist(),
+            "means": self.means.tolist(),
+            "covariances": self.covariances.tolist(),
+            "n_iter": self.n_iter,
+            "converged": self.converged,
+            "consensus_iterations": list(self.consensus_iterations),
+            "init_consensus_iterations": self.init_consensus_iterations,
+            "messages": self.messages,
+            "bytes": self.bytes,
+            "wall_s": self.wall_s,
+            "node_spread": self.node_spread,
+            "unconverged_iterations": list(self.unconverged_iterations),
+        }
+
+
+def protocol_streams(seed: int | np.random.SeedSequence, n_nodes: int) -> list[np.random.Generator]:
+    """Per-node protocol generators plus, last, the asynchronous schedule generator."""
+    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    return [np.random.default_rng(s) for s in ss.spawn(n_nodes + 1)]
+
+
+def run_protocol(
+    parts: Sequence[FloatArray],
+    graph: nx.Graph,
+    protocol: ProtocolSpec,
+    settings: EMSettings,
+    *,
+    seed: int | np.random.SeedSequence = 0,
+    engine: str = "vectorised",
+    record_trace: bool = False,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Fit one GMM to the union of ``parts`` with ``protocol`` over ``graph``.
+
+    Parameters
+    ----------
+    parts : list of (n_i, d) arrays
+        Node i's private rows; ``len(parts)`` must equal the number of graph nodes.
+    graph : networkx.Graph
+        Connected graph over nodes ``0..n-1`` (ignored by ``centralized``).
+    protocol : ProtocolSpec
+        See :func:`p2pem.protocols.make_protocol`.
+    settings : EMSettings
+    seed : int or SeedSequence
+        Protocol randomness (initial duals, ring masks, wake-up schedule).
+    engine : {"vectorised", "messages"}
+    record_trace : bool
+        Keep every message in ``RunResult.trace`` (for the leakage analysis).
+    progress : callable(iteration, max_iter), optional
+
+    Returns
+    -------
+    RunResult
+    """
+    check_parts(parts, settings.n_components)
+    parts = [np.ascontiguousarray(part, dtype=float) for part in parts]
+    if engine not in ("vectorised", "messages"):
+        raise ConfigError(f"engine must be 'vectorised' or 'messages', got {engine!r}")
+    t0 = time.perf_counter()
+    if isinstance(protocol, Centralized):
+        state = fit_centralized(np.vstack(parts), settings)
+        return _result(protocol, [state], {}, [], 0, 0, time.perf_counter() - t0, None)
+    _check_graph(graph, len(parts))
+    protocol.validate(graph)
+    topology = protocol.topology(graph)
+    rngs = protocol_streams(seed, len(parts))
+    if engine == "messages" or protocol.asynchronous:
+        return _run_messages(parts, topology, protocol, settings, rngs, record_trace, progress, t0)
+    return _run_vectorised(parts, topology, protocol, settings, rngs, record_trace, progress, t0)
+
+
+def _check_graph(graph: nx.Graph, n_parts: int) -> None:
+    from p2pem.graphs import check_connected
+
+    if not isinstance(graph, nx.Graph):
+        raise ConfigError("graph must be a networkx.Graph")
+    if sorted(graph.nodes) != list(range(graph.number_of_nodes())):
+        raise ConfigError("graph nodes must be 0..n-1")
+    if graph.number_of_nodes() != n_parts:
+        raise ConfigError(f"the graph has {graph.number_of_nodes()} nodes but the data is split over {n_parts}")
+    check_connected(graph)
+
+
+def _run_vectorised(parts, topology, protocol, settings, rngs, record, progress, t0) -> RunResult:
+    n = len(parts)
+    states = [EMState(X, settings, n) for X in parts]
+    rounds: dict[int, float] = {}
+    unconverged: list[int] = []
+    messages = nbytes = 0
+    trace: list[Message] | None = [] if record else None
+    while not states[0].finished:
+        it = states[0].iteration
+        values = np.stack([s.contribution() for s in states])
+        out = protocol.aggregate(values, topology, rngs, it, record=record)
+        for s, row in zip(states, out.results):
+            s.absorb(row)
+        rounds[it] = out.rounds
+        messages += out.messages
+        nbytes += out.nbytes
+        if not out.converged:
+            unconverged.append(it)
+        if record:
+            trace.extend(out.trace)
+        if progress is not None and it > 0:
+            progress(it, settings.max_iter)
+    if not all(s.finished for s in states):
+        raise ProtocolError("nodes disagree on when EM stops (internal error)")
+    return _result(protocol, states, rounds, unconverged, messages, nbytes, time.perf_counter() - t0, trace)
+
+
+def _run_messages(parts, topology, protocol, settings, rngs, record, progress, t0) -> RunResult:
+    n = len(parts)
+    nodes = [Node(NodeContext(i, topology, rngs[i]), X, settings, protocol) for i, X in enumerate(parts)]
+    server = Server(protocol, topology) if protocol.server_aggregation(topology, 0) is not None else None
+    schedule = rngs[n]
+    queue: deque[tuple[int, Message]] = deque()
+    trace: list[Message] | None = [] if record else None
+    last_reported = 0
+
+    def post(msgs: list[Message]) -> None:
+        for m in msgs:
+            if record:
+                trace.append(m)
+            for r in m.receivers:
+                queue.append((r, m))
+
+    for node in nodes:
+        post(node.start())
+    while True:
+        while queue:
+            r, m = queue.popleft()
+            target = server if r == SERVER else nodes[r]
+            if target is None:
+                raise ProtocolError(f"message to unknown receiver {r}")
+            post(target.receive(m))
+        if all(node.done for node in nodes):
+            break
+        if not protocol.asynchronous:
+            stuck = next(node for node in nodes if not node.done)
+            raise ProtocolError(f"deadlock: node {stuck.node_id} waits ({stuck.waiting_for()}) but no message is in flight")
+        post(nodes[int(schedule.integers(n))].wake())
+        if progress is not None and nodes[0].iteration - 1 > last_reported:
+            last_reported = nodes[0].iteration - 1
+            progress(last_reported, settings.max_iter)
+    rounds = {it: float(np.mean([node.rounds[it] for node in nodes])) for it in nodes[0].rounds}
+    unconverged = sorted(set().union(*(node.unconverged for node in nodes)))
+    messages = sum(node.sent_messages for node in nodes) + (server.sent_messages if server else 0)
+    nbytes = sum(node.sent_bytes for node in nodes) + (server.sent_bytes if server else 0)
+    return _result(protocol, [node.em for node in nodes], rounds, unconverged, messages, nbytes, time.perf_counter() - t0, trace)
+
+
+def _result(protocol, states: list[EMState], rounds, unconverged, messages, nbytes, wall, trace) -> RunResult:
+    ref = states[0]
+    p = ref.params
+    spread = 0.0
+    flat0 = _flatten(p)
+    for s in states[1:]:
+        spread = max(spread, float(np.max(np.abs(_flatten(s.params) - flat0)) / np.max(np.abs(flat0))))
+    its = sorted(k for k in rounds if k > 0)
+    return RunResult(
+        protocol=getattr(protocol, "label", protocol.name),
+        protocol_params=protocol.params(),
+        weights=p.weights,
+        means=p.means,
+        covariances=p.covariances,
+        loglik=list(ref.loglik),
+        n_iter=ref.n_iter,
+        converged=ref.converged,
+        consensus_iterations=[rounds[k] for k in its],
+        init_consensus_iterations=rounds.get(0),
+        messages=messages,
+        bytes=nbytes,
+        wall_s=wall,
+        node_spread=spread,
+        unconverged_iterations=list(unconverged),
+        trace=trace,
+    )
+
+
+def _flatten(p: GMMParams) -> FloatArray:
+    return np.concatenate([p.weights.ravel(), p.means.ravel(), p.covariances.ravel()])

@@ -1,0 +1,527 @@
+"""An asyncio link to an MQTT broker, and the p2pem topic layout.
+
+This is the only module of p2pem that imports ``aiomqtt`` (``>=2.5,<3``).  It moves
+opaque byte strings; what they mean (the envelopes of :mod:`p2pem.codec`) and when
+to wait for whom is the Node runtime's business.
+
+Topic layout, for run ``<run>``::
+
+    p2pem/<run>/from/<i>/all        broadcasts of node i (every neighbour listens)
+    p2pem/<run>/from/<i>/to/<j>     point-to-point messages from i to j
+
+so the broker ACL (:mod:`p2pem.broker`) can give node ``i`` write access to
+``p2pem/<run>/from/<i>/#`` only.
+
+Delivery is MQTT QoS 1 (at least once): duplicates are possible and are filtered by
+:class:`p2pem.codec.ReplayGuard`.  Incoming messages go to an unbounded queue, so the
+link never drops a message it has received; a lost connection is reported as
+:class:`ConnectionLost` and repaired only when the caller calls :meth:`MqttLink.reconnect`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import re
+import ssl
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import NamedTuple
+
+import aiomqtt
+
+from p2pem.codec import validate_run_id
+from p2pem.errors import ConfigError, TransportError
+from p2pem.messages import Message
+
+logger = logging.getLogger(__name__)
+_paho_logger = logging.getLogger(__name__ + ".paho")
+
+__all__ = [
+    "TOPIC_ROOT",
+    "ConnectionLost",
+    "Incoming",
+    "LinkTimeout",
+    "MqttLink",
+    "parse_topic",
+    "subscriptions_for",
+    "topic_for",
+]
+
+#: First level of every p2pem topic.
+TOPIC_ROOT = "p2pem"
+_TOPIC = re.compile(r"p2pem/([^/]+)/from/(-?\d+)/(?:all|to/(-?\d+))")
+
+
+class LinkTimeout(TransportError):
+    """Nothing arrived (or a broker operation did not complete) within the timeout."""
+
+
+class ConnectionLost(TransportError):
+    """The connection to the broker broke; call :meth:`MqttLink.reconnect`."""
+
+
+class Incoming(NamedTuple):
+    """One received MQTT message: the topic it was published on and its raw payload."""
+
+    topic: str
+    payload: bytes
+
+
+class _Wakeup:
+    """Queue item that wakes a blocked :meth:`MqttLink.receive` after a loss or close."""
+
+
+_WAKEUP = _Wakeup()
+
+
+def topic_for(run_id: str, msg: Message) -> str:
+    """Topic on which ``msg.sender`` publishes ``msg``.
+
+    A message with exactly one receiver (always the case for encrypted messages) goes
+    to ``p2pem/<run>/from/<sender>/to/<receiver>``; any other to
+    ``p2pem/<run>/from/<sender>/all``, where every neighbour of the sender listens
+    (receivers not listed in the message ignore it).
+
+    Raises
+    ------
+    ConfigError
+        If the run id is invalid or the message has no receiver.
+    """
+    validate_run_id(run_id)
+    if not msg.receivers:
+        raise ConfigError(f"message from node {msg.sender} has no receiver")
+    base = f"{TOPIC_ROOT}/{run_id}/from/{int(msg.sender)}"
+    if len(msg.receivers) == 1:
+        return f"{base}/to/{int(msg.receivers[0])}"
+    return f"{base}/all"
+
+
+def subscriptions_for(run_id: str, node_id: int, neighbours: Iterable[int]) -> list[str]:
+    """Topic filters node ``node_id`` subscribes to: each neighbour's broadcasts and its messages to this node.
+
+    Returns
+    -------
+    list of str
+        ``2 * len(neighbours)`` filters, ordered by neighbour id.  No wildcards, so a
+        node never receives point-to-point traffic of other pairs.
+    """
+    validate_run_id(run_id)
+    filters = []
+    for j in sorted({int(j) for j in neighbours}):
+        if j == node_id:
+            raise ConfigError(f"node {node_id} lists itself as a neighbour")
+        base = f"{TOPIC_ROOT}/{run_id}/from/{j}"
+        filters += [f"{base}/all", f"{base}/to/{int(node_id)}"]
+    return filters
+
+
+def parse_topic(run_id: str, topic: str) -> tuple[int, int | None]:
+    """Inverse of :func:`topic_for`: ``(sender, receiver)``, receiver None for ``.../all``.
+
+    Lets the runtime check that the topic (which the broker ACL ties to a login)
+    names the same sender as the signed envelope header.
+
+    Raises
+    ------
+    TransportError
+        If ``topic`` is not a p2pem topic of ``run_id``.
+    """
+    match = _TOPIC.fullmatch(topic)
+    if match is None or match.group(1) != run_id:
+        raise TransportError(f"topic {topic!r} is not a p2pem topic of run {run_id!r}")
+    receiver = match.group(3)
+    return int(match.group(2)), None if receiver is None else int(receiver)
+
+
+class MqttLink:
+    """One connection to an MQTT broker: subscribe, publish bytes, receive bytes.
+
+    Use it as ``async with MqttLink(...) as link:``.  All broker operations have an
+    explicit timeout; every failure is a :class:`~p2pem.errors.TransportError` whose
+    message names ``host:port``.
+
+    Parameters
+    ----------
+    host : str
+        Broker host name or address.
+    port : int, default 1883
+        Broker port.
+    subscriptions : sequence of str, optional
+        Topic filters subscribed on every (re)connection.
+    username, password : str, optional
+        Broker credentials (``node<i>`` in a p2pem deployment).
+    identifier : str, optional
+        MQTT client id; the broker assigns one when omitted.  Must be unique: the
+        broker disconnects an older client when a new one connects with the same id.
+    tls_context : ssl.SSLContext, optional
+        Connect with TLS using this context.
+    timeout : float, default 10.0
+        Seconds allowed for connecting, subscribing and each publish, and the
+        default wait of :meth:`receive`.
+    keepalive : int, default 30
+        MQTT keep-alive interval in seconds; a dead connection is noticed after
+        about 1.5 times this.
+    qos : int, default 1
+        QoS of subscriptions and the default of :meth:`publish`.
+    clean_session : bool, default True
+        With False (requires ``identifier``) the broker keeps the subscriptions and
+        queues QoS 1 messages while this client is away; this does not survive a
+        broker restart (persistence is off).
+
+    Attributes
+    ----------
+    connections : int
+        Number of successful connections so far (1 plus the reconnections).
+
+    Examples
+    --------
+    >>> async def main():                                    # doctest: +SKIP
+    ...     async with MqttLink("127.0.0.1", 1883, subscriptions=["p2pem/r/from/1/all"]) as link:
+    ...         await link.publish("p2pem/r/from/1/all", b"hello")
+    ...         topic, payload = await link.receive(timeout=2.0)
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int = 1883,
+        *,
+        subscriptions: Sequence[str] = (),
+        username: str | None = None,
+        password: str | None = None,
+        identifier: str | None = None,
+        tls_context: ssl.SSLContext | None = None,
+        timeout: float = 10.0,
+        keepalive: int = 30,
+        qos: int = 1,
+        clean_session: bool = True,
+    ) -> None:
+        if qos not in (0, 1, 2):
+            raise ConfigError(f"MQTT QoS must be 0, 1 or 2, not {qos!r}")
+        if not clean_session and not identifier:
+            raise ConfigError("a persistent MQTT session (clean_session=False) needs an identifier")
+        if not timeout > 0:
+            raise ConfigError(f"timeout must be positive, not {timeout!r}")
+        self.host = host
+        self.port = int(port)
+        self.username = username
+        self._password = password
+        self.identifier = identifier
+        self.tls_context = tls_context
+        self.timeout = float(timeout)
+        self.keepalive = int(keepalive)
+        self.qos = qos
+        self.clean_session = clean_session
+        self._subscriptions: list[str] = []
+        for topic_filter in subscriptions:
+            if topic_filter not in self._subscriptions:
+                self._subscriptions.append(topic_filter)
+        self._client: aiomqtt.Client | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._queue: asyncio.Queue[Incoming | _Wakeup] = asyncio.Queue()
+        self._lost: str | None = None
+        self._pending = 0
+        self.connections = 0
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else ("lost" if self._lost else "closed")
+        return f"MqttLink({self.address}, {state}, user={self.username!r})"
+
+    # ------------------------------------------------------------ properties
+    @property
+    def address(self) -> str:
+        """``host:port`` of the broker."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def connected(self) -> bool:
+        """True while a connection is up and has not been reported lost."""
+        return self._client is not None and self._lost is None
+
+    @property
+    def subscriptions(self) -> tuple[str, ...]:
+        """Topic filters (re)subscribed on every connection."""
+        return tuple(self._subscriptions)
+
+    @property
+    def pending(self) -> int:
+        """Number of received messages waiting in the queue."""
+        return self._pending
+
+    # ------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> MqttLink:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Connect, subscribe to :attr:`subscriptions` and start receiving.
+
+        Raises
+        ------
+        TransportError
+            If the broker is unreachable, refuses the credentials, denies a
+            subscription, or does not answer within :attr:`timeout`.
+        """
+        if self._client is not None:
+            raise TransportError(f"link to {self.address} is already connected; close or reconnect it")
+        client = aiomqtt.Client(
+            self.host,
+            self.port,
+            username=self.username,
+            password=self._password,
+            identifier=self.identifier,
+            tls_context=self.tls_context,
+            timeout=self.timeout,
+            keepalive=self.keepalive,
+            clean_session=None if self.clean_session else False,
+            logger=_paho_logger,
+        )
+        stack = contextlib.AsyncExitStack()
+        try:
+            await stack.enter_async_context(client)
+        except aiomqtt.MqttError as exc:
+            raise TransportError(f"cannot connect to MQTT broker at {self.address}: {exc}") from None
+        self._client, self._stack, self._lost = client, stack, None
+        try:
+            await self._subscribe(client, self._subscriptions)
+        except BaseException:
+            await self._teardown()
+            raise
+        self.connections += 1
+        self._pump = asyncio.create_task(
+            self._pump_messages(client), name=f"mqtt-receive {self.identifier or self.username or self.address}"
+        )
+        logger.debug("connected to %s as %s (%d filters)", self.address, self.username, len(self._subscriptions))
+
+    async def close(self) -> None:
+        """Disconnect (gracefully if the connection is still up); idempotent.
+
+        Messages already received stay readable with :meth:`receive`.
+        """
+        await self._teardown()
+        self._lost = None
+        self._queue.put_nowait(_WAKEUP)
+
+    async def reconnect(self, *, attempts: int = 20, delay: float = 0.1, max_delay: float = 2.0) -> int:
+        """Drop the current connection (if any) and connect again, re-subscribing everything.
+
+        Call it after :class:`ConnectionLost`, e.g. when the broker restarted.
+        Messages received before the loss stay in the queue.  Messages the broker
+        held for this client are lost with a broker restart: the caller must
+        re-publish what its peers may have missed (envelopes are deterministic, so
+        a re-publish is an identical duplicate to :class:`~p2pem.codec.ReplayGuard`).
+
+        Parameters
+        ----------
+        attempts : int, default 20
+            Connection attempts before giving up.
+        delay : float, default 0.1
+            Seconds before the second attempt, doubling up to ``max_delay``.
+        max_delay : float, default 2.0
+            Longest pause between attempts.
+
+        Returns
+        -------
+        int
+            Number of attempts used.
+
+        Raises
+        ------
+        TransportError
+            If every attempt failed; the message names the broker and the last error.
+        """
+        await self._teardown()
+        last: TransportError | None = None
+        pause = delay
+        for attempt in range(1, attempts + 1):
+            try:
+                await self.connect()
+            except TransportError as exc:
+                last = exc
+                logger.info("reconnect attempt %d/%d to %s failed: %s", attempt, attempts, self.address, exc)
+                if attempt < attempts:
+                    await asyncio.sleep(pause)
+                    pause = min(2 * pause, max_delay)
+            else:
+                return attempt
+        raise TransportError(f"could not reconnect to {self.address} after {attempts} attempts: {last}")
+
+    async def _teardown(self) -> None:
+        pump, stack = self._pump, self._stack
+        self._pump = self._stack = self._client = None
+        if pump is not None and not pump.done():
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+        if stack is not None:
+            try:
+                await stack.aclose()
+            except aiomqtt.MqttError as exc:
+                # The connection is being thrown away; a failed goodbye changes nothing.
+                logger.debug("disconnect from %s was not clean: %s", self.address, exc)
+
+    # ------------------------------------------------------------ operations
+    async def subscribe(self, topic_filters: Iterable[str]) -> None:
+        """Add topic filters; subscribe now if connected, and on every reconnection.
+
+        Raises
+        ------
+        TransportError
+            If the broker denies a filter or does not acknowledge in time.
+        """
+        new = [f for f in topic_filters if f not in self._subscriptions]
+        self._subscriptions += new
+        if self._client is not None and self._lost is None:
+            await self._subscribe(self._client, new)
+
+    async def _subscribe(self, client: aiomqtt.Client, topic_filters: Sequence[str]) -> None:
+        if not topic_filters:
+            return
+        try:
+            granted = await client.subscribe([(f, self.qos) for f in topic_filters], timeout=self.timeout)
+        except aiomqtt.MqttError as exc:
+            raise self._error(f"subscribing to {len(topic_filters)} filter(s)", exc) from None
+        for topic_filter, code in zip(topic_filters, granted):
+            value = getattr(code, "value", code)
+            # A broker may grant a lower QoS than asked; at-least-once is what the
+            # protocols rely on, so a downgrade is as fatal as a refusal.
+            if value >= 0x80 or value < self.qos:
+                raise TransportError(
+                    f"broker at {self.address} refused subscription {topic_filter!r} (code {value})"
+                )
+
+    async def publish(
+        self, topic: str, payload: bytes, qos: int | None = None, *, timeout: float | None = None
+    ) -> None:
+        """Publish ``payload`` on ``topic`` and wait for the broker's acknowledgement (QoS 1).
+
+        Notes
+        -----
+        Mosquitto acknowledges a publish that its ACL denies and then drops it, so a
+        successful return does not prove delivery.
+
+        Raises
+        ------
+        ConnectionLost
+            If the connection is down (reconnect, then publish again).
+        LinkTimeout
+            If the broker does not acknowledge within ``timeout`` (default :attr:`timeout`).
+        TransportError
+            For any other failure.
+        """
+        if any(c in topic for c in "+#") or not topic:
+            raise ConfigError(f"cannot publish on {topic!r}: empty or wildcard topic")
+        client = self._require_client()
+        try:
+            await client.publish(
+                topic,
+                bytes(payload),
+                qos=self.qos if qos is None else qos,
+                timeout=self.timeout if timeout is None else timeout,
+            )
+        except aiomqtt.MqttError as exc:
+            raise self._error(f"publishing on {topic!r}", exc) from None
+
+    async def receive(self, timeout: float | None = None) -> Incoming:
+        """Wait for the next message.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait; :attr:`timeout` when omitted, ``math.inf`` for no limit.
+
+        Returns
+        -------
+        Incoming
+            ``(topic, payload)`` in the order the broker delivered them.
+
+        Raises
+        ------
+        LinkTimeout
+            If nothing arrived in time.
+        ConnectionLost
+            If the connection broke and every message received before is consumed.
+        TransportError
+            If the link is closed and its queue is empty.
+        """
+        wait = self.timeout if timeout is None else float(timeout)
+        try:
+            async with asyncio.timeout(None if math.isinf(wait) else wait):
+                while True:
+                    if self._queue.empty():
+                        self._raise_if_down()
+                    item = await self._queue.get()
+                    if isinstance(item, Incoming):
+                        self._pending -= 1
+                        return item
+        except TimeoutError:
+            raise LinkTimeout(f"no message from MQTT broker at {self.address} within {wait:g} s") from None
+
+    def __aiter__(self) -> MqttLink:
+        return self
+
+    async def __anext__(self) -> Incoming:
+        """Next message without time limit; stops when the link is closed, raises :class:`ConnectionLost`."""
+        if self._queue.empty() and self._client is None and self._lost is None:
+            raise StopAsyncIteration
+        try:
+            return await self.receive(timeout=math.inf)
+        except ConnectionLost:
+            raise
+        except TransportError:
+            raise StopAsyncIteration from None
+
+    # ------------------------------------------------------------ internals
+    async def _pump_messages(self, client: aiomqtt.Client) -> None:
+        """Move messages from aiomqtt's queue to ours, so none is lost across reconnects."""
+        try:
+            async for message in client.messages:
+                payload = message.payload
+                if not isinstance(payload, (bytes, bytearray)):
+                    payload = b"" if payload is None else str(payload).encode()
+                self._queue.put_nowait(Incoming(str(message.topic), bytes(payload)))
+                self._pending += 1
+        except aiomqtt.MqttError as exc:
+            cause = exc.__cause__ or exc
+            self._lost = (
+                f"lost connection to MQTT broker at {self.address} "
+                f"(closed by the broker or the network: {cause})"
+            )
+        except Exception as exc:  # noqa: BLE001 - reported through receive(), never swallowed
+            self._lost = f"receiving from MQTT broker at {self.address} failed: {exc!r}"
+        else:  # pragma: no cover - aiomqtt's iterator only ends by raising
+            self._lost = f"message stream from MQTT broker at {self.address} ended"
+        logger.info("%s", self._lost)
+        self._queue.put_nowait(_WAKEUP)
+
+    def _require_client(self) -> aiomqtt.Client:
+        self._raise_if_down()
+        assert self._client is not None
+        return self._client
+
+    def _raise_if_down(self) -> None:
+        if self._lost is not None:
+            raise ConnectionLost(self._lost)
+        if self._client is None:
+            raise TransportError(f"link to MQTT broker at {self.address} is not connected")
+
+    def _error(self, action: str, exc: aiomqtt.MqttError) -> TransportError:
+        # aiomqtt knows of a disconnection before our receive task has run.
+        disconnected = getattr(self._client, "_disconnected", None)
+        if self._lost is not None or (disconnected is not None and disconnected.done()):
+            return ConnectionLost(f"{action} failed, connection to MQTT broker at {self.address} lost: {exc}")
+        if "timed out" in str(exc):
+            return LinkTimeout(f"{action} on MQTT broker at {self.address} timed out after {self.timeout:g} s")
+        return TransportError(f"{action} on MQTT broker at {self.address} failed: {exc}")

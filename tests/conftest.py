@@ -1,0 +1,45 @@
+"""Shared fixtures: a real Mosquitto broker for the tests marked ``mqtt``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from p2pem.broker import BrokerHandle, find_mosquitto, start_broker, write_password_file
+
+BrokerFactory = Callable[..., BrokerHandle]
+
+
+@pytest.fixture
+def mosquitto_broker(tmp_path: Path) -> Iterator[BrokerFactory]:
+    """Factory that starts Mosquitto brokers on free local ports; all are stopped afterwards.
+
+    Call it as ``broker = mosquitto_broker(passwords={"node1": "pw"}, acl=acl_text)``;
+    both arguments are optional (anonymous access, no ACL).  The returned
+    :class:`~p2pem.broker.BrokerHandle` has ``host``, ``port``, ``restart()`` and
+    ``log_text()``.  Tests using it should carry ``pytest.mark.mqtt``.
+    """
+    executable = find_mosquitto()
+    if executable is None:
+        pytest.skip("mosquitto is not installed (apt-get install mosquitto); MQTT tests need a real broker")
+    handles: list[BrokerHandle] = []
+
+    def start(*, passwords: Mapping[str, str] | None = None, acl: str | None = None) -> BrokerHandle:
+        directory = tmp_path / f"broker{len(handles)}"
+        directory.mkdir()
+        password_file = None
+        if passwords is not None:
+            password_file = write_password_file(directory / "passwords", passwords)
+        acl_file = None
+        if acl is not None:
+            acl_file = directory / "acl"
+            acl_file.write_text(acl, encoding="utf-8")
+        handle = start_broker(directory, password_file=password_file, acl_file=acl_file, executable=executable)
+        handles.append(handle)
+        return handle
+
+    yield start
+    for handle in handles:
+        handle.stop()

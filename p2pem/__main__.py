@@ -1,0 +1,5 @@
+import sys
+
+from p2pem.cli import main
+
+sys.exit(main())

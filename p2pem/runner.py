@@ -1,0 +1,121 @@
+"""Scenario -> graph, data, settings -> protocol runs -> files.  Shared by every CLI command."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+
+from p2pem.em import EMSettings
+from p2pem.errors import ConfigError
+from p2pem.graphs import degree_report, geometric_graph, graph_from_edges
+from p2pem.protocols import ProtocolSpec, make_protocol
+from p2pem.scenario import Scenario, load_data
+from p2pem.simulate import Progress, RunResult, run_protocol
+
+
+def build_graph(scenario: Scenario) -> nx.Graph:
+    """The scenario's communication graph (drawn from its "graph" stream when geometric)."""
+    cfg = scenario.graph
+    if cfg.kind == "edges":
+        return graph_from_edges(cfg.edges, cfg.n_nodes)
+    return geometric_graph(cfg.n_nodes, radius=cfg.radius, rng=np.random.default_rng(scenario.streams()["graph"]))
+
+
+def em_settings(scenario: Scenario) -> EMSettings:
+    """Public EM settings; the init seed comes from the scenario's "init" stream."""
+    em = scenario.em
+    init_seed = int(scenario.streams()["init"].generate_state(1)[0])
+    return EMSettings(em.n_components, em.max_iter, em.tol, em.reg_covar, em.init, init_seed)
+
+
+def protocols(scenario: Scenario) -> list[ProtocolSpec]:
+    return [make_protocol(p.name, dict(p.params)) for p in scenario.protocols]
+
+
+def graph_summary(g: nx.Graph) -> dict:
+    rep = degree_report(g)
+    return {
+        "n_nodes": g.number_of_nodes(),
+        "n_edges": g.number_of_edges(),
+        "diameter": nx.diameter(g),
+        "radius": g.graph.get("radius"),
+        "degrees": list(rep.degrees),
+    }
+
+
+@dataclass
+class ScenarioRun:
+    scenario: Scenario
+    graph: nx.Graph
+    runs: list[RunResult]
+    n_rows: int = 0
+
+    def to_json(self) -> dict:
+        return {
+            "scenario": self.scenario.name,
+            "scenario_file": str(self.scenario.path),
+            "seed": self.scenario.seed,
+            "graph": graph_summary(self.graph),
+            "n_rows": self.n_rows,
+            "protocols": [r.to_json() for r in self.runs],
+        }
+
+
+def run_scenario(
+    scenario: Scenario,
+    *,
+    engine: str = "vectorised",
+    progress: Callable[[ProtocolSpec], Progress | None] | None = None,
+    record_trace: bool = False,
+) -> ScenarioRun:
+    """Run every protocol of ``scenario`` from the same data, graph and initialisation."""
+    parts = load_data(scenario)
+    g = build_graph(scenario)
+    settings = em_settings(scenario)
+    specs = protocols(scenario)
+    for spec in specs:  # fail before running anything
+        if spec.name != "centralized":
+            spec.validate(g)
+    runs = []
+    for spec in specs:
+        cb = progress(spec) if progress is not None else None
+        runs.append(
+            run_protocol(parts, g, spec, settings, seed=scenario.streams()["protocol"], engine=engine, record_trace=record_trace, progress=cb)
+        )
+    return ScenarioRun(scenario, g, runs, int(sum(len(p) for p in parts)))
+
+
+@contextmanager
+def atomic_output(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
+    """Write into a temporary sibling folder and move files into ``out_dir`` only on success.
+
+    Nothing half-written is left behind: on any exception the temporary folder is removed and
+    ``out_dir`` is untouched (it is created only when everything was written).
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out}: exists and is not a folder")
+    parent = out.resolve().parent
+    if not parent.exists():
+        raise ConfigError(f"{out}: parent folder {parent} does not exist")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    try:
+        yield tmp
+        out.mkdir(exist_ok=True)
+        for f in tmp.iterdir():
+            os.replace(f, out / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from p2pem.errors import ConfigError
+from p2pem.errors import ConfigError, ProtocolError
 from p2pem.gmm import (
     FloatArray,
     GMMParams,
+    batch_m_step,
+    batch_statistics,
     init_from_global,
     init_statistics,
-    local_statistics,
-    m_step,
     precision_cholesky,
 )
 
@@ -73,69 +73,109 @@ class EMSettings:
 
 
 class EMState:
-    """One node's EM loop: ``contribution()`` -> network average -> ``absorb(average)``.
+    """The EM loop of one node, or of many nodes advanced together (the vectorised engine).
 
     Parameters
     ----------
-    X : (n_rows, d) array
-        The node's own rows (never leave this object).
+    parts : list of (n_rows_i, d) arrays
+        The private rows of each node this object advances (one for a Node).
     settings : EMSettings
     n_nodes : int
-        Number of nodes the averages run over (sets the continue-flag threshold).
+        Number of nodes the network averages run over (sets the continue-flag threshold).
+
+    Notes
+    -----
+    ``contribution()`` returns one row per node; ``absorb(averages)`` takes one average per
+    node (consensus leaves each node its own).  All arithmetic is batched over nodes with
+    functions whose rounding does not depend on the batch size, so one Node and the batch
+    engine produce the same bits.  Attributes ``weights``, ``means``, ``covariances`` have a
+    leading node axis; :meth:`params` gives one node's :class:`GMMParams`.
     """
 
-    def __init__(self, X: FloatArray, settings: EMSettings, n_nodes: int) -> None:
-        self.X = X
+    def __init__(self, parts: list[FloatArray], settings: EMSettings, n_nodes: int) -> None:
+        self.X = np.ascontiguousarray(np.concatenate(parts, axis=0), dtype=float)
+        sizes = [len(p) for p in parts]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.intp)
+        self.n_parts = len(parts)
         self.settings = settings
         self.n_nodes = n_nodes
-        self.params: GMMParams | None = settings.init
-        self._prec_chol = None if settings.init is None else precision_cholesky(settings.init.covariances)
-        self.iteration = 0 if settings.init is None else 1
-        self.loglik: list[float] = []
+        self.iteration = 0
+        self.loglik: list[FloatArray] = []
         self.n_iter = 0
-        self.converged = False
+        self._converged = np.zeros(self.n_parts, dtype=bool)
         self.finished = False
-        self._want_more = settings.max_iter > 0
+        self._want_more = np.full(self.n_parts, settings.max_iter > 0)
+        if settings.init is not None:
+            self._set_params(
+                np.repeat(settings.init.weights[None], self.n_parts, axis=0),
+                np.repeat(settings.init.means[None], self.n_parts, axis=0),
+                np.repeat(settings.init.covariances[None], self.n_parts, axis=0),
+            )
+            self.iteration = 1
+
+    def params(self, node: int = 0) -> GMMParams:
+        return GMMParams(self.weights[node], self.means[node], self.covariances[node])
+
+    def node_loglik(self, node: int = 0) -> list[float]:
+        return [float(v[node]) for v in self.loglik]
 
     def contribution(self) -> FloatArray:
-        """The vector this node feeds into aggregation ``self.iteration``."""
+        """(n_parts, P): what each node feeds into aggregation ``self.iteration``."""
         if self.iteration == 0:
-            return init_statistics(self.X)
-        stats = local_statistics(self.X, self.params, self._prec_chol)
-        return np.concatenate([stats, [1.0 if self._want_more else 0.0]])
+            return init_statistics(self.X, self.offsets)
+        stats = batch_statistics(self.X, self.offsets, self.weights, self.means, self._prec_chol)
+        flag = np.where(self._want_more, 1.0, 0.0)[:, None]
+        return np.concatenate([stats, flag], axis=1)
 
-    def absorb(self, average: FloatArray) -> None:
-        """Advance with the network average of aggregation ``self.iteration``."""
+    def absorb(self, averages: FloatArray) -> None:
+        """Advance with each node's network average of aggregation ``self.iteration``."""
         s = self.settings
+        averages = np.asarray(averages, dtype=float).reshape(self.n_parts, -1)
         if self.iteration == 0:
-            self._set_params(init_from_global(average, s.n_components, s.init_seed))
+            inits = [init_from_global(row, s.n_components, s.init_seed) for row in averages]
+            self._set_params(
+                np.stack([p.weights for p in inits]), np.stack([p.means for p in inits]), np.stack([p.covariances for p in inits])
+            )
             self.iteration = 1
             return
-        stats, flag = average[:-1], average[-1]
-        if flag <= 0.5 / self.n_nodes:
+        stats, flags = averages[:, :-1], averages[:, -1]
+        go = flags > 0.5 / self.n_nodes
+        if go.any() != go.all():
+            raise ProtocolError(f"nodes disagree on whether to continue after EM iteration {self.iteration} (internal error)")
+        if not go[0]:
             k = s.n_components
-            self.loglik.append(float(stats[-1] / stats[:k].sum()))
+            total = stats[:, 0]
+            for j in range(1, k):
+                total = total + stats[:, j]
+            self.loglik.append(stats[:, -1] / total)
             self.finished = True
             return
-        params, ll = m_step(stats, self.params.means, s.reg_covar, iteration=self.iteration)
-        self._set_params(params)
+        w, m, c, ll = batch_m_step(stats, self.means, s.reg_covar, iteration=self.iteration)
+        self._set_params(w, m, c)
         self.loglik.append(ll)
         self.n_iter += 1
-        if len(self.loglik) >= 2 and abs(self.loglik[-1] - self.loglik[-2]) < s.tol:
-            self.converged = True
-            self._want_more = False
+        # each node judges its own log-likelihood; the flag average makes the decision common
+        if len(self.loglik) >= 2:
+            settled = np.abs(self.loglik[-1] - self.loglik[-2]) < s.tol
+            self._converged |= settled
+            self._want_more &= ~settled
         if self.n_iter >= s.max_iter:
-            self._want_more = False
+            self._want_more[:] = False
         self.iteration += 1
 
-    def _set_params(self, params: GMMParams) -> None:
-        self._prec_chol = precision_cholesky(params.covariances)
-        self.params = params
+    @property
+    def converged(self) -> bool:
+        """Node 0 stopped because the log-likelihood settled (not because of max_iter)."""
+        return bool(self._converged[0])
+
+    def _set_params(self, weights: FloatArray, means: FloatArray, covariances: FloatArray) -> None:
+        self._prec_chol = precision_cholesky(covariances)
+        self.weights, self.means, self.covariances = weights, means, covariances
 
 
 def fit_centralized(X: FloatArray, settings: EMSettings) -> EMState:
     """Plain EM on pooled rows: the reference every protocol is compared with."""
-    state = EMState(X, settings, n_nodes=1)
+    state = EMState([X], settings, n_nodes=1)
     while not state.finished:
         state.absorb(state.contribution())
     return state

@@ -68,141 +68,209 @@ def stats_size(n_components: int, n_features: int) -> int:
 
 
 def precision_cholesky(covariances: FloatArray) -> FloatArray:
-    """Cholesky factors of the precision matrices, as in scikit-learn.
+    """Cholesky factors of the precision matrices, as in scikit-learn, for any batch shape.
+
+    ``covariances`` has shape (..., d, d); the result P satisfies P P^T = Sigma^-1 with P upper
+    triangular.  Every matrix goes through the same LAPACK calls whatever the batch size, so a
+    node computing its own factors gets the same bits as the batch engine computing all nodes.
 
     Raises
     ------
     ProtocolError
         When a covariance is not positive definite (a collapsed component).
     """
-    k, d, _ = covariances.shape
-    prec_chol = np.empty_like(covariances)
+    try:
+        cov_chol = np.linalg.cholesky(covariances)
+    except np.linalg.LinAlgError:
+        bad = [
+            idx
+            for idx in np.ndindex(covariances.shape[:-2])
+            if not np.all(np.linalg.eigvalsh(covariances[idx]) > 0)
+        ]
+        j = bad[0][-1] if bad and bad[0] else 0
+        raise ProtocolError(
+            f"covariance of component {j} is not positive definite (the component collapsed "
+            "onto too few points): decrease n_components or increase reg_covar"
+        ) from None
+    return np.swapaxes(np.linalg.inv(cov_chol), -1, -2)
+
+
+def _sum_last(values: list[FloatArray]) -> FloatArray:
+    """Sum a short list of equally shaped arrays left to right (fixed rounding order)."""
+    acc = values[0]
+    for v in values[1:]:
+        acc = acc + v
+    return acc
+
+
+def log_det_precision(prec_chol: FloatArray) -> FloatArray:
+    """log det of the precision Cholesky factors, shape (...)."""
+    d = prec_chol.shape[-1]
+    return _sum_last([np.log(np.ascontiguousarray(prec_chol[..., j, j])) for j in range(d)])
+
+
+def batch_statistics(
+    X: FloatArray,
+    offsets: npt.NDArray[np.intp],
+    weights: FloatArray,
+    means: FloatArray,
+    prec_chol: FloatArray,
+) -> FloatArray:
+    """E-step statistics of many nodes at once, each with its own parameters.
+
+    Parameters
+    ----------
+    X : (R, d) array
+        All nodes' rows, node after node.
+    offsets : (N,) int array
+        Index of each node's first row (strictly increasing, starting at 0).
+    weights : (N, K), means : (N, K, d), prec_chol : (N, K, d, d)
+        Every node's current parameters.
+
+    Returns
+    -------
+    (N, P) array
+        Row i is node i's statistics vector (module docstring).
+
+    Notes
+    -----
+    Only elementwise operations, left-to-right sums over K and d, and ``np.add.reduceat``
+    over each node's rows: no BLAS call, whose rounding could depend on the batch size.  A
+    node calling this with its own rows (N = 1) therefore gets exactly the bits the
+    vectorised simulator computes for it in a batch; the tests check that.
+    """
+    n_rows, d = X.shape
+    n_nodes, k = weights.shape
+    sizes = np.diff(np.append(offsets, n_rows))
+    node_of_row = np.repeat(np.arange(n_nodes), sizes)
+    log_w = np.log(weights) + log_det_precision(prec_chol)  # (N, K)
+    const = d * np.log(2 * np.pi)
+    diffs, log_probs = [], []
     for j in range(k):
-        try:
-            cov_chol = np.linalg.cholesky(covariances[j])
-        except np.linalg.LinAlgError:
-            raise ProtocolError(
-                f"covariance of component {j} is not positive definite (the component collapsed "
-                "onto too few points): decrease n_components or increase reg_covar"
-            ) from None
-        prec_chol[j] = _solve_lower_identity(cov_chol)
-    return prec_chol
-
-
-def _solve_lower_identity(lower: FloatArray) -> FloatArray:
-    from scipy.linalg import solve_triangular
-
-    return solve_triangular(lower, np.eye(lower.shape[0]), lower=True).T
-
-
-def estimate_log_prob(X: FloatArray, means: FloatArray, prec_chol: FloatArray) -> FloatArray:
-    """log N(x_n | mu_k, Sigma_k) for every row and component, shape (n, K)."""
-    n, d = X.shape
-    k = means.shape[0]
-    log_det = np.sum(np.log(np.diagonal(prec_chol, axis1=1, axis2=2)), axis=1)
-    log_prob = np.empty((n, k))
+        diff = X - means[node_of_row, j]
+        chol = prec_chol[node_of_row, j]
+        maha = []
+        for col in range(d):
+            y = _sum_last([diff[:, row] * chol[:, row, col] for row in range(d)])
+            maha.append(y * y)
+        log_probs.append(-0.5 * (const + _sum_last(maha)) + log_w[node_of_row, j])
+        diffs.append(diff)
+    top = log_probs[0]
+    for lp in log_probs[1:]:
+        top = np.maximum(top, lp)
+    norm = top + np.log(_sum_last([np.exp(lp - top) for lp in log_probs]))
+    iu = np.triu_indices(d)
+    columns = []
+    resps = [np.exp(lp - norm) for lp in log_probs]
+    columns.extend(resps)
     for j in range(k):
-        y = (X - means[j]) @ prec_chol[j]
-        log_prob[:, j] = np.sum(np.square(y), axis=1)
-    return -0.5 * (d * np.log(2 * np.pi) + log_prob) + log_det
+        columns.extend(resps[j] * diffs[j][:, a] for a in range(d))
+    for j in range(k):
+        columns.extend((resps[j] * diffs[j][:, a]) * diffs[j][:, b] for a, b in zip(*iu))
+    columns.append(norm)
+    per_row = np.ascontiguousarray(np.stack(columns, axis=1))
+    return np.add.reduceat(per_row, offsets, axis=0)
 
 
-def e_step(X: FloatArray, params: GMMParams, prec_chol: FloatArray | None = None) -> tuple[FloatArray, FloatArray]:
-    """Responsibilities in log space.
+def local_statistics(X: FloatArray, params: GMMParams, prec_chol: FloatArray | None = None) -> FloatArray:
+    """E-step on one node's rows: its statistics vector (a batch of one)."""
+    if prec_chol is None:
+        prec_chol = precision_cholesky(params.covariances)
+    return batch_statistics(X, np.zeros(1, dtype=np.intp), params.weights[None], params.means[None], prec_chol[None])[0]
+
+
+def e_step(X: FloatArray, params: GMMParams) -> tuple[FloatArray, FloatArray]:
+    """Responsibilities in log space (reference implementation, used for scoring).
 
     Returns
     -------
     log_resp : (n, K) array
-        log r_nk, normalised with a log-sum-exp.
     log_prob_norm : (n,) array
         log p(x_n) under the mixture.
     """
-    if prec_chol is None:
-        prec_chol = precision_cholesky(params.covariances)
-    weighted = estimate_log_prob(X, params.means, prec_chol) + np.log(params.weights)
+    prec_chol = precision_cholesky(params.covariances)
+    k = params.n_components
+    log_prob = np.empty((X.shape[0], k))
+    for j in range(k):
+        y = (X - params.means[j]) @ prec_chol[j]
+        log_prob[:, j] = -0.5 * (X.shape[1] * np.log(2 * np.pi) + np.sum(y * y, axis=1))
+    weighted = log_prob + np.log(params.weights) + log_det_precision(prec_chol)
     log_prob_norm = logsumexp(weighted, axis=1)
     return weighted - log_prob_norm[:, None], log_prob_norm
 
 
-def local_statistics(X: FloatArray, params: GMMParams, prec_chol: FloatArray | None = None) -> FloatArray:
-    """E-step on one node's rows: the flat statistics vector described in the module docstring."""
-    log_resp, log_prob_norm = e_step(X, params, prec_chol)
-    resp = np.exp(log_resp)
-    k, d = params.means.shape
-    iu = np.triu_indices(d)
-    a = resp.sum(axis=0)
-    b = np.empty((k, d))
-    c = np.empty((k, iu[0].size))
-    for j in range(k):
-        diff = X - params.means[j]
-        weighted = resp[:, j, None] * diff
-        b[j] = weighted.sum(axis=0)
-        c[j] = (weighted.T @ diff)[iu]
-    return np.concatenate([a, b.ravel(), c.ravel(), [log_prob_norm.sum()]])
-
-
-def unpack_statistics(stats: FloatArray, n_components: int, n_features: int) -> tuple[FloatArray, FloatArray, FloatArray, float]:
-    """Split a statistics vector into ``a`` (K,), ``b`` (K, d), ``C`` (K, d, d) and ``ll``."""
+def unpack_statistics(stats: FloatArray, n_components: int, n_features: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Split (..., P) statistics into ``a`` (..., K), ``b`` (..., K, d), ``C`` (..., K, d, d), ``ll`` (...)."""
     k, d = n_components, n_features
-    if stats.shape != (stats_size(k, d),):
-        raise ProtocolError(f"statistics vector has shape {stats.shape}, expected ({stats_size(k, d)},)")
-    a = stats[:k]
-    b = stats[k : k + k * d].reshape(k, d)
-    tri = stats[k + k * d : -1].reshape(k, -1)
-    c = np.empty((k, d, d))
+    if stats.shape[-1] != stats_size(k, d):
+        raise ProtocolError(f"statistics vector has length {stats.shape[-1]}, expected {stats_size(k, d)}")
+    lead = stats.shape[:-1]
+    a = stats[..., :k]
+    b = stats[..., k : k + k * d].reshape(*lead, k, d)
+    tri = stats[..., k + k * d : -1].reshape(*lead, k, -1)
+    c = np.empty((*lead, k, d, d))
     iu = np.triu_indices(d)
-    for j in range(k):
-        c[j][iu] = tri[j]
-        c[j].T[iu] = tri[j]
-    return a, b, c, float(stats[-1])
+    c[..., iu[0], iu[1]] = tri
+    c[..., iu[1], iu[0]] = tri
+    return a, b, c, stats[..., -1]
 
 
-def m_step(stats: FloatArray, means: FloatArray, reg_covar: float, *, iteration: int | None = None) -> tuple[GMMParams, float]:
-    """New parameters from network-averaged (or summed) statistics, eq. (5)-(7) of Li et al. 2022.
+def batch_m_step(stats: FloatArray, means: FloatArray, reg_covar: float, *, iteration: int | None = None):
+    """M-step of many nodes at once, eq. (5)-(7) of Li et al. 2022.
 
     Parameters
     ----------
-    stats : (P,) array
-        Average (or sum) over nodes of :func:`local_statistics`, computed at ``means``.
-    means : (K, d) array
-        The means the statistics were centred at (the current ones).
+    stats : (N, P) array
+        Every node's network average (or sum) of the statistics, computed at ``means``.
+    means : (N, K, d) array
+        The means the statistics were centred at (each node's current ones).
     reg_covar : float
-        Added to every covariance diagonal, as in scikit-learn.
 
     Returns
     -------
-    params : GMMParams
-    mean_loglik : float
-        Average log-likelihood per row of the parameters the statistics were computed with.
+    weights (N, K), means (N, K, d), covariances (N, K, d, d), mean_loglik (N,)
+        ``mean_loglik`` is the average log-likelihood per row of the parameters the
+        statistics were computed with.
     """
-    k, d = means.shape
+    n, k, d = means.shape
     a, b, c, ll = unpack_statistics(stats, k, d)
     where = f" in EM iteration {iteration}" if iteration is not None else ""
     if not np.all(np.isfinite(stats)):
         raise ProtocolError(f"non-finite sufficient statistics{where}")
-    total = a.sum()
-    small = a <= 10 * np.finfo(float).eps * total
+    total = _sum_last([a[:, j] for j in range(k)])
+    small = a <= (10 * np.finfo(float).eps) * total[:, None]
     if np.any(small):
-        j = int(np.flatnonzero(small)[0])
+        node, j = (int(v[0]) for v in np.nonzero(small))
         raise ProtocolError(
-            f"component {j} collapsed (weight {a[j] / total:.3g}){where}: "
+            f"component {j} collapsed (weight {a[node, j] / total[node]:.3g}){where}: "
             "decrease n_components, change the init or increase reg_covar"
         )
-    delta = b / a[:, None]
-    covariances = c / a[:, None, None] - delta[:, :, None] * delta[:, None, :]
-    covariances += reg_covar * np.eye(d)
-    params = GMMParams(weights=a / total, means=means + delta, covariances=covariances)
-    return params, float(ll / total)
+    delta = b / a[..., None]
+    covariances = c / a[..., None, None] - delta[..., :, None] * delta[..., None, :]
+    covariances = covariances + reg_covar * np.eye(d)
+    return a / total[:, None], means + delta, covariances, ll / total
+
+
+def m_step(stats: FloatArray, means: FloatArray, reg_covar: float, *, iteration: int | None = None) -> tuple[GMMParams, float]:
+    """Single-node form of :func:`batch_m_step`."""
+    w, m, c, ll = batch_m_step(stats[None], means[None], reg_covar, iteration=iteration)
+    return GMMParams(weights=w[0], means=m[0], covariances=c[0]), float(ll[0])
 
 
 # --- initialisation -----------------------------------------------------------------------------
 
 
-def init_statistics(X: FloatArray) -> FloatArray:
-    """What a node contributes to the private initialisation: [n, sum x, sum x x^T (upper)]."""
-    d = X.shape[1]
+def init_statistics(X: FloatArray, offsets: npt.NDArray[np.intp] | None = None) -> FloatArray:
+    """What nodes contribute to the private initialisation: [n, sum x, sum x x^T (upper)].
+
+    With ``offsets`` (first row of each node) it returns one row per node, else one vector.
+    """
+    n_rows, d = X.shape
     iu = np.triu_indices(d)
-    return np.concatenate([[float(X.shape[0])], X.sum(axis=0), (X.T @ X)[iu]])
+    columns = [np.ones(n_rows)] + [X[:, a] for a in range(d)] + [X[:, a] * X[:, b] for a, b in zip(*iu)]
+    per_row = np.ascontiguousarray(np.stack(columns, axis=1))
+    out = np.add.reduceat(per_row, np.zeros(1, dtype=np.intp) if offsets is None else offsets, axis=0)
+    return out[0] if offsets is None else out
 
 
 def init_stats_size(n_features: int) -> int:

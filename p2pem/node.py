@@ -47,7 +47,7 @@ class Node:
         self.ctx = ctx
         self.node_id = ctx.node_id
         self.protocol = protocol
-        self.em = EMState(X, settings, ctx.n_nodes)
+        self.em = EMState([X], settings, ctx.n_nodes)
         self.agg: Aggregation | None = None
         self._pending: dict[int, list[Message]] = defaultdict(list)
         self.rounds: dict[int, float] = {}
@@ -102,7 +102,7 @@ class Node:
         return out
 
     def _begin(self) -> list[Message]:
-        value = self.em.contribution()
+        value = self.em.contribution()[0]
         self.agg = self.protocol.node_aggregation(self.ctx, self.em.iteration)
         out = self._count(self.agg.start(value))
         for msg in self._pending.pop(self.em.iteration, []):

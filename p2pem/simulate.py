@@ -17,6 +17,7 @@ message traces.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -127,7 +128,7 @@ def run_protocol(
     t0 = time.perf_counter()
     if isinstance(protocol, Centralized):
         state = fit_centralized(np.vstack(parts), settings)
-        return _result(protocol, [state], {}, [], 0, 0, time.perf_counter() - t0, None)
+        return _result(protocol, state, {}, [], 0, 0, time.perf_counter() - t0, None)
     _check_graph(graph, len(parts))
     protocol.validate(graph)
     topology = protocol.topology(graph)
@@ -151,17 +152,15 @@ def _check_graph(graph: nx.Graph, n_parts: int) -> None:
 
 def _run_vectorised(parts, topology, protocol, settings, rngs, record, progress, t0) -> RunResult:
     n = len(parts)
-    states = [EMState(X, settings, n) for X in parts]
+    state = EMState(parts, settings, n)
     rounds: dict[int, float] = {}
     unconverged: list[int] = []
     messages = nbytes = 0
     trace: list[Message] | None = [] if record else None
-    while not states[0].finished:
-        it = states[0].iteration
-        values = np.stack([s.contribution() for s in states])
-        out = protocol.aggregate(values, topology, rngs, it, record=record)
-        for s, row in zip(states, out.results):
-            s.absorb(row)
+    while not state.finished:
+        it = state.iteration
+        out = protocol.aggregate(state.contribution(), topology, rngs, it, record=record)
+        state.absorb(out.results)
         rounds[it] = out.rounds
         messages += out.messages
         nbytes += out.nbytes
@@ -171,9 +170,7 @@ def _run_vectorised(parts, topology, protocol, settings, rngs, record, progress,
             trace.extend(out.trace)
         if progress is not None and it > 0:
             progress(it, settings.max_iter)
-    if not all(s.finished for s in states):
-        raise ProtocolError("nodes disagree on when EM stops (internal error)")
-    return _result(protocol, states, rounds, unconverged, messages, nbytes, time.perf_counter() - t0, trace)
+    return _result(protocol, state, rounds, unconverged, messages, nbytes, time.perf_counter() - t0, trace)
 
 
 def _run_messages(parts, topology, protocol, settings, rngs, record, progress, t0) -> RunResult:
@@ -214,16 +211,27 @@ def _run_messages(parts, topology, protocol, settings, rngs, record, progress, t
     unconverged = sorted(set().union(*(node.unconverged for node in nodes)))
     messages = sum(node.sent_messages for node in nodes) + (server.sent_messages if server else 0)
     nbytes = sum(node.sent_bytes for node in nodes) + (server.sent_bytes if server else 0)
-    return _result(protocol, [node.em for node in nodes], rounds, unconverged, messages, nbytes, time.perf_counter() - t0, trace)
+    return _result(protocol, _collect([node.em for node in nodes]), rounds, unconverged, messages, nbytes, time.perf_counter() - t0, trace)
 
 
-def _result(protocol, states: list[EMState], rounds, unconverged, messages, nbytes, wall, trace) -> RunResult:
-    ref = states[0]
-    p = ref.params
-    spread = 0.0
-    flat0 = _flatten(p)
-    for s in states[1:]:
-        spread = max(spread, float(np.max(np.abs(_flatten(s.params) - flat0)) / np.max(np.abs(flat0))))
+def _collect(states: list[EMState]) -> EMState:
+    """One batch state holding the final parameters of n single-node states (for the summary)."""
+    if any(s.n_iter != states[0].n_iter for s in states):
+        raise ProtocolError("nodes ended after different numbers of EM iterations (internal error)")
+    if len(states) == 1:
+        return states[0]
+    out = copy.copy(states[0])
+    out.weights = np.concatenate([s.weights for s in states])
+    out.means = np.concatenate([s.means for s in states])
+    out.covariances = np.concatenate([s.covariances for s in states])
+    return out
+
+
+def _result(protocol, state: EMState, rounds, unconverged, messages, nbytes, wall, trace) -> RunResult:
+    n = len(state.weights)
+    flat = np.concatenate([state.weights.reshape(n, -1), state.means.reshape(n, -1), state.covariances.reshape(n, -1)], axis=1)
+    spread = float(np.max(np.abs(flat - flat[0])) / np.max(np.abs(flat[0])))
+    p = state.params(0)
     its = sorted(k for k in rounds if k > 0)
     return RunResult(
         protocol=getattr(protocol, "label", protocol.name),
@@ -231,9 +239,9 @@ def _result(protocol, states: list[EMState], rounds, unconverged, messages, nbyt
         weights=p.weights,
         means=p.means,
         covariances=p.covariances,
-        loglik=list(ref.loglik),
-        n_iter=ref.n_iter,
-        converged=ref.converged,
+        loglik=state.node_loglik(0),
+        n_iter=state.n_iter,
+        converged=state.converged,
         consensus_iterations=[rounds[k] for k in its],
         init_consensus_iterations=rounds.get(0),
         messages=messages,
@@ -243,7 +251,3 @@ def _result(protocol, states: list[EMState], rounds, unconverged, messages, nbyt
         unconverged_iterations=list(unconverged),
         trace=trace,
     )
-
-
-def _flatten(p: GMMParams) -> FloatArray:
-    return np.concatenate([p.weights.ravel(), p.means.ravel(), p.covariances.ravel()])

@@ -70,6 +70,12 @@ class Topology:
         return np.where(self.src < self.dst, 1.0, -1.0)
 
     @cached_property
+    def adjacency(self) -> sp.csr_matrix:
+        """n x n 0/1 adjacency in CSR with sorted columns: ``adjacency @ x`` sums neighbours in id order."""
+        n = self.n_nodes
+        return sp.csr_matrix((np.ones(self.src.size), self.dst, np.append(self.row_start, self.src.size)), shape=(n, n))
+
+    @cached_property
     def incidence(self) -> sp.csr_matrix:
         """n x 2m matrix with B_{i|j} at (i, edge(i,j)): ``incidence @ z`` is sum_j B_{i|j} z_{i|j}."""
         n_edges = self.src.size

@@ -49,6 +49,7 @@ class Node:
         self.protocol = protocol
         self.em = EMState([X], settings, ctx.n_nodes)
         self.agg: Aggregation | None = None
+        self._previous: Aggregation | None = None
         self._pending: dict[int, list[Message]] = defaultdict(list)
         self.rounds: dict[int, float] = {}
         self.unconverged: list[int] = []
@@ -69,6 +70,10 @@ class Node:
     def receive(self, msg: Message) -> list[Message]:
         if self.node_id not in msg.receivers:
             raise ProtocolError(f"node {self.node_id} got a message addressed to {msg.receivers}")
+        if self._previous is not None and msg.iteration == self._previous.iteration:
+            # asynchronous consensus: a neighbour's last broadcast of an aggregation this node
+            # already left; the finished state machine discards it
+            return self._count(self._previous.receive(msg))
         if self.done or msg.iteration < self.iteration:
             raise OutOfRound(
                 f"node {self.node_id}: stale {msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}"
@@ -113,6 +118,9 @@ class Node:
         if not self.agg.done:
             return []
         agg = self.agg
+        if self.protocol.asynchronous:
+            agg.iteration = self.em.iteration
+            self._previous = agg
         self.rounds[self.em.iteration] = agg.rounds
         if not agg.converged:
             self.unconverged.append(self.em.iteration)

@@ -129,8 +129,9 @@ class PdmmSP(ProtocolSpec):
         1 for PDMM, 0.5 for averaged PDMM (ADMM).
     perturbation_std : float
         Standard deviation of the initial duals (the privacy noise).
-    tol : float
-        Relative local stopping tolerance (see the module docstring).
+    tol : float or None
+        Relative local stopping tolerance (see the module docstring); None picks 1e-10 in
+        sync mode and 1e-12 in async mode.
     max_iter : int
         Rounds at most (in async mode: activations per node at most).
     encrypt_duals : bool
@@ -142,7 +143,7 @@ class PdmmSP(ProtocolSpec):
     c: Union[float, str] = "auto"
     theta: float = 1.0
     perturbation_std: float = 100.0
-    tol: float = 1e-10
+    tol: Union[float, None] = None
     max_iter: int = 5000
     encrypt_duals: bool = True
     name: str = field(init=False, default="pdmm-sp")
@@ -161,12 +162,23 @@ class PdmmSP(ProtocolSpec):
             raise ConfigError(f"pdmm-sp: theta must be in (0, 1], got {self.theta!r}")
         if not (_is_number(self.perturbation_std) and self.perturbation_std >= 0):
             raise ConfigError(f"pdmm-sp: perturbation_std must be a number >= 0, got {self.perturbation_std!r}")
-        if not (_is_number(self.tol) and self.tol >= 0):
+        if self.tol is not None and not (_is_number(self.tol) and self.tol >= 0):
             raise ConfigError(f"pdmm-sp: tol must be a number >= 0, got {self.tol!r}")
         if not (isinstance(self.max_iter, int) and not isinstance(self.max_iter, bool) and self.max_iter >= 1):
             raise ConfigError(f"pdmm-sp: max_iter must be a positive integer, got {self.max_iter!r}")
         if not isinstance(self.encrypt_duals, bool):
             raise ConfigError(f"pdmm-sp: encrypt_duals must be true or false, got {self.encrypt_duals!r}")
+
+    @property
+    def stop_tol(self) -> float:
+        """The stopping tolerance in force: ``tol``, or by default 1e-10 (sync) / 1e-12 (async).
+
+        Asynchronous nodes judge convergence against neighbours' possibly stale broadcasts
+        and stop one by one, so they need a tighter threshold for the same final accuracy.
+        """
+        if self.tol is not None:
+            return float(self.tol)
+        return 1e-12 if self.asynchronous else 1e-10
 
     @property
     def label(self) -> str:
@@ -225,7 +237,7 @@ class PdmmSP(ProtocolSpec):
             if x_prev is None:
                 g_new = np.zeros(n, dtype=np.int64)
             else:
-                ok = settled(x, x_prev, nb_sum, degree, self.tol)
+                ok = settled(x, x_prev, nb_sum, degree, self.stop_tol)
                 g_new = np.where(ok, 1 + np.minimum(g, np.minimum.reduceat(g[dst], starts)), 0) if ok.any() else np.zeros(n, dtype=np.int64)
             if (g_new >= diam + 1).any():
                 stop_in = np.where(g_new >= diam + 1, np.minimum(stop_in, t + diam), stop_in)
@@ -315,7 +327,11 @@ class PdmmNode(Aggregation):
             if msg.round != 0 or msg.sender in self._inits or len(self._inits) == len(self.nbrs):
                 raise ProtocolError(f"pdmm-sp: unexpected dual-init from node {msg.sender}")
             self._inits[msg.sender] = np.asarray(msg.payload)
-            if len(self._inits) == len(self.nbrs):
+            if self.spec.asynchronous:
+                if self.z_nb is None:
+                    self.z_nb = np.full_like(self.z_own, np.nan)
+                self.z_nb[k] = self._inits[msg.sender]
+            elif len(self._inits) == len(self.nbrs):
                 self.z_nb = np.stack([self._inits[j] for j in self.nbrs])
                 if not self.spec.asynchronous:
                     sign = self.sign_out[:, None]
@@ -362,7 +378,7 @@ class PdmmNode(Aggregation):
         if self.x_prev is None:
             g_new = 0
         else:
-            g_new = 1 + min(self.g, g_nb) if settled(x, self.x_prev, nb_sum, float(len(self.nbrs)), self.spec.tol) else 0
+            g_new = 1 + min(self.g, g_nb) if settled(x, self.x_prev, nb_sum, float(len(self.nbrs)), self.spec.stop_tol) else 0
         if g_new >= self.diam + 1:
             stop_at = min(stop_at, t + self.diam)
         if t >= stop_at or t >= self.spec.max_iter:
@@ -380,7 +396,7 @@ class PdmmNode(Aggregation):
 
     @property
     def ready(self) -> bool:
-        return self.z_nb is not None and not self.done
+        return len(self._inits) == len(self.nbrs) and not self.done
 
     def wake(self) -> list[Message]:
         if not self.ready:
@@ -392,7 +408,7 @@ class PdmmNode(Aggregation):
         else:
             change = np.max(np.abs(x - self.x))
             gap = max(np.max(np.abs(x - v)) for v in self._x_nb)
-            settled = max(change, gap) <= self.spec.tol * np.max(np.abs(x))
+            settled = max(change, gap) <= self.spec.stop_tol * np.max(np.abs(x))
         self.g = 1 + min(self.g, min(self._g_nb)) if settled else 0
         stop = self._stop_nb or self.g >= self.diam + 1 or self.round >= self.spec.max_iter
         self.x = x
@@ -406,8 +422,8 @@ class PdmmNode(Aggregation):
         return out
 
     def _receive_async(self, k: int, msg: Message) -> list[Message]:
-        if self.z_nb is None:
-            raise ProtocolError(f"pdmm-sp: primal from node {msg.sender} before the dual exchange finished")
+        if msg.sender not in self._inits:
+            raise ProtocolError(f"pdmm-sp: primal from node {msg.sender} before its dual-init")
         if self.done:
             return []
         x_j = np.asarray(msg.payload)

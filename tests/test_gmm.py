@@ -1,0 +1,149 @@
+"""GMM math: the batched E/M-steps against scikit-learn and against themselves."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from p2pem.data import synthetic_mixture
+from p2pem.em import EMSettings, EMState, fit_centralized
+from p2pem.errors import ProtocolError
+from p2pem.gmm import (
+    GMMParams,
+    batch_m_step,
+    batch_statistics,
+    e_step,
+    init_from_global,
+    init_statistics,
+    local_statistics,
+    m_step,
+    precision_cholesky,
+)
+
+
+def _mixture(seed: int, n: int = 300, d: int = 2, k: int = 3):
+    rng = np.random.default_rng(seed)
+    X, _, true = synthetic_mixture(n, n_features=d, n_components=k, rng=rng)
+    init = GMMParams(np.full(k, 1.0 / k), X[rng.choice(n, k, replace=False)], np.repeat(np.cov(X.T)[None], k, axis=0))
+    return X, init
+
+
+@pytest.mark.parametrize("seed,d", [(0, 2), (1, 3), (2, 5)])
+def test_centralized_equals_sklearn(seed, d):
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.mixture import GaussianMixture
+
+    X, init = _mixture(seed, d=d)
+    state = fit_centralized(X, EMSettings(3, max_iter=50, tol=0.0, reg_covar=1e-6, init=init))
+    gm = GaussianMixture(
+        3, max_iter=50, tol=0, reg_covar=1e-6, weights_init=init.weights, means_init=init.means,
+        precisions_init=np.linalg.inv(init.covariances), random_state=0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        gm.fit(X)
+    p = state.params()
+    assert state.n_iter == gm.n_iter_ == 50
+    for ours, theirs in ((p.weights, gm.weights_), (p.means, gm.means_), (p.covariances, gm.covariances_)):
+        assert np.max(np.abs(ours - theirs)) / np.max(np.abs(theirs)) <= 1e-9
+    # sklearn's lower bound after the last M-step is the log-likelihood of the previous parameters
+    assert state.node_loglik()[-2] == pytest.approx(gm.lower_bound_, rel=1e-9)
+
+
+def test_loglik_never_decreases():
+    X, init = _mixture(4, n=500)
+    state = fit_centralized(X, EMSettings(3, max_iter=80, tol=0.0, init=init))
+    ll = np.array(state.node_loglik())
+    assert len(ll) == 81
+    assert np.all(np.diff(ll) >= -1e-12 * np.abs(ll[:-1]))
+
+
+def test_statistics_match_direct_formulas():
+    X, init = _mixture(5, n=40, d=3)
+    s = local_statistics(X, init)
+    log_resp, log_norm = e_step(X, init)
+    r = np.exp(log_resp)
+    k, d = 3, 3
+    a = r.sum(0)
+    b = np.stack([(r[:, j, None] * (X - init.means[j])).sum(0) for j in range(k)])
+    C = np.stack([(r[:, j, None] * (X - init.means[j])).T @ (X - init.means[j]) for j in range(k)])
+    iu = np.triu_indices(d)
+    expected = np.concatenate([a, b.ravel(), np.stack([c[iu] for c in C]).ravel(), [log_norm.sum()]])
+    np.testing.assert_allclose(s, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_m_step_is_standard_em_update():
+    """Sigma_new = C/a - delta delta^T equals the covariance around the new mean."""
+    X, init = _mixture(6, n=60)
+    params, _ = m_step(local_statistics(X, init), init.means, 0.0)
+    r = np.exp(e_step(X, init)[0])
+    for j in range(3):
+        w = r[:, j]
+        mu = (w[:, None] * X).sum(0) / w.sum()
+        cov = ((w[:, None] * (X - mu)).T @ (X - mu)) / w.sum()
+        np.testing.assert_allclose(params.means[j], mu, rtol=1e-12)
+        np.testing.assert_allclose(params.covariances[j], cov, rtol=1e-10, atol=1e-13)
+        assert params.weights[j] == pytest.approx(w.sum() / len(X), rel=1e-12)
+
+
+def test_batch_equals_single_node_bit_for_bit():
+    """A node computing its own statistics gets exactly the bits of the batch engine."""
+    rng = np.random.default_rng(7)
+    parts = [rng.normal(size=(int(m), 2)) for m in rng.integers(1, 6, size=30)]
+    k = 3
+    w = rng.dirichlet(np.ones(k), size=30)
+    mu = rng.normal(size=(30, k, 2))
+    a = rng.normal(size=(30, k, 2, 2))
+    cov = a @ np.swapaxes(a, -1, -2) + np.eye(2)
+    pc = precision_cholesky(cov)
+    X = np.concatenate(parts)
+    offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])[:-1]])
+    batch = batch_statistics(X, offsets, w, mu, pc)
+    for i, part in enumerate(parts):
+        single = batch_statistics(part, np.zeros(1, dtype=np.intp), w[i : i + 1], mu[i : i + 1], pc[i : i + 1])[0]
+        assert np.array_equal(single, batch[i])
+    wm, mm, cm, llm = batch_m_step(batch, mu, 1e-6)
+    for i in range(30):
+        ws, ms, cs, lls = batch_m_step(batch[i : i + 1], mu[i : i + 1], 1e-6)
+        assert np.array_equal(ws[0], wm[i]) and np.array_equal(ms[0], mm[i]) and np.array_equal(cs[0], cm[i])
+        assert lls[0] == llm[i]
+    assert np.array_equal(precision_cholesky(cov[3]), pc[3])
+
+
+def test_collapsed_component_is_a_clear_error():
+    X = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 0.5]])
+    far = GMMParams(np.array([0.5, 0.5]), np.array([[1.0, 0.5], [1e6, 1e6]]), np.repeat(np.eye(2)[None] * 0.01, 2, axis=0))
+    with pytest.raises(ProtocolError, match="component 1 collapsed"):
+        m_step(local_statistics(X, far), far.means, 1e-6)
+    with pytest.raises(ProtocolError, match="not positive definite.*reg_covar"):
+        precision_cholesky(np.array([[[1.0, 0.0], [0.0, -1.0]]]))
+
+
+def test_private_init_is_from_global_moments():
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(200, 2)) * [2.0, 0.5] + [3.0, -1.0]
+    stats = init_statistics(X)
+    assert stats[0] == 200
+    p = init_from_global(stats / 7.0, 3, seed=11)  # averages or sums give the same init
+    q = init_from_global(stats, 3, seed=11)
+    assert all(np.array_equal(a, b) for a, b in ((p.weights, q.weights), (p.means, q.means), (p.covariances, q.covariances)))
+    np.testing.assert_allclose(p.covariances[0], np.cov(X.T, bias=True), rtol=1e-5)
+    np.testing.assert_allclose(p.weights, 1 / 3)
+    # quantised to 6 significant digits: consensus-sized errors do not change the init
+    r = init_from_global(stats * (1 + 1e-11), 3, seed=11)
+    assert np.array_equal(r.means, q.means)
+
+
+def test_em_state_stops_identically_on_tol():
+    X, init = _mixture(9, n=200)
+    state = fit_centralized(X, EMSettings(3, max_iter=500, tol=1e-4, init=init))
+    ll = state.node_loglik()
+    assert state.converged and state.n_iter < 500
+    assert abs(ll[-2] - ll[-3]) < 1e-4 <= abs(ll[-3] - ll[-4])
+    batch = EMState([X[:100], X[100:]], EMSettings(3, max_iter=500, tol=1e-4, init=init), n_nodes=2)
+    while not batch.finished:
+        contrib = batch.contribution()
+        batch.absorb(np.repeat(contrib.sum(0, keepdims=True), 2, axis=0))
+    assert batch.n_iter == state.n_iter

@@ -1,0 +1,101 @@
+"""Graphs: properties, not frozen outputs."""
+
+from __future__ import annotations
+
+import itertools
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from p2pem.errors import GraphError
+from p2pem.graphs import (
+    cycle_space_dimension,
+    default_radius,
+    degree_report,
+    geometric_graph,
+    graph_from_edges,
+    hamiltonian_cycle,
+    require_cycle,
+)
+
+
+@pytest.mark.parametrize("n,seed", [(10, 0), (80, 1), (300, 2)])
+def test_geometric_graph_adjacent_iff_within_radius(n, seed):
+    g = geometric_graph(n, seed=seed)
+    r = default_radius(n)
+    assert nx.is_connected(g) and sorted(g.nodes) == list(range(n))
+    pos = np.array([g.nodes[i]["pos"] for i in range(n)])
+    for i, j in itertools.combinations(range(n), 2):
+        assert g.has_edge(i, j) == (np.linalg.norm(pos[i] - pos[j]) <= r)
+
+
+def test_geometric_graph_is_reproducible_and_seed_dependent():
+    a, b, c = geometric_graph(50, seed=3), geometric_graph(50, seed=3), geometric_graph(50, seed=4)
+    assert sorted(a.edges) == sorted(b.edges)
+    assert sorted(a.edges) != sorted(c.edges)
+
+
+def test_geometric_graph_gives_up_clearly():
+    with pytest.raises(GraphError, match="increase the radius"):
+        geometric_graph(40, radius=0.01, seed=0, max_tries=5)
+
+
+def test_edge_list_validation():
+    g = graph_from_edges([[0, 1], [1, 2], [2, 0]])
+    assert g.number_of_edges() == 3
+    with pytest.raises(GraphError, match="self-loop on node 1"):
+        graph_from_edges([[0, 1], [1, 1]])
+    with pytest.raises(GraphError, match="disconnected"):
+        graph_from_edges([[0, 1], [2, 3]])
+    with pytest.raises(GraphError, match="node 3 has no edge"):
+        graph_from_edges([[0, 1], [1, 2]], n_nodes=4)
+
+
+@pytest.mark.parametrize("n,seed", [(5, 1), (12, 2), (80, 1), (1000, 3)])
+def test_hamiltonian_cycle_is_valid(n, seed):
+    g = geometric_graph(n, seed=seed, radius=max(default_radius(n), 0.6 if n <= 12 else 0))
+    cycle = hamiltonian_cycle(g)
+    assert sorted(cycle) == list(range(n)) and cycle[0] == 0
+    assert all(g.has_edge(cycle[i], cycle[(i + 1) % n]) for i in range(n))
+
+
+def test_no_hamiltonian_cycle_is_reported():
+    with pytest.raises(GraphError, match="exhaustive"):
+        hamiltonian_cycle(nx.petersen_graph())
+    with pytest.raises(GraphError, match="cut vertex"):
+        hamiltonian_cycle(nx.Graph([(0, 1), (1, 2), (2, 0), (2, 3), (3, 4), (4, 2)]))
+    with pytest.raises(GraphError, match="node 3 has fewer than 2 neighbours"):
+        hamiltonian_cycle(nx.Graph([(0, 1), (1, 2), (2, 0), (2, 3)]))
+
+
+def _h_perp_dim_numerically(g: nx.Graph) -> int:
+    edges = sorted([(i, j) for i, j in g.edges] + [(j, i) for i, j in g.edges])
+    index = {e: k for k, e in enumerate(edges)}
+    C = np.zeros((len(edges), g.number_of_nodes()))
+    P = np.zeros((len(edges), len(edges)))
+    for k, (i, j) in enumerate(edges):
+        C[k, i] = 1.0 if i < j else -1.0
+        P[k, index[(j, i)]] = 1.0
+    return len(edges) - np.linalg.matrix_rank(np.hstack([C, P @ C]))
+
+
+@pytest.mark.parametrize(
+    "g",
+    [nx.cycle_graph(5), nx.cycle_graph(6), nx.path_graph(6), nx.complete_graph(5), nx.petersen_graph(), geometric_graph(15, seed=2)],
+    ids=["C5", "C6", "path", "K5", "petersen", "rgg15"],
+)
+def test_cycle_space_dimension_matches_rank(g):
+    assert cycle_space_dimension(g) == _h_perp_dim_numerically(g)
+
+
+def test_tree_is_refused_for_pdmm_sp():
+    with pytest.raises(GraphError, match="no cycle"):
+        require_cycle(nx.path_graph(6))
+    require_cycle(nx.cycle_graph(6))
+
+
+def test_degree_report_names_nodes():
+    rep = degree_report(nx.Graph([(0, 1), (1, 2), (2, 0), (2, 3), (3, 0)]))
+    assert rep.degrees == (3, 2, 3, 2)
+    assert "min 2 (node 1, 3)" in rep.summary()

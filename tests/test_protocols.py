@@ -1,0 +1,160 @@
+"""Protocols: pdmm-sp against a per-edge PDMM reference, subspace behaviour, exact baselines."""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from p2pem.errors import ConfigError
+from p2pem.graphs import geometric_graph
+from p2pem.protocols import Federated, PdmmSP, SecureSum, Topology, make_protocol
+from p2pem.protocols.exact import MODULUS, decode_fixed, encode_fixed, fsum_average
+from p2pem.simulate import protocol_streams
+
+
+def _edge_matrices(topo: Topology):
+    """C (2m x n) with C[(i|j), i] = B_{i|j}, and the permutation P swapping (i|j) and (j|i)."""
+    m2 = topo.src.size
+    C = np.zeros((m2, topo.n_nodes))
+    C[np.arange(m2), topo.src] = topo.sign
+    P = np.zeros((m2, m2))
+    P[np.arange(m2), topo.reverse] = 1.0
+    return C, P
+
+
+def _per_edge_pdmm(z0, s, C, P, c, theta, rounds):
+    """Textbook PDMM with one dual per directed edge: x = (s - C^T z)/(1 + c d), z <- (1-th) z + th P (z + 2c C x)."""
+    d = np.abs(C).sum(0)
+    z = z0.copy()
+    xs, zs = [], [z.copy()]
+    for _ in range(rounds):
+        x = (s - C.T @ z) / (1 + c * d)[:, None]
+        z = (1 - theta) * z + theta * (P @ (z + 2 * c * (C @ x)))
+        xs.append(x)
+        zs.append(z.copy())
+    return xs, zs
+
+
+@pytest.mark.parametrize("theta", [1.0, 0.5])
+def test_pdmm_sp_matches_per_edge_reference_and_h_perp_never_converges(theta):
+    g = geometric_graph(12, seed=5)
+    topo = Topology.from_graph(g)
+    rng = np.random.default_rng(0)
+    s = rng.normal(size=(12, 3))
+    spec = PdmmSP(c=0.3, theta=theta, perturbation_std=10.0, tol=0.0, max_iter=400)
+    out = spec.aggregate(s, topo, protocol_streams(1, 12), 1, record=True)
+    # the initial duals the protocol really drew, read from its message trace
+    z0 = np.stack([m.payload for m in out.trace if m.kind == "dual-init"])
+    C, P = _edge_matrices(topo)
+    xs, zs = _per_edge_pdmm(z0, s, C, P, 0.3, theta, 400)
+    primal = {}
+    for m in out.trace:
+        if m.kind == "primal":
+            primal.setdefault(m.round, np.zeros_like(s))[m.sender] = m.payload
+    for t in (1, 2, 10, 100, 400):
+        np.testing.assert_allclose(primal[t], xs[t - 1], rtol=0, atol=1e-9)
+    # the primal converges to the exact average ...
+    assert np.max(np.abs(out.results - s.mean(0))) < 1e-10
+    # ... while the part of the duals in H-perp, H = span(C) + span(PC), never converges
+    Q, _ = np.linalg.qr(np.hstack([C, P @ C]))
+    rank = np.linalg.matrix_rank(np.hstack([C, P @ C]))
+    Q = Q[:, :rank]
+    perp = lambda z: z - Q @ (Q.T @ z)  # noqa: E731
+    h = lambda z: Q @ (Q.T @ z)  # noqa: E731
+    start = np.linalg.norm(perp(zs[0]))
+    assert start > 1.0  # std 10 duals do have a large H-perp part
+    late = [np.linalg.norm(perp(zs[t])) for t in range(300, 401)]
+    assert min(late) > 0.3 * start  # it does not decay ...
+    if theta == 1.0:
+        # ... it flips with P every round, so it does not settle either
+        for t in (350, 351, 399):
+            np.testing.assert_allclose(perp(zs[t + 1]), P @ perp(zs[t]), atol=1e-9)
+        assert np.linalg.norm(perp(zs[400]) - perp(zs[399])) > 0.1 * start
+    else:
+        # averaged PDMM keeps the P-symmetric part of it forever
+        np.testing.assert_allclose(perp(zs[400]), 0.5 * (perp(zs[0]) + P @ perp(zs[0])), atol=1e-9)
+    # the H part converges (differences two rounds apart vanish)
+    assert np.linalg.norm(h(zs[400]) - h(zs[398])) < 1e-8 * start
+
+
+def test_pdmm_sp_stops_by_itself_at_the_same_round_everywhere():
+    g = geometric_graph(30, seed=2)
+    topo = Topology.from_graph(g)
+    s = np.random.default_rng(1).normal(size=(30, 5))
+    out = PdmmSP().aggregate(s, topo, protocol_streams(3, 30), 1, record=True)
+    assert out.converged and out.rounds < 1000
+    assert np.max(np.abs(out.results - s.mean(0))) <= 1e-9 * np.max(np.abs(s.mean(0)))
+    last = [m for m in out.trace if m.kind == "primal" and m.round == out.rounds]
+    assert len(last) == 30 and {m.sender for m in last} == set(range(30))
+
+
+def test_pdmm_sp_hits_max_iter_and_says_so():
+    g = geometric_graph(20, seed=2)
+    out = PdmmSP(max_iter=5).aggregate(np.ones((20, 2)), Topology.from_graph(g), protocol_streams(0, 20), 1)
+    assert out.rounds == 5 and not out.converged
+
+
+def test_auto_c_beats_a_grid_of_fixed_values():
+    g = geometric_graph(40, seed=3)
+    topo = Topology.from_graph(g)
+    s = np.random.default_rng(2).normal(size=(40, 4))
+    rounds = {c: PdmmSP(c=c).aggregate(s, topo, protocol_streams(0, 40), 1).rounds for c in (0.02, 0.05, 0.5, 1.0)}
+    auto = PdmmSP().aggregate(s, topo, protocol_streams(0, 40), 1).rounds
+    assert auto < min(rounds.values())
+
+
+def test_fixed_point_ring_arithmetic_is_exact():
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=(50, 7)) * 10.0 ** rng.integers(-6, 6, size=(50, 7))
+    total = [0] * 7
+    for row in rows:
+        total = [(a + e) % MODULUS for a, e in zip(total, encode_fixed(row))]
+    exact = np.array([math.fsum(col) for col in rows.T])
+    np.testing.assert_array_equal(decode_fixed(total), exact)
+    np.testing.assert_array_equal(decode_fixed(encode_fixed(np.array([-2.5, 0.0, 1e-3]))), [-2.5, 0.0, 1e-3])
+
+
+def test_secure_sum_ring_messages_are_masked_and_encrypted():
+    g = nx.cycle_graph(5)
+    g.add_edges_from([(0, 2), (2, 4)])
+    spec = SecureSum()
+    topo = spec.topology(g)
+    s = np.random.default_rng(4).normal(size=(5, 3))
+    out = spec.aggregate(s, topo, protocol_streams(0, 5), 1, record=True)
+    np.testing.assert_allclose(out.results[0], s.mean(0), rtol=1e-15)
+    ring = [m for m in out.trace if m.kind == "ring"]
+    assert len(ring) == 5 and all(m.encrypted for m in ring)
+    assert [m.sender for m in ring] == list(topo.ring)
+    results = [m for m in out.trace if m.kind == "result"]
+    assert len(results) == 4 and not any(m.encrypted for m in results)
+    # the first hop is R + s_0 with R uniform on 2^256: far from the encoding of s_0
+    assert all(abs(v - e) > 2**200 for v, e in zip(ring[0].payload, encode_fixed(s[topo.ring[0]])))
+
+
+def test_federated_uploads_in_clear():
+    s = np.random.default_rng(5).normal(size=(4, 2))
+    out = Federated().aggregate(s, Topology.from_graph(nx.cycle_graph(4)), protocol_streams(0, 4), 1, record=True)
+    uploads = [m for m in out.trace if m.kind == "upload"]
+    assert all(not m.encrypted for m in uploads)
+    np.testing.assert_array_equal(np.stack([m.payload for m in uploads]), s)
+    np.testing.assert_array_equal(out.results[0], fsum_average(s))
+
+
+@pytest.mark.parametrize(
+    "name,params,match",
+    [
+        ("pdmm", {}, "unknown protocol 'pdmm'"),
+        ("pdmm-sp", {"cc": 1}, "unknown parameter 'cc'"),
+        ("pdmm-sp", {"c": "fast"}, "c must be a positive number or 'auto'"),
+        ("pdmm-sp", {"theta": 0}, r"theta must be in \(0, 1\]"),
+        ("pdmm-sp", {"mode": "batch"}, "mode"),
+        ("pdmm-sp", {"max_iter": 1.5}, "max_iter"),
+        ("federated", {"c": 1}, "unknown parameter 'c' for protocol federated"),
+    ],
+)
+def test_make_protocol_rejects_bad_parameters(name, params, match):
+    with pytest.raises(ConfigError, match=match):
+        make_protocol(name, params)

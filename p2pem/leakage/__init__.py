@@ -1,9 +1,26 @@
 """Leakage analysis: what an adversary's view of the messages reveals about honest inputs.
 
-The estimation core lives in :mod:`p2pem.leakage.estimators` (KSG mutual information
-with confidence intervals and a normalisation, Gaussian closed forms for linear
-views, and a linear reduction of high-dimensional views).  This package module stays
-empty on purpose: importing the estimators pulls in scikit-learn through
+=====================================  =======================================================
+module                                 what it holds
+=====================================  =======================================================
+:mod:`p2pem.leakage.estimators`        KSG mutual information (npeet-plus) with confidence
+                                       intervals and a normalisation, Gaussian closed forms,
+                                       a linear reduction of high-dimensional views
+:mod:`p2pem.leakage.views`             adversary models (honest-but-curious, eavesdropper,
+                                       both) and their views, built from a message trace
+:mod:`p2pem.leakage.reduce`            reductions of a view: principal components and the
+                                       adversary's cross-fitted linear estimate (lower bound),
+                                       exact MI from the view's linear structure
+:mod:`p2pem.leakage.theory`            what each protocol discloses by design (closed
+                                       forms), honest components and topology warnings
+:mod:`p2pem.leakage.config`            the validated ``[leakage]`` table of a scenario
+:mod:`p2pem.leakage.analysis`          Monte Carlo over one aggregation, per-iteration
+                                       estimates, the report
+:mod:`p2pem.leakage.plots`             MI against iteration (cf. Fig. 3), perturbation sweep
+:mod:`p2pem.leakage.cli`               ``p2pem leakage SCENARIO --out DIR``
+=====================================  =======================================================
+
+This package module imports nothing on purpose: the estimators pull in scikit-learn through
 ``npeet-plus``, which the rest of p2pem should not pay for on import.
 """
 

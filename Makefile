@@ -1,0 +1,38 @@
+# Two commands on a fresh machine (Python >= 3.11):
+#   make parkinsons   set up .venv and run the Parkinsons scenario (all protocols) -> results/parkinsons/
+#   make test         set up .venv (+ Mosquitto for the MQTT tests) and run the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: parkinsons test mosquitto benchmarks clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+parkinsons: $(STAMP)
+	$(BIN)/p2pem simulate scenarios/parkinsons.toml --out results/parkinsons
+
+# The MQTT tests run against a real broker; install Debian's mosquitto when it is missing.
+mosquitto:
+	@if command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing mosquitto (apt-get)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null; \
+	elif command -v sudo >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing mosquitto (sudo apt-get)"; \
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null; \
+	else echo "warning: mosquitto is not installed and cannot be installed here: the MQTT tests will be skipped"; fi
+
+test: $(STAMP) mosquitto
+	$(BIN)/python -m pytest -q
+
+benchmarks: $(STAMP)
+	for b in sim/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) results .pytest_cache

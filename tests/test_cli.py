@@ -1,0 +1,126 @@
+"""The CLI: outputs a script can read, and one-line errors with nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from p2pem.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCENARIO = """
+seed = 3
+[data]
+source = "csv"
+path = "{path}"
+split = "{split}"
+[graph]
+kind = "{kind}"
+n_nodes = {n_nodes}
+{edges}
+[em]
+n_components = {k}
+max_iter = 3
+[[protocols]]
+name = "pdmm-sp"
+[[protocols]]
+name = "federated"
+[[protocols]]
+name = "centralized"
+"""
+
+
+def _write(tmp_path: Path, csv: str, *, split="even", kind="geometric", n_nodes=6, k=2, edges="") -> Path:
+    (tmp_path / "rows.csv").write_text(csv)
+    text = SCENARIO.format(path="rows.csv", split=split, kind=kind, n_nodes=n_nodes, k=k, edges=edges)
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+def _csv(n=30, bad=None) -> str:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    rows = ["a,b"] + [f"{x:.6f},{y:.6f}" for x, y in rng.normal(size=(n, 2)) + [[0, 0]] * n]
+    if bad is not None:
+        rows[5] = bad
+    return "\n".join(rows) + "\n"
+
+
+def test_simulate_writes_result_and_plot(tmp_path, capsys):
+    scenario = _write(tmp_path, _csv())
+    out = tmp_path / "out"
+    assert main(["simulate", str(scenario), "--out", str(out), "-q"]) == 0
+    result = json.loads((out / "result.json").read_text())
+    names = [r["protocol"] for r in result["protocols"]]
+    assert names == ["pdmm-sp", "federated", "centralized"]
+    for run in result["protocols"]:
+        for key in ("loglik", "weights", "means", "covariances", "consensus_iterations", "messages", "bytes", "wall_s"):
+            assert key in run
+        assert len(run["loglik"]) == 4
+    assert result["graph"]["n_nodes"] == 6 and len(result["graph"]["degrees"]) == 6
+    assert (out / "loglik.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = capsys.readouterr().out
+    assert "pdmm-sp" in printed and "degree min" in printed
+
+
+@pytest.mark.parametrize(
+    "csv,kwargs,message",
+    [
+        (_csv(bad="1.0,nan"), {}, "line 6, column 'b'"),
+        (_csv(bad="1.0,inf"), {}, "line 6, column 'b'"),
+        (_csv(bad="1.0,abc"), {}, "'abc' is not a number"),
+        (_csv(bad="1.0"), {}, "line 6"),
+        (_csv(n=3), {"n_nodes": 3, "k": 5}, "fewer"),
+        (_csv(), {"kind": "edges", "n_nodes": 6, "edges": "edges = [[0, 1], [1, 2], [2, 0], [3, 4], [4, 5], [5, 3]]"}, "disconnected"),
+        (_csv(n=8), {"split": "random", "n_nodes": 8}, "holds no rows"),
+    ],
+    ids=["nan", "inf", "text", "ragged", "too-few-rows", "disconnected", "empty-node"],
+)
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, csv, kwargs, message):
+    scenario = _write(tmp_path, csv, **kwargs)
+    out = tmp_path / "out"
+    code = main(["simulate", str(scenario), "--out", str(out), "-q"])
+    err = capsys.readouterr().err.strip()
+    assert code != 0
+    assert err.startswith("p2pem: error:") and "\n" not in err and message in err, err
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+@pytest.mark.parametrize(
+    "patch,message",
+    [
+        (("max_iter = 3", "max_iters = 3"), "unknown key 'em.max_iters'"),
+        (("n_nodes = 6", 'n_nodes = "6"'), "'graph.n_nodes' must be an integer"),
+        (("n_nodes = 6", "n_nodes = true"), "'graph.n_nodes' must be an integer"),
+        (('name = "pdmm-sp"', 'name = "pdmm-sp"\nthetta = 0.5'), "unknown parameter 'thetta'"),
+        (("seed = 3", "seed = [3"), "s.toml"),
+    ],
+)
+def test_bad_scenarios_name_file_and_key(tmp_path, capsys, patch, message):
+    scenario = _write(tmp_path, _csv())
+    scenario.write_text(scenario.read_text().replace(*patch))
+    code = main(["simulate", str(scenario), "--out", str(tmp_path / "out"), "-q"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and message in err and "s.toml" in err, err
+
+
+def test_pdmm_sp_on_a_tree_is_refused_before_anything_runs(tmp_path, capsys):
+    scenario = _write(tmp_path, _csv(), kind="edges", n_nodes=6, edges="edges = [[0, 1], [1, 2], [2, 3], [3, 4], [4, 5]]")
+    assert main(["simulate", str(scenario), "--out", str(tmp_path / "out"), "-q"]) == 2
+    assert "no cycle" in capsys.readouterr().err
+
+
+def test_console_script_help_and_exit_codes():
+    exe = [sys.executable, "-m", "p2pem"]
+    out = subprocess.run([*exe, "simulate", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "result.json" in out and "--engine" in out
+    bad = subprocess.run([*exe, "simulate", "nope.toml", "--out", "x"], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "nope.toml" in bad.stderr

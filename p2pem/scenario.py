@@ -7,7 +7,7 @@ file into frozen dataclasses and rejects anything it does not understand with a
 one-line :class:`~p2pem.errors.ConfigError` naming the file and the dotted key
 (``scenarios/x.toml: unknown key 'em.max_iters' (known: ...)``).
 
-Schema (keys not listed are errors; ``[leakage]`` and ``[deploy]`` are free-form)::
+Schema (keys not listed are errors; ``[leakage]`` is free-form)::
 
     name = "parkinsons"            # optional, default: the file's stem
     seed = 1                       # required integer >= 0
@@ -47,7 +47,13 @@ Schema (keys not listed are errors; ``[leakage]`` and ``[deploy]`` are free-form
                                    # checked by p2pem.protocols.make_protocol
 
     [leakage]                      # optional, free-form
-    [deploy]                       # optional, free-form
+    [deploy]                       # optional: settings of `p2pem deploy`
+    timeout = 20.0                 #   s a node waits for a silent neighbour
+    startup_timeout = 60.0         #   s for the neighbours to come online
+    heartbeat = 1.0                #   s between "alive" messages of an idle node
+    reconnect_timeout = 20.0       #   s of reconnect attempts after losing the broker
+    max_node_spread = 1e-6         #   largest accepted disagreement between nodes
+    broker = "host:1883"           #   use a running broker instead of starting one
 
 Integer keys reject booleans and floats; number keys accept integers and floats
 (not booleans, not NaN or infinity).
@@ -236,7 +242,8 @@ class Scenario:
     leakage : Mapping
         The free-form ``[leakage]`` table (read-only at top level; empty if absent).
     deploy : Mapping
-        The free-form ``[deploy]`` table (read-only at top level; empty if absent).
+        The ``[deploy]`` table (keys :data:`DEPLOY_KEYS`, validated; read-only at top
+        level; empty if absent).
     """
 
     name: str
@@ -350,7 +357,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     em = _parse_em(top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "init")), _static_width(data))
     protocols = _parse_protocols(top)
     leakage = top.free_table("leakage")
-    deploy = top.free_table("deploy")
+    deploy = _parse_deploy(top)
     return Scenario(
         name=name,
         seed=seed,
@@ -591,6 +598,24 @@ def _parse_protocols(top: _Section) -> tuple[ProtocolConfig, ...]:
         _validate_protocol(top.where, prefix, params, name)
         protocols.append(ProtocolConfig(name=name, params=MappingProxyType(params)))
     return tuple(protocols)
+
+
+#: Keys of the ``[deploy]`` table (used by :mod:`p2pem.deploy`), all optional.
+DEPLOY_KEYS = ("timeout", "startup_timeout", "heartbeat", "reconnect_timeout", "max_node_spread", "broker")
+
+
+def _parse_deploy(top: _Section) -> Mapping[str, Any]:
+    """The ``[deploy]`` table: positive numbers of seconds, a spread, a ``host:port`` broker."""
+    table = top.free_table("deploy")
+    sec = _Section(top.where, dict(table), "deploy", DEPLOY_KEYS)
+    for key in DEPLOY_KEYS[:-1]:
+        sec.number(key, default=None, positive=True)
+    broker = sec.string("broker", default=None)
+    if broker is not None:
+        host, _, port = broker.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            sec.fail(f"'deploy.broker' must be HOST:PORT, got {broker!r}")
+    return table
 
 
 def _validate_protocol(where: str, prefix: str, params: dict[str, Any], name: str) -> None:

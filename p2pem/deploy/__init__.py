@@ -1,0 +1,22 @@
+"""Run p2pem nodes as separate OS processes that talk through an MQTT broker.
+
+The same :class:`~p2pem.node.Node` state machine that the simulator drives runs here, one
+per process, next to its own data file.  Rooms:
+
+``p2pem.deploy.config``
+    The two documents a node reads: the *roster* (public, identical at every node: run id,
+    topology, EM settings, protocol parameters, every node's pinned public keys) and its own
+    *node config* (node id, key file, data file, broker, timeouts).
+``p2pem.deploy.runtime``
+    The asyncio node process: MQTT link + signed/encrypted codec + replay guard + Node,
+    with the start-up handshake, heartbeats, reconnection and clean failure.
+``p2pem.deploy.launcher``
+    ``p2pem deploy``: split a scenario into per-node kits, start a broker and one process
+    per node, collect and check the results.
+``p2pem.deploy.cli``
+    The ``node``, ``deploy`` and ``keys`` subcommands.
+
+Nothing is imported here, so that ``p2pem --help`` stays fast.
+"""
+
+from __future__ import annotations

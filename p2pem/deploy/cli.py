@@ -1,0 +1,275 @@
+"""The ``node``, ``deploy`` and ``keys`` subcommands (registered by :mod:`p2pem.cli`).
+
+Only argument parsing and printing live here; the work is in :mod:`p2pem.deploy.runtime`
+and :mod:`p2pem.deploy.launcher`, imported when a command runs so that ``p2pem --help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from p2pem.errors import ConfigError
+
+NODE_HELP = """\
+Run one node of a deployment: load this node's own data file, connect to the MQTT broker,
+wait until every neighbour is online, take part in the consensus (messages signed, initial
+duals encrypted per edge) and write the fitted model to the result file named in the
+config.  Exits 0 when the model is complete; otherwise exits non-zero within the configured
+timeout with one line naming the node that failed and the EM iteration and protocol round.
+See nodes/README.md for the config file.
+"""
+
+DEPLOY_HELP = """\
+Deploy a scenario on this machine as one OS process per node, talking through an MQTT
+broker: split the data into per-node files, generate keys, roster and node configs in DIR,
+start Mosquitto on a free loopback port (unless --broker is given), start the nodes, show
+progress, check that every node ended with the same model and write DIR/result.json in the
+schema of `p2pem simulate` plus a "deployment" section (per-node timings and message
+counts).  By default the nodes draw their protocol noise from the scenario seed, so the
+result equals `p2pem simulate` on the same scenario; --os-entropy draws it as a real
+deployment must.  Ctrl-C stops every node process and the broker.
+"""
+
+KEYS_HELP = """\
+Node identities for a multi-host deployment: `keys new` on every host (the private key
+never leaves it), `keys roster` on the coordinator to assemble the roster from the public
+files and write the broker's password file and ACL.  See nodes/README.md.
+"""
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``node``, ``deploy`` and ``keys`` on the top-level subparsers."""
+    raw = argparse.RawDescriptionHelpFormatter
+
+    node = sub.add_parser("node", help="run one node of a deployment (one process per node)", description=NODE_HELP, formatter_class=raw)
+    node.add_argument("--config", required=True, metavar="NODE_TOML", help="this node's config file (node.toml)")
+    node.add_argument("--progress", action="store_true", help="print machine-readable progress lines ('online', 'progress K N') to stdout")
+    node.add_argument("--exit-with-parent", action="store_true", help="stop when the process that started this node exits (used by `p2pem deploy`)")
+    node.set_defaults(func=cmd_node)
+
+    dep = sub.add_parser("deploy", help="run a scenario as one process per node over an MQTT broker", description=DEPLOY_HELP, formatter_class=raw)
+    dep.add_argument("scenario", nargs="?", help="scenario TOML file, e.g. scenarios/parkinsons-20.toml")
+    dep.add_argument("--out", metavar="DIR", help="new output folder for the kit, logs and result.json")
+    dep.add_argument("--kit", metavar="DIR", help="run a kit prepared earlier with --prepare-only instead of a scenario")
+    dep.add_argument("--protocol", metavar="NAME", help="which of the scenario's protocols to deploy (default: the first); only pdmm-sp in sync mode can be deployed")
+    dep.add_argument("--broker", metavar="HOST:PORT", help="use this running broker instead of starting one (it must load DIR/broker/passwords and DIR/broker/acl, or allow anonymous clients)")
+    dep.add_argument("--listen", metavar="HOST", default="127.0.0.1", help="address of the broker the launcher starts (default 127.0.0.1)")
+    dep.add_argument("--run-id", metavar="ID", help="run id bound into signatures, keys and topics (default: scenario name + random suffix)")
+    dep.add_argument("--timeout", type=float, metavar="S", help="seconds a node waits for a silent neighbour before the run stops (default: [deploy] timeout or 20)")
+    dep.add_argument("--startup-timeout", type=float, metavar="S", help="seconds every node's neighbours have to come online (default: [deploy] startup_timeout or 60)")
+    dep.add_argument("--os-entropy", action="store_true", help="draw the protocol noise from OS entropy, as a real deployment must (the result then differs from simulate by the consensus error only)")
+    dep.add_argument("--prepare-only", action="store_true", help="write the kit (keys, roster, configs, broker files) and stop; run it later with --kit DIR or nodes/launch.sh DIR")
+    dep.add_argument("--check", action="store_true", help="also run `p2pem simulate` on the same scenario and print the largest relative difference")
+    dep.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    dep.set_defaults(func=cmd_deploy)
+
+    keys = sub.add_parser("keys", help="generate node keys and assemble a roster (multi-host deployments)", description=KEYS_HELP, formatter_class=raw)
+    ksub = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    new = ksub.add_parser("new", help="generate this host's node identity", description="Generate an Ed25519 signing key and an X25519 agreement key, write both to KEY_FILE (mode 0600) and the public half to KEY_FILE with suffix .pub, and print the public half.")
+    new.add_argument("--out", required=True, metavar="KEY_FILE", help="private key file to write, e.g. node3.key")
+    new.add_argument("--node-id", type=int, metavar="I", help="record this node id in the .pub file (the roster needs it)")
+    new.add_argument("--force", action="store_true", help="overwrite an existing key file (a roster that pins the old key stops working)")
+    new.set_defaults(func=cmd_keys_new)
+    show = ksub.add_parser("show", help="print the public half of a key file", description="Print the public keys and fingerprint of a private key file, as TOML.")
+    show.add_argument("key_file", metavar="KEY_FILE")
+    show.set_defaults(func=cmd_keys_show)
+    roster = ksub.add_parser(
+        "roster",
+        help="assemble roster.toml from the nodes' public key files",
+        description="Write the roster of a run: the scenario's graph (node ids, neighbours, diameter), EM settings and protocol, "
+        "and the public keys of every node from the .pub files written by `p2pem keys new --node-id I`. "
+        "With --broker-dir, also write the broker's hashed password file, ACL and one password file per node.",
+    )
+    roster.add_argument("scenario", help="scenario TOML file giving the graph, EM settings and protocol")
+    roster.add_argument("--public", nargs="+", required=True, metavar="PUB", help=".pub files, or folders holding them (each must carry its node id)")
+    roster.add_argument("--out", required=True, metavar="ROSTER_TOML", help="roster file to write")
+    roster.add_argument("--run-id", metavar="ID", help="run id (default: scenario name + random suffix)")
+    roster.add_argument("--protocol", metavar="NAME", help="which of the scenario's protocols (default: the first)")
+    roster.add_argument("--broker-dir", metavar="DIR", help="also write the broker's passwords, acl, node<i>.password and credentials.toml here")
+    roster.set_defaults(func=cmd_keys_roster)
+
+
+# ------------------------------------------------------------------------------------ node
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    import os
+
+    from p2pem.deploy.config import NodeConfig
+    from p2pem.deploy.runtime import NodeRuntime, run_node
+
+    def progress(event: str, n_iter: int, max_iter: int) -> None:
+        print("online" if event == "online" else f"progress {n_iter} {max_iter}", flush=True)
+
+    config = NodeConfig.load(args.config)
+    runtime = NodeRuntime(
+        config,
+        progress=progress if args.progress else None,
+        parent_pid=os.getppid() if args.exit_with_parent else None,
+    )
+    report = run_node(runtime)
+    if not args.progress:
+        ll = report["loglik"][-1] if report["loglik"] else float("nan")
+        print(
+            f"node {report['node_id']}: {report['n_iter']} EM iterations, final loglik {ll:.6f}, "
+            f"{report['messages']} messages, result in {config.result}"
+        )
+    return 0
+
+
+# ---------------------------------------------------------------------------------- deploy
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from p2pem.deploy.config import Timeouts, parse_broker_address
+    from p2pem.deploy.launcher import Kit, compare_with_simulate, deploy, prepare_kit, run_kit
+
+    if (args.scenario is None) == (args.kit is None):
+        raise ConfigError("give either a SCENARIO (with --out DIR) or --kit DIR")
+    broker = parse_broker_address(args.broker) if args.broker else None
+    t0 = time.perf_counter()
+    progress = None if args.quiet else _ProgressBar()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        if args.kit is not None:
+            kit = Kit.load(args.kit)
+            if broker is not None:
+                kit = kit.set_broker(*broker)
+            doc = run_kit(kit, start_broker=broker is None, progress=progress)
+        else:
+            from p2pem.deploy.launcher import deploy_settings
+            from p2pem.scenario import load_scenario
+
+            if not args.out:
+                raise ConfigError("--out DIR is required with a SCENARIO")
+            scenario = load_scenario(args.scenario)
+            base, _, _ = deploy_settings(scenario)
+            overrides = {k: v for k, v in (("timeout", args.timeout), ("startup_timeout", args.startup_timeout)) if v is not None}
+            timeouts = Timeouts(**{**{k: getattr(base, k) for k in ("timeout", "startup_timeout")}, **overrides})
+            if args.prepare_only:
+                from p2pem.broker import free_port
+
+                address = broker or deploy_settings(scenario)[2] or (args.listen, free_port(args.listen))
+                kit = prepare_kit(scenario, args.out, broker=address, protocol=args.protocol, run_id=args.run_id, seeded=not args.os_entropy, timeouts=timeouts)
+                print(f"prepared {kit.n_nodes} node kits for run {kit.run_id} in {kit.root} (broker {kit.broker_host}:{kit.broker_port})")
+                print(f"start them with: p2pem deploy --kit {kit.root}   or   nodes/launch.sh {kit.root}")
+                return 0
+            kit, doc = deploy(
+                scenario,
+                args.out,
+                protocol=args.protocol,
+                broker=broker,
+                listen=args.listen,
+                run_id=args.run_id,
+                seeded=not args.os_entropy,
+                timeouts=timeouts,
+                progress=progress,
+            )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if progress is not None:
+            progress.close()
+    _print_summary(kit, doc, time.perf_counter() - t0)
+    if args.check:
+        err = compare_with_simulate(kit, doc)
+        print(f"largest relative difference to `p2pem simulate`: {err:.2e}")
+    return 0
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+class _ProgressBar:
+    """A tqdm bar over the slowest node's EM iterations, with the number of nodes online."""
+
+    def __init__(self) -> None:
+        self.bar = None
+        self.last = None
+
+    def __call__(self, p) -> None:
+        from tqdm import tqdm
+
+        state = (p.max_iter, p.min_iter, p.online, p.exited)
+        if state == self.last:
+            return
+        self.last = state
+        if self.bar is None:
+            self.bar = tqdm(desc="deploy", unit="EM it", file=sys.stderr, leave=False, dynamic_ncols=True, total=None)
+        if p.max_iter and self.bar.total != p.max_iter:
+            self.bar.total = p.max_iter
+        if self.bar.n != p.min_iter:
+            self.bar.n = p.min_iter
+        self.bar.set_postfix_str(f"online {p.online}/{p.n_nodes}" + (f", exited {p.exited}" if p.exited else ""), refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _print_summary(kit, doc: dict, elapsed: float) -> None:
+    run = doc["protocols"][0]
+    dep = doc["deployment"]
+    cons = run["consensus_iterations"]
+    mean_cons = sum(cons) / len(cons) if cons else float("nan")
+    print(f"run {kit.run_id}: {dep['n_processes']} node processes, broker {dep['broker']}, {doc['n_rows']} rows")
+    print(
+        f"  {run['protocol']}: {run['n_iter']} EM iterations, final loglik {run['loglik'][-1]:.6f}, "
+        f"{mean_cons:.1f} consensus rounds per iteration, node spread {run['node_spread']:.1e}"
+    )
+    print(
+        f"  {run['messages']} protocol messages ({run['bytes'] / 1e6:.2f} MB payload); on the wire "
+        f"{dep['envelopes_published']} envelopes ({dep['wire_bytes'] / 1e6:.2f} MB), {dep['deliveries']} deliveries, "
+        f"{dep['duplicates']} duplicates, {dep['rejected']} rejected, {dep['reconnects']} reconnects"
+    )
+    startup = dep["startup_s"]
+    print(
+        f"  wall {run['wall_s']:.2f} s (all nodes online {startup:.2f} s after launch, consensus {dep['run_s']:.2f} s); "
+        f"wrote {Path(kit.root) / 'result.json'} in {elapsed:.2f} s"
+    )
+
+
+# ------------------------------------------------------------------------------------ keys
+
+
+def cmd_keys_new(args: argparse.Namespace) -> int:
+    from p2pem.crypto import Identity
+    from p2pem.deploy.launcher import public_path, public_toml
+
+    path = Path(args.out)
+    if args.node_id is not None and args.node_id < 0:
+        raise ConfigError(f"--node-id must be >= 0, got {args.node_id}")
+    identity = Identity.generate()
+    identity.save(path, overwrite=args.force)
+    text = public_toml(identity.public, args.node_id)
+    pub = public_path(path)
+    pub.write_text(text, encoding="utf-8")
+    print(f"# wrote private key {path} (mode 0600; never copy it off this host) and public half {pub}")
+    print(text, end="")
+    return 0
+
+
+def cmd_keys_show(args: argparse.Namespace) -> int:
+    from p2pem.crypto import Identity
+    from p2pem.deploy.launcher import public_toml
+
+    print(public_toml(Identity.load(args.key_file).public), end="")
+    return 0
+
+
+def cmd_keys_roster(args: argparse.Namespace) -> int:
+    from p2pem.deploy.launcher import assemble_roster
+
+    roster, broker_files = assemble_roster(
+        args.scenario, args.public, args.out, run_id=args.run_id, protocol=args.protocol, broker_dir=args.broker_dir
+    )
+    print(f"wrote {args.out}: run {roster.run_id}, {roster.n_nodes} nodes, diameter {roster.diameter}")
+    if broker_files is not None:
+        print(f"wrote broker files to {broker_files}: give node<i>.password to node i's host; load passwords and acl into Mosquitto")
+    return 0

@@ -1,0 +1,932 @@
+"""The roster and the node config: what a deployed node reads before it talks to anyone.
+
+Two TOML documents describe a node of a deployment:
+
+*roster* (``roster.toml``, public, byte-identical at every node)
+    The run id, the public topology (node count, every node's neighbours, the diameter), the
+    EM settings, the protocol and its parameters, and every node's pinned public keys.  From
+    it each node builds the same :class:`~p2pem.protocols.Topology` the simulator builds from
+    the scenario graph (so ``c = "auto"`` gives the same step size everywhere) and the same
+    :class:`~p2pem.em.EMSettings`.  Nodes exchange a digest of it in their first message and
+    refuse to run with a peer whose roster differs.
+
+*node config* (``node.toml``, one per node, partly secret)
+    The node id, its key file, its own data file, where to write its result, the broker
+    (address, user, password file, TLS) and the timeouts.  A ``[reproducibility]`` table may
+    fix the seed of the protocol noise; that exists for tests and for comparing with
+    ``p2pem simulate`` and must be left out of a real deployment (the noise is then drawn
+    from the operating system's entropy, as privacy requires).
+
+Relative paths inside either file are resolved against the folder of that file.  Every
+error is a one-line :class:`~p2pem.errors.ConfigError` naming the file and the dotted key.
+
+Roster layout::
+
+    format = 1
+    run_id = "parkinsons-20-1f2e3d4c"
+
+    [topology]
+    n_nodes = 20
+    diameter = 3
+
+    [em]
+    n_components = 3
+    max_iter = 30
+    tol = 0.0
+    reg_covar = 1e-06
+    init_seed = 2868129180             # public: seeds the initial means
+
+    [protocol]
+    name = "pdmm-sp"
+    mode = "sync"                      # every parameter written out explicitly
+    ...
+
+    [[nodes]]
+    id = 0
+    neighbours = [2, 5, 9]
+    signing_key = "<64 hex digits>"    # Ed25519, from `p2pem keys new`
+    agreement_key = "<64 hex digits>"  # X25519
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import ssl
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pem.errors import ConfigError, DataError
+
+__all__ = [
+    "DEPLOYABLE",
+    "BrokerConfig",
+    "NodeConfig",
+    "Roster",
+    "Timeouts",
+    "check_deployable",
+    "load_node_data",
+    "parse_broker_address",
+    "toml_dumps",
+    "write_node_data",
+]
+
+#: Version of the roster layout written by :meth:`Roster.save`.
+ROSTER_FORMAT = 1
+#: Protocols (and modes) a deployment can run.
+DEPLOYABLE = ("pdmm-sp (mode = 'sync')",)
+
+
+# ------------------------------------------------------------------------------- timeouts
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """How long a node waits before it gives up; all in seconds.
+
+    Parameters
+    ----------
+    timeout : float, default 20
+        A neighbour from which nothing arrives for this long while the node waits for its
+        message is declared dead: the node stops, tells its neighbours (who stop too) and
+        exits non-zero, naming the neighbour, the EM iteration and the protocol round.
+    startup_timeout : float, default 60
+        Every neighbour must have come online (subscribed and said hello) within this long
+        after the node connected.
+    heartbeat : float, optional
+        A node that has published nothing for this long sends a small signed "hello" so
+        that its neighbours know it is alive; default ``min(1, timeout / 4)``.
+    reconnect_timeout : float, optional
+        After losing the broker the node retries for this long; default ``timeout``.
+
+    Notes
+    -----
+    A node that keeps hearing from the neighbour it waits for, but makes no progress, gives
+    up after ``3 * timeout`` (the neighbour is itself stuck; normally the neighbour that
+    detected the real failure stops the run earlier).  Before the first aggregation has
+    finished, the limit is ``3 * timeout + startup_timeout``: the network may be waiting
+    for a node several hops away that starts late.
+    """
+
+    timeout: float = 20.0
+    startup_timeout: float = 60.0
+    heartbeat: float | None = None
+    reconnect_timeout: float | None = None
+
+    KEYS = ("timeout", "startup_timeout", "heartbeat", "reconnect_timeout")
+
+    def __post_init__(self) -> None:
+        for name in self.KEYS:
+            value = getattr(self, name)
+            if value is None and name in ("heartbeat", "reconnect_timeout"):
+                continue
+            if not (_is_number(value) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"timeout {name!r} must be a positive number of seconds, got {value!r}")
+            object.__setattr__(self, name, float(value))
+        if self.heartbeat is None:
+            object.__setattr__(self, "heartbeat", min(1.0, self.timeout / 4))
+        if self.reconnect_timeout is None:
+            object.__setattr__(self, "reconnect_timeout", self.timeout)
+        if self.heartbeat >= self.timeout:
+            raise ConfigError(f"heartbeat ({self.heartbeat:g} s) must be shorter than timeout ({self.timeout:g} s)")
+
+    @property
+    def stall(self) -> float:
+        """Give up after this long without progress even though the awaited neighbours are alive."""
+        return 3.0 * self.timeout
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any], where: str = "timeouts") -> Timeouts:
+        """Read the timeout keys of ``table`` (other keys are ignored)."""
+        values = {k: table[k] for k in cls.KEYS if k in table}
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: float(getattr(self, k)) for k in self.KEYS}
+
+
+# ------------------------------------------------------------------------------- protocol
+
+
+def check_deployable(spec: Any) -> None:
+    """Raise a one-line ConfigError unless a deployment can run ``spec``.
+
+    Only synchronous ``pdmm-sp`` with encrypted duals runs as separate processes: the
+    asynchronous mode needs a shared wake-up schedule (a simulation device), ``federated``
+    needs a server process, ``secure-sum`` and ``centralized`` are not wired to the
+    deployment, and ``encrypt_duals = false`` is an insecure variant kept only for the
+    leakage comparison.
+    """
+    name = getattr(spec, "name", spec)
+    if name != "pdmm-sp":
+        raise ConfigError(
+            f"protocol {name!r} cannot be deployed (deployable: {', '.join(DEPLOYABLE)}); "
+            "run it with `p2pem simulate`"
+        )
+    if getattr(spec, "asynchronous", False):
+        raise ConfigError("pdmm-sp mode = 'async' cannot be deployed (its wake-up schedule is a simulation device); use mode = 'sync'")
+    if not getattr(spec, "encrypt_duals", True):
+        raise ConfigError("pdmm-sp encrypt_duals = false is an insecure simulation-only variant and cannot be deployed")
+
+
+# --------------------------------------------------------------------------------- roster
+
+
+@dataclass(frozen=True, eq=False)
+class Roster:
+    """Public facts every node of one run must hold identically.
+
+    Parameters
+    ----------
+    run_id : str
+        Bound into every signature, edge key and MQTT topic of the run.
+    neighbours : tuple of tuple of int
+        Node ``i``'s neighbours, sorted.
+    diameter : int
+        Graph diameter (public; pdmm-sp's stopping rule uses it).
+    em : dict
+        ``n_components``, ``max_iter``, ``tol``, ``reg_covar``, ``init_seed`` and optionally
+        ``init`` (``weights``, ``means``, ``covariances`` as nested lists).
+    protocol : dict
+        ``name`` plus every protocol parameter.
+    keys : tuple of PublicIdentity
+        Node ``i``'s pinned public keys at index ``i``.
+    ring : tuple of int, optional
+        Hamiltonian cycle (only protocols that need one).
+    path : pathlib.Path, optional
+        Where the roster was read from (for error messages).
+    """
+
+    run_id: str
+    neighbours: tuple[tuple[int, ...], ...]
+    diameter: int
+    em: Mapping[str, Any]
+    protocol: Mapping[str, Any]
+    keys: tuple[Any, ...]
+    ring: tuple[int, ...] | None = None
+    path: Path | None = None
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.neighbours)
+
+    @property
+    def where(self) -> str:
+        return str(self.path) if self.path is not None else "roster"
+
+    # -- what a node builds from it -----------------------------------------------------
+
+    def topology(self):
+        """The :class:`~p2pem.protocols.Topology` every node builds (equal to ``Topology.from_graph``)."""
+        from p2pem.protocols import Topology
+
+        return Topology(n_nodes=self.n_nodes, neighbours=self.neighbours, diameter=self.diameter, ring=self.ring)
+
+    def em_settings(self):
+        """The public :class:`~p2pem.em.EMSettings` of the run."""
+        from p2pem.em import EMSettings
+        from p2pem.gmm import params_from_dict
+
+        em = self.em
+        init = None
+        if em.get("init") is not None:
+            raw = em["init"]
+            means = np.asarray(raw["means"], dtype=float)
+            init = params_from_dict(dict(raw), int(em["n_components"]), int(means.shape[1]) if means.ndim == 2 else 0)
+        try:
+            return EMSettings(
+                int(em["n_components"]), int(em["max_iter"]), float(em["tol"]), float(em["reg_covar"]), init, int(em["init_seed"])
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"{self.where}: em: {exc}") from None
+
+    def protocol_spec(self):
+        """The protocol spec, checked to be deployable."""
+        from p2pem.protocols import make_protocol
+
+        params = {k: v for k, v in self.protocol.items() if k != "name"}
+        try:
+            spec = make_protocol(self.protocol["name"], params)
+            check_deployable(spec)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.where}: protocol: {exc}") from None
+        return spec
+
+    def public_keys(self) -> dict[int, Any]:
+        """``{node id: PublicIdentity}`` for :class:`~p2pem.codec.Codec`."""
+        return dict(enumerate(self.keys))
+
+    def digest(self) -> bytes:
+        """SHA-256 of the roster's canonical JSON form; equal rosters give equal digests."""
+        text = json.dumps(self.to_document(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return hashlib.sha256(text.encode("utf-8")).digest()
+
+    # -- building and files --------------------------------------------------------------
+
+    @classmethod
+    def build(cls, run_id: str, graph, settings, spec, keys: Sequence[Any], *, ring: Sequence[int] | None = None) -> Roster:
+        """Roster for ``graph`` (nodes ``0..n-1``), EM ``settings``, protocol ``spec`` and public ``keys``.
+
+        Raises
+        ------
+        ConfigError
+            The run id is invalid, the protocol is not deployable, or the number of keys
+            does not match the number of nodes.
+        """
+        from p2pem.codec import validate_run_id
+        from p2pem.protocols import Topology
+
+        validate_run_id(run_id)
+        check_deployable(spec)
+        topo = Topology.from_graph(graph, ring=None if ring is None else list(ring))
+        if len(keys) != topo.n_nodes:
+            raise ConfigError(f"the graph has {topo.n_nodes} nodes but {len(keys)} public keys were given")
+        em: dict[str, Any] = {
+            "n_components": settings.n_components,
+            "max_iter": settings.max_iter,
+            "tol": float(settings.tol),
+            "reg_covar": float(settings.reg_covar),
+            "init_seed": int(settings.init_seed),
+        }
+        if settings.init is not None:
+            em["init"] = {k: np.asarray(v).tolist() for k, v in settings.init.as_dict().items()}
+        protocol = {"name": spec.name, **spec.params()}
+        roster = cls(run_id, topo.neighbours, topo.diameter, em, protocol, tuple(keys), topo.ring)
+        return roster
+
+    def to_document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "format": ROSTER_FORMAT,
+            "run_id": self.run_id,
+            "topology": {"n_nodes": self.n_nodes, "diameter": self.diameter},
+            "em": _plain(self.em),
+            "protocol": _plain(self.protocol),
+            "nodes": [
+                {"id": i, "neighbours": list(nb), **self.keys[i].to_dict()} for i, nb in enumerate(self.neighbours)
+            ],
+        }
+        if self.ring is not None:
+            doc["topology"]["ring"] = list(self.ring)
+        return doc
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the roster as TOML (with a comment header) and return the path."""
+        path = Path(path)
+        header = (
+            f"p2pem roster of run {self.run_id}: public, must be identical at every node.\n"
+            "Written by p2pem; nodes refuse to run with a peer whose roster differs."
+        )
+        _write_text(path, toml_dumps(self.to_document(), header=header), mode=0o644)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Roster:
+        """Read and validate a roster file.
+
+        Raises
+        ------
+        ConfigError
+            Naming the file and key: missing or unknown keys, wrong types, node ids that are
+            not ``0..n-1``, asymmetric or self neighbours, a disconnected graph, a diameter
+            that does not match the neighbour lists, invalid or repeated public keys, or a
+            protocol that cannot be deployed.
+        """
+        path = Path(path)
+        doc = _read_toml(path, "roster")
+        return cls.from_document(doc, path)
+
+    @classmethod
+    def from_document(cls, doc: Mapping[str, Any], path: Path | None = None) -> Roster:
+        from p2pem.codec import validate_run_id
+        from p2pem.crypto import PublicIdentity
+
+        where = str(path) if path is not None else "roster"
+        top = _Table(where, doc, "", ("format", "run_id", "topology", "em", "protocol", "nodes"))
+        fmt = top.integer("format")
+        if fmt != ROSTER_FORMAT:
+            top.fail(f"'format' is {fmt}, this p2pem reads roster format {ROSTER_FORMAT}")
+        run_id = top.string("run_id")
+        try:
+            validate_run_id(run_id)
+        except ConfigError as exc:
+            top.fail(f"'run_id': {exc}")
+        topo = top.table("topology", ("n_nodes", "diameter", "ring"))
+        n = topo.integer("n_nodes", minimum=2)
+        diameter = topo.integer("diameter", minimum=1)
+        ring = topo.int_list("ring", default=None)
+        em_t = top.table("em", ("n_components", "max_iter", "tol", "reg_covar", "init_seed", "init"))
+        em: dict[str, Any] = {
+            "n_components": em_t.integer("n_components", minimum=1),
+            "max_iter": em_t.integer("max_iter", minimum=0),
+            "tol": em_t.number("tol", minimum=0.0),
+            "reg_covar": em_t.number("reg_covar", minimum=0.0),
+            "init_seed": em_t.integer("init_seed", minimum=0),
+        }
+        if "init" in em_t.data:
+            init_t = em_t.table("init", ("weights", "means", "covariances"))
+            em["init"] = {k: init_t.require(k) for k in ("weights", "means", "covariances")}
+        proto_t = top.table("protocol", None)
+        protocol = dict(proto_t.data)
+        if not isinstance(protocol.get("name"), str):
+            proto_t.fail("missing required key 'protocol.name' (a string)")
+        raw_nodes = top.require("nodes")
+        if not (isinstance(raw_nodes, list) and all(isinstance(t, dict) for t in raw_nodes)):
+            top.fail("'nodes' must be an array of [[nodes]] tables")
+        if len(raw_nodes) != n:
+            top.fail(f"'topology.n_nodes' is {n} but there are {len(raw_nodes)} [[nodes]] entries")
+        neighbours: dict[int, tuple[int, ...]] = {}
+        keys: dict[int, PublicIdentity] = {}
+        for index, entry in enumerate(raw_nodes):
+            node_t = _Table(where, entry, f"nodes[{index}]", ("id", "neighbours", "signing_key", "agreement_key", "fingerprint"))
+            i = node_t.integer("id", minimum=0)
+            if i >= n:
+                node_t.fail(f"'nodes[{index}].id' is {i}, but ids run from 0 to {n - 1}")
+            if i in neighbours:
+                node_t.fail(f"node id {i} appears twice in [[nodes]]")
+            nb = node_t.int_list("neighbours")
+            if len(set(nb)) != len(nb):
+                node_t.fail(f"node {i} lists a neighbour twice")
+            if i in nb:
+                node_t.fail(f"node {i} lists itself as a neighbour")
+            if any(not 0 <= j < n for j in nb):
+                node_t.fail(f"node {i} has a neighbour outside 0..{n - 1}")
+            if not nb:
+                node_t.fail(f"node {i} has no neighbours")
+            neighbours[i] = tuple(sorted(nb))
+            try:
+                public = PublicIdentity.from_dict({k: node_t.string(k) for k in ("signing_key", "agreement_key")})
+            except ConfigError as exc:
+                node_t.fail(f"node {i}: {exc}")
+            if "fingerprint" in entry and node_t.string("fingerprint") != public.fingerprint:
+                node_t.fail(f"node {i}: 'fingerprint' does not match its keys (expected {public.fingerprint})")
+            keys[i] = public
+        nbrs = tuple(neighbours[i] for i in range(n))
+        for i, nb in enumerate(nbrs):
+            for j in nb:
+                if i not in nbrs[j]:
+                    top.fail(f"node {i} lists node {j} as a neighbour but node {j} does not list node {i}")
+        seen_keys: dict[str, int] = {}
+        for i, public in keys.items():
+            for hexkey in (public.signing_key, public.agreement_key):
+                if hexkey in seen_keys:
+                    top.fail(f"nodes {seen_keys[hexkey]} and {i} share a public key (each node needs its own `p2pem keys new`)")
+                seen_keys[hexkey] = i
+        actual = _diameter(nbrs)
+        if actual is None:
+            top.fail("the neighbour lists describe a disconnected graph")
+        if actual != diameter:
+            top.fail(f"'topology.diameter' is {diameter} but the neighbour lists give {actual}")
+        roster = cls(run_id, nbrs, diameter, em, protocol, tuple(keys[i] for i in range(n)), None if ring is None else tuple(ring), path)
+        roster.em_settings()
+        roster.protocol_spec()
+        return roster
+
+
+def _diameter(nbrs: Sequence[Sequence[int]]) -> int | None:
+    """Diameter by breadth-first search from every node; None when disconnected."""
+    n = len(nbrs)
+    best = 0
+    for s in range(n):
+        dist = [-1] * n
+        dist[s] = 0
+        frontier = [s]
+        while frontier:
+            nxt = []
+            for u in frontier:
+                for v in nbrs[u]:
+                    if dist[v] < 0:
+                        dist[v] = dist[u] + 1
+                        nxt.append(v)
+            frontier = nxt
+        if min(dist) < 0:
+            return None
+        best = max(best, max(dist))
+    return best
+
+
+# ------------------------------------------------------------------------------ node config
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Where and how a node connects to the MQTT broker.
+
+    Parameters
+    ----------
+    host : str
+    port : int, default 1883 (8883 is customary with TLS)
+    username : str, optional
+        ``node<i>`` when the broker uses the password file and ACL written by p2pem.
+    password_file : pathlib.Path, optional
+        File holding the broker password on its first line (mode 0600 recommended).
+    tls : bool, default False
+        Connect with TLS, verifying the broker's certificate.
+    ca_file : pathlib.Path, optional
+        CA bundle that signed the broker's certificate (default: the system's).
+    client_cert, client_key : pathlib.Path, optional
+        Client certificate and key, for brokers that require them.
+    """
+
+    host: str
+    port: int = 1883
+    username: str | None = None
+    password_file: Path | None = None
+    tls: bool = False
+    ca_file: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+
+    KEYS = ("host", "port", "username", "password_file", "tls", "ca_file", "client_cert", "client_key")
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def password(self) -> str | None:
+        """The password (first line of :attr:`password_file`), or None."""
+        if self.password_file is None:
+            return None
+        try:
+            text = self.password_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read broker password file {self.password_file}: {exc.strerror or exc}") from None
+        lines = text.splitlines()
+        if not lines or not lines[0]:
+            raise ConfigError(f"broker password file {self.password_file} is empty")
+        return lines[0]
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """An SSL context that verifies the broker (None without TLS)."""
+        if not self.tls:
+            return None
+        try:
+            context = ssl.create_default_context(cafile=None if self.ca_file is None else str(self.ca_file))
+            if self.client_cert is not None:
+                context.load_cert_chain(str(self.client_cert), None if self.client_key is None else str(self.client_key))
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot set up TLS for broker {self.address}: {exc}") from None
+        return context
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """One node's ``node.toml``.
+
+    Parameters
+    ----------
+    node_id : int
+    roster : pathlib.Path
+        The run's roster file.
+    key_file : pathlib.Path
+        This node's private keys (``p2pem keys new``), mode 0600.
+    data : pathlib.Path
+        This node's rows: a CSV file with a header row, every cell a number.
+    result : pathlib.Path
+        Where the node writes its result (JSON) when it stops, successfully or not.
+    broker : BrokerConfig
+    timeouts : Timeouts
+    columns : tuple of str, optional
+        Read only these columns of the data file, in this order.
+    seed : int, optional
+        TESTING ONLY: seed of the protocol noise (with ``spawn_key``).  A real deployment
+        leaves it out so that the noise comes from the operating system's entropy: anyone
+        who knows the seed can undo the subspace perturbation.
+    spawn_key : tuple of int
+        With ``seed``: the noise generator is ``default_rng(SeedSequence(seed, spawn_key))``;
+        ``p2pem deploy`` writes the scenario seed and ``(3, node_id)``, exactly the
+        generator ``p2pem simulate`` gives node ``node_id``.
+    path : pathlib.Path, optional
+        Where the config was read from.
+    """
+
+    node_id: int
+    roster: Path
+    key_file: Path
+    data: Path
+    result: Path
+    broker: BrokerConfig
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    columns: tuple[str, ...] | None = None
+    seed: int | None = None
+    spawn_key: tuple[int, ...] = ()
+    path: Path | None = None
+
+    def protocol_rng(self) -> np.random.Generator:
+        """The node's protocol-noise generator (OS entropy unless a seed is configured)."""
+        if self.seed is None:
+            return np.random.default_rng()
+        return np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=self.spawn_key))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> NodeConfig:
+        """Read and validate ``node.toml``; relative paths are taken from the file's folder."""
+        path = Path(path)
+        doc = _read_toml(path, "node config")
+        where = str(path)
+        base = path.parent
+        top = _Table(where, doc, "", ("node_id", "roster", "key_file", "data", "columns", "result", "broker", "timeouts", "reproducibility"))
+        node_id = top.integer("node_id", minimum=0)
+        b = top.table("broker", BrokerConfig.KEYS)
+        port = b.integer("port", default=1883, minimum=1)
+        if port > 65535:
+            b.fail(f"'broker.port' must be at most 65535, got {port}")
+        broker = BrokerConfig(
+            host=b.string("host"),
+            port=port,
+            username=b.string("username", default=None),
+            password_file=b.path("password_file", base, default=None),
+            tls=b.boolean("tls", default=False),
+            ca_file=b.path("ca_file", base, default=None),
+            client_cert=b.path("client_cert", base, default=None),
+            client_key=b.path("client_key", base, default=None),
+        )
+        if "timeouts" in doc:
+            t = top.table("timeouts", Timeouts.KEYS)
+            for key in Timeouts.KEYS:
+                t.number(key, default=None)
+            timeouts = Timeouts.from_mapping(t.data, f"{where}: timeouts")
+        else:
+            timeouts = Timeouts()
+        seed = None
+        spawn_key: tuple[int, ...] = ()
+        if "reproducibility" in doc:
+            r = top.table("reproducibility", ("seed", "spawn_key"))
+            seed = r.integer("seed", minimum=0)
+            spawn_key = tuple(r.int_list("spawn_key", default=[]))
+            if any(k < 0 for k in spawn_key):
+                r.fail("'reproducibility.spawn_key' must hold non-negative integers")
+        columns = top.string_list("columns", default=None)
+        return cls(
+            node_id=node_id,
+            roster=top.path("roster", base),
+            key_file=top.path("key_file", base),
+            data=top.path("data", base),
+            result=top.path("result", base),
+            broker=broker,
+            timeouts=timeouts,
+            columns=None if columns is None else tuple(columns),
+            seed=seed,
+            spawn_key=spawn_key,
+            path=path,
+        )
+
+    def to_document(self, relative_to: Path | None = None) -> dict[str, Any]:
+        def rel(p: Path | None) -> str | None:
+            if p is None:
+                return None
+            if relative_to is not None:
+                try:
+                    return os.path.relpath(p, relative_to)
+                except ValueError:
+                    return str(p)
+            return str(p)
+
+        broker: dict[str, Any] = {"host": self.broker.host, "port": self.broker.port}
+        if self.broker.username is not None:
+            broker["username"] = self.broker.username
+        if self.broker.password_file is not None:
+            broker["password_file"] = rel(self.broker.password_file)
+        broker["tls"] = self.broker.tls
+        for key in ("ca_file", "client_cert", "client_key"):
+            if getattr(self.broker, key) is not None:
+                broker[key] = rel(getattr(self.broker, key))
+        doc: dict[str, Any] = {
+            "node_id": self.node_id,
+            "roster": rel(self.roster),
+            "key_file": rel(self.key_file),
+            "data": rel(self.data),
+        }
+        if self.columns is not None:
+            doc["columns"] = list(self.columns)
+        doc["result"] = rel(self.result)
+        doc["broker"] = broker
+        doc["timeouts"] = self.timeouts.to_dict()
+        if self.seed is not None:
+            doc["reproducibility"] = {"seed": self.seed, "spawn_key": list(self.spawn_key)}
+        return doc
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the config as TOML with paths relative to its folder."""
+        path = Path(path)
+        header = f"p2pem node config of node {self.node_id}: see nodes/README.md for every key."
+        if self.seed is not None:
+            header += (
+                "\n[reproducibility] fixes the protocol noise so that the run equals `p2pem simulate`:"
+                "\nTESTING ONLY - delete it in a real deployment (anyone knowing the seed can undo the privacy noise)."
+            )
+        _write_text(path, toml_dumps(self.to_document(path.resolve().parent), header=header), mode=0o600)
+        return path
+
+    def with_broker(self, host: str, port: int) -> NodeConfig:
+        return replace(self, broker=replace(self.broker, host=host, port=int(port)))
+
+
+def parse_broker_address(text: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` -> ``(host, port)``; ``[v6]:port`` is accepted too.
+
+    Raises
+    ------
+    ConfigError
+        If it is not ``HOST:PORT`` with a port in 1..65535.
+    """
+    if not isinstance(text, str) or ":" not in text:
+        raise ConfigError(f"broker address must be HOST:PORT, got {text!r}")
+    host, _, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"broker address must be HOST:PORT, got {text!r}") from None
+    if not host or not 0 < port < 65536:
+        raise ConfigError(f"broker address must be HOST:PORT with a port in 1-65535, got {text!r}")
+    return host, port
+
+
+# ------------------------------------------------------------------------------------ data
+
+
+def load_node_data(path: str | os.PathLike[str], columns: Sequence[str] | None = None) -> npt.NDArray[np.float64]:
+    """Read one node's rows (CSV with a header row).
+
+    Raises
+    ------
+    DataError
+        The file cannot be read or holds a non-numeric or non-finite cell (from
+        :func:`p2pem.data.load_table`, which names the line and column).
+    """
+    from p2pem.data import load_table
+
+    X, _ = load_table(path, columns=None if columns is None else list(columns))
+    if X.shape[0] == 0:
+        raise DataError(f"{path}: no rows")
+    return X
+
+
+def write_node_data(path: str | os.PathLike[str], X: npt.ArrayLike, names: Sequence[str] | None = None) -> Path:
+    """Write rows as CSV that reads back bit for bit (shortest round-trip float repr)."""
+    path = Path(path)
+    X = np.asarray(X, dtype=np.float64)
+    names = list(names) if names is not None else [f"x{k}" for k in range(X.shape[1])]
+    lines = [",".join(names)] + [",".join(repr(float(v)) for v in row) for row in X]
+    _write_text(path, "\n".join(lines) + "\n", mode=0o600)
+    return path
+
+
+# ------------------------------------------------------------------------------------ TOML
+
+
+def toml_dumps(doc: Mapping[str, Any], *, header: str | None = None) -> str:
+    """Serialise the small documents of this module as TOML.
+
+    Supports strings, booleans, integers, finite floats, (nested) arrays of those, tables
+    and arrays of tables; ``None`` values are left out.  Floats use Python's shortest
+    round-trip form, so they read back bit for bit.
+    """
+    out: list[str] = []
+    if header:
+        out += [f"# {line}".rstrip() for line in header.splitlines()] + [""]
+    _emit_table(out, doc, [])
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _emit_table(out: list[str], table: Mapping[str, Any], prefix: list[str]) -> None:
+    scalars = [(k, v) for k, v in table.items() if v is not None and not _is_subtable(v)]
+    subs = [(k, v) for k, v in table.items() if v is not None and _is_subtable(v)]
+    for key, value in scalars:
+        out.append(f"{_key(key)} = {_value(value)}")
+    for key, value in subs:
+        name = ".".join(_key(p) for p in [*prefix, key])
+        if isinstance(value, Mapping):
+            out += ["", f"[{name}]"]
+            _emit_table(out, value, [*prefix, key])
+        else:
+            for item in value:
+                out += ["", f"[[{name}]]"]
+                _emit_table(out, item, [*prefix, key])
+
+
+def _is_subtable(value: Any) -> bool:
+    return isinstance(value, Mapping) or (
+        isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, Mapping) for v in value)
+    )
+
+
+def _key(key: str) -> str:
+    if key and all(c.isalnum() or c in "_-" for c in key):
+        return key
+    return json.dumps(key)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        if not math.isfinite(value):
+            raise ConfigError(f"cannot write the non-finite number {value!r} to TOML")
+        text = repr(value)
+        return text if any(c in text for c in ".en") else text + ".0"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, Path):
+        return json.dumps(str(value))
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    raise ConfigError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and sequences as plain dicts and lists (for JSON digests and TOML)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _write_text(path: Path, text: str, *, mode: int) -> None:
+    """Write ``text`` to ``path`` atomically with the given permissions."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such {what} file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a {what} file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+_MISSING: Any = object()
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class _Table:
+    """One TOML table being validated; every error names the file and the dotted key."""
+
+    def __init__(self, where: str, data: Any, prefix: str, known: Sequence[str] | None) -> None:
+        self.where = where
+        self.prefix = prefix
+        if not isinstance(data, dict):
+            self.fail(f"{prefix!r} must be a table")
+        self.data = data
+        if known is not None:
+            unknown = [k for k in data if k not in known]
+            if unknown:
+                self.fail(f"unknown key {self.key(unknown[0])!r} (known: {', '.join(known)})")
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+    def fail(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.where}: {message}")
+
+    def require(self, name: str) -> Any:
+        if name not in self.data:
+            self.fail(f"missing required key {self.key(name)!r}")
+        return self.data[name]
+
+    def _get(self, name: str, default: Any) -> tuple[bool, Any]:
+        if name in self.data:
+            return True, self.data[name]
+        if default is _MISSING:
+            self.require(name)
+        return False, default
+
+    def integer(self, name: str, *, default: Any = _MISSING, minimum: int | None = None) -> Any:
+        present, value = self._get(name, default)
+        if not present:
+            return value
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.fail(f"{self.key(name)!r} must be an integer, got {value!r}")
+        if minimum is not None and value < minimum:
+            self.fail(f"{self.key(name)!r} must be >= {minimum}, got {value}")
+        return value
+
+    def number(self, name: str, *, default: Any = _MISSING, minimum: float | None = None) -> Any:
+        present, value = self._get(name, default)
+        if not present:
+            return value
+        if not (_is_number(value) and math.isfinite(value)):
+            self.fail(f"{self.key(name)!r} must be a finite number, got {value!r}")
+        if minimum is not None and value < minimum:
+            self.fail(f"{self.key(name)!r} must be >= {minimum}, got {value}")
+        return float(value)
+
+    def string(self, name: str, *, default: Any = _MISSING) -> Any:
+        present, value = self._get(name, default)
+        if present and not isinstance(value, str):
+            self.fail(f"{self.key(name)!r} must be a string, got {value!r}")
+        return value
+
+    def boolean(self, name: str, *, default: Any = _MISSING) -> Any:
+        present, value = self._get(name, default)
+        if present and not isinstance(value, bool):
+            self.fail(f"{self.key(name)!r} must be true or false, got {value!r}")
+        return value
+
+    def int_list(self, name: str, *, default: Any = _MISSING) -> Any:
+        present, value = self._get(name, default)
+        if not present:
+            return value
+        if not (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            self.fail(f"{self.key(name)!r} must be an array of integers")
+        return list(value)
+
+    def string_list(self, name: str, *, default: Any = _MISSING) -> Any:
+        present, value = self._get(name, default)
+        if not present:
+            return value
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            self.fail(f"{self.key(name)!r} must be an array of strings")
+        return list(value)
+
+    def path(self, name: str, base: Path, *, default: Any = _MISSING) -> Any:
+        value = self.string(name, default=default)
+        if value is None or value is default:
+            return value
+        if not value:
+            self.fail(f"{self.key(name)!r} must not be empty")
+        p = Path(value)
+        return p if p.is_absolute() else base / p
+
+    def table(self, name: str, known: Sequence[str] | None) -> _Table:
+        value = self.require(name)
+        if not isinstance(value, dict):
+            self.fail(f"{self.key(name)!r} must be a table")
+        return _Table(self.where, value, self.key(name), known)

@@ -1,0 +1,846 @@
+"""One deployed node: the unchanged :class:`~p2pem.node.Node` driven over MQTT.
+
+The simulator's message engine hands each :class:`~p2pem.messages.Message` straight to the
+receiving Node; here the same messages are signed (and, for the initial duals of pdmm-sp,
+sealed per edge) by :class:`~p2pem.codec.Codec`, published through
+:class:`~p2pem.transports.mqtt.MqttLink` and checked on arrival.  Nothing else differs, so a
+deployment reproduces ``p2pem simulate`` for the same seeds.
+
+What arrives is accepted only if, in this order (each refusal is logged with its reason and
+counted in the node's result, and the message is never folded in):
+
+1. its topic is a topic of this run, and names the same sender (and receiver) as the header;
+2. it is a well-formed envelope of this run, signed by the claimed sender's pinned key, and its
+   sealed payload (if any) authenticates under the edge key (:meth:`Codec.decode`);
+3. it is addressed to this node and comes from a neighbour;
+4. :class:`~p2pem.codec.ReplayGuard` has not accepted it before (an identical copy, as MQTT
+   QoS 1 may deliver, is silently dropped; a different message under the same identity is a
+   replay or an equivocation and is refused);
+5. an initial dual arrives encrypted, and the Node accepts it (a message for an EM iteration
+   the node has already finished raises :class:`~p2pem.node.OutOfRound`).
+
+Control messages (iteration -1, never seen by the Node), all signed like the rest:
+
+``hello``   meta ``(epoch,)``, payload the roster digest.  Sent on start-up until every
+            neighbour has answered (a node starts the protocol only once all its neighbours
+            are subscribed, because a broker does not keep messages for absent clients), as a
+            heartbeat when the node has published nothing for ``heartbeat`` seconds, and at
+            once after a reconnection with a new epoch.  A neighbour's new epoch means it
+            reconnected and may have missed messages: the node re-publishes its recent
+            envelopes (byte-identical, so duplicates to the receiver's ReplayGuard).
+``bye``     the node has finished; neighbours linger until they have heard every bye, so a
+            broker restart in the last round can still be repaired.
+``abort``   meta ``(reason, iteration, round, origin, *culprits)``: the run is stopped.  A node
+            that gives up sends one, every node that receives one stops with an error naming
+            the culprits and relays it, so all nodes exit promptly naming the same node.
+
+Failures end in a :class:`~p2pem.errors.P2pemError` whose one-line message names this node,
+the culprit node(s) and the EM iteration and protocol round (see :class:`Timeouts`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import time
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from p2pem.codec import Codec, InvalidMessage, ReplayedMessage, ReplayGuard
+from p2pem.crypto import Identity
+from p2pem.deploy.config import NodeConfig, Roster, load_node_data
+from p2pem.errors import ConfigError, DataError, P2pemError, ProtocolError, TransportError
+from p2pem.messages import Message
+from p2pem.node import Node, OutOfRound
+from p2pem.protocols import NodeContext
+from p2pem.transports.mqtt import (
+    ConnectionLost,
+    Incoming,
+    LinkTimeout,
+    MqttLink,
+    parse_topic,
+    subscriptions_for,
+    topic_for,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "BrokerLost",
+    "Interrupted",
+    "NeighbourSilent",
+    "NodeRuntime",
+    "RosterMismatch",
+    "RunAborted",
+    "run_node",
+]
+
+#: Iteration number of control messages (hello, bye, abort); the Node never sees them.
+CONTROL = -1
+HELLO, BYE, ABORT = "hello", "bye", "abort"
+#: How many (iteration, round) groups of sent envelopes are kept for re-publishing.  A
+#: neighbour is at most one round behind, so the last two suffice; one more for safety.
+RECENT_GROUPS = 3
+
+# abort reasons (first meta field of an abort message)
+SILENT, STALLED, OFFLINE, BROKER, PROTOCOL, INTERRUPTED, MISMATCH = 1, 2, 3, 4, 5, 6, 7
+
+
+class NeighbourSilent(TransportError):
+    """A neighbour this node waits for sent nothing (not even a heartbeat) for ``timeout`` seconds."""
+
+
+class BrokerLost(TransportError):
+    """The broker stayed unreachable for ``reconnect_timeout`` seconds."""
+
+
+class RunAborted(TransportError):
+    """Another node stopped the run; the message names the node it blames."""
+
+
+class RosterMismatch(ConfigError):
+    """A neighbour runs with a different roster."""
+
+
+class Interrupted(P2pemError):
+    """The node was stopped by a signal (Ctrl-C, SIGTERM from the launcher)."""
+
+    exit_code = 130
+
+
+def _nodes(ids: Sequence[int]) -> str:
+    ids = sorted(set(ids))
+    return ("node " if len(ids) == 1 else "nodes ") + ", ".join(str(i) for i in ids)
+
+
+def describe_abort(meta: Sequence[int]) -> str:
+    """One line for the meta fields ``(reason, iteration, round, origin, *culprits)`` of an abort."""
+    if len(meta) < 4:
+        return "stopped (no reason given)"
+    reason, it, rnd, origin, *culprits = (int(v) for v in meta)
+    at = f"EM iteration {it}, protocol round {rnd}"
+    if reason == SILENT:
+        return f"{_nodes(culprits)} fell silent in {at} (detected by node {origin})"
+    if reason == STALLED:
+        return f"node {origin} made no progress in {at} waiting for {_nodes(culprits)}"
+    if reason == OFFLINE:
+        return f"{_nodes(culprits)} never came online (noticed by node {origin})"
+    if reason == BROKER:
+        return f"node {origin} lost the MQTT broker in {at}"
+    if reason == INTERRUPTED:
+        return f"node {origin} was interrupted in {at}"
+    if reason == MISMATCH:
+        verb = "runs" if len(set(culprits)) == 1 else "run"
+        return f"{_nodes(culprits)} {verb} with a roster that differs from node {origin}'s"
+    blame = f" (message from {_nodes(culprits)})" if culprits else ""
+    return f"node {origin} hit a protocol error in {at}{blame}"
+
+
+class _NoDelayLink(MqttLink):
+    """An MqttLink whose socket has Nagle's algorithm switched off after every (re)connection.
+
+    Consensus is a chain of small messages, each waiting for the previous; with Nagle on,
+    a small write waits for the ACK of the last one, which Linux delays by up to 40 ms, so
+    a publish-receive round trip on loopback takes ~90 ms instead of ~0.7 ms.  MqttLink
+    does not expose aiomqtt's ``socket_options`` yet, hence the reach into its client;
+    if that ever fails the link still works, only slower.
+    """
+
+    async def connect(self) -> None:
+        await super().connect()
+        try:
+            sock = self._client._client.socket()  # type: ignore[union-attr]
+            if isinstance(sock, socket.socket):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except (AttributeError, OSError) as exc:  # pragma: no cover - depends on aiomqtt internals
+            log.info("could not switch off Nagle's algorithm on the broker connection: %s", exc)
+
+
+class NodeRuntime:
+    """One node process: load its files, connect, run the Node to the end, report.
+
+    Parameters
+    ----------
+    config : NodeConfig
+    progress : callable(event, n_iter, max_iter), optional
+        Called with ``("online", 0, max_iter)`` when the protocol starts and
+        ``("progress", n_iter, max_iter)`` after every M-step.
+    parent_pid : int, optional
+        Stop (as if interrupted) when the parent process is no longer ``parent_pid``: a node
+        started by ``p2pem deploy`` dies with its launcher.
+
+    Raises
+    ------
+    ConfigError, DataError
+        A file is missing or invalid, the key file does not match the roster entry, the
+        protocol cannot be deployed, or the data does not fit the EM settings.
+    """
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        progress: Callable[[str, int, int], None] | None = None,
+        parent_pid: int | None = None,
+    ) -> None:
+        self.config = config
+        self.progress = progress
+        self.parent_pid = parent_pid
+        self.roster = roster = Roster.load(config.roster)
+        self.node_id = i = config.node_id
+        if not 0 <= i < roster.n_nodes:
+            raise ConfigError(f"{config.path}: node_id {i} is not in the roster ({roster.n_nodes} nodes: 0..{roster.n_nodes - 1})")
+        self.run_id = roster.run_id
+        self.timeouts = config.timeouts
+        spec = roster.protocol_spec()
+        topology = roster.topology()
+        settings = roster.em_settings()
+        identity = Identity.load(config.key_file)
+        try:
+            self.codec = Codec(self.run_id, roster.public_keys(), identity=identity, node_id=i)
+        except ConfigError as exc:
+            raise ConfigError(f"{config.path}: {exc}") from None
+        X = load_node_data(config.data, config.columns)
+        if settings.init is not None and X.shape[1] != settings.init.means.shape[1]:
+            raise DataError(f"{config.data}: {X.shape[1]} columns, but the roster's initial means have {settings.init.means.shape[1]}")
+        self.n_rows = int(X.shape[0])
+        if config.seed is not None:
+            log.warning(
+                "node %d: protocol noise drawn from a FIXED seed (reproducibility mode): results are reproducible "
+                "but the subspace perturbation hides nothing from whoever knows the seed",
+                i,
+            )
+        self.node = Node(NodeContext(i, topology, config.protocol_rng()), X, settings, spec)
+        self.max_iter = settings.max_iter
+        self.neighbours: tuple[int, ...] = topology.neighbours[i]
+        self._nbr_set = frozenset(self.neighbours)
+        self.guard = ReplayGuard()
+        broker = config.broker
+        self.link = _NoDelayLink(
+            broker.host,
+            broker.port,
+            subscriptions=subscriptions_for(self.run_id, i, self.neighbours),
+            username=broker.username,
+            password=broker.password(),
+            identifier=f"{self.run_id}-node{i}",
+            tls_context=broker.tls_context(),
+            timeout=min(10.0, max(2.0, self.timeouts.timeout)),
+            keepalive=max(5, int(self.timeouts.timeout)),
+        )
+        self._digest = int.from_bytes(roster.digest(), "big")
+        self._tick = min(0.2, self.timeouts.heartbeat / 2)
+        # state
+        self.started = False
+        self.status = "created"
+        self.error: BaseException | None = None
+        self.epoch = 0
+        self._hello_seq = 0
+        self._hello_due = False
+        self._republish_due = False
+        self._heard_epoch: dict[int, int] = {}
+        self._hello_seen: dict[int, int] = {}
+        self._last_heard: dict[int, float] = {}
+        self._bye_from: set[int] = set()
+        self._buffer: list[Message] = []
+        self._seen: dict[tuple[int, int], set[int]] = defaultdict(set)
+        self._recent: list[tuple[tuple[int, int], str, bytes]] = []
+        self._recent_keys: deque[tuple[int, int]] = deque(maxlen=RECENT_GROUPS)
+        self._last_broadcast = -np.inf
+        self._inflight: dict[asyncio.Task[None], int] = {}
+        self._publish_error: BaseException | None = None
+        self._last_progress = 0.0
+        self._next_check = 0.0
+        self._reported_iter = -1
+        self.counters: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter()
+        self.timings: dict[str, float] = {}
+        self._t0 = time.monotonic()
+
+    # ------------------------------------------------------------------ the run
+
+    def where(self) -> str:
+        """``EM iteration k, protocol round r`` (what the node is waiting for)."""
+        if self.node.done:
+            return f"EM iteration {self.node.iteration} (finished)"
+        return f"EM iteration {self.node.iteration}, protocol round {self._round()}"
+
+    def _round(self) -> int:
+        return int(getattr(self.node.agg, "round", 0) or 0)
+
+    async def run(self) -> dict[str, Any]:
+        """Connect, run the protocol to the end, linger until the neighbours are done.
+
+        Returns
+        -------
+        dict
+            The node's report (see :meth:`report`).
+
+        Raises
+        ------
+        NeighbourSilent, RunAborted, BrokerLost, TransportError, ProtocolError, RosterMismatch
+            With a one-line message naming this node, the culprit and the round.
+        """
+        self._t0 = time.monotonic()
+        self.timings["started_unix"] = time.time()
+        try:
+            await self._connect()
+            while not self.node.done:
+                await self._step()
+            self.timings["finished_s"] = self._elapsed()
+            self.status = "finished"
+            await self._linger()
+            self.timings["total_s"] = self._elapsed()
+            return self.report()
+        except asyncio.CancelledError:
+            self.status = "failed"
+            await self._try_abort(INTERRUPTED, ())
+            raise
+        except P2pemError as exc:
+            self.status = "failed"
+            self.error = exc
+            await self._abort_for(exc)
+            raise
+        finally:
+            self.timings.setdefault("total_s", self._elapsed())
+            try:
+                await asyncio.wait_for(self.link.close(), 2.0)
+            except (TransportError, TimeoutError):
+                pass
+
+    def _elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
+    async def _connect(self) -> None:
+        deadline = time.monotonic() + self.timeouts.startup_timeout
+        last: TransportError | None = None
+        while True:
+            try:
+                await self.link.connect()
+                break
+            except TransportError as exc:
+                last = exc
+                text = str(exc).lower()
+                if "authori" in text or "user name or password" in text:
+                    raise TransportError(
+                        f"node {self.node_id}: the MQTT broker at {self.link.address} refused user "
+                        f"{self.config.broker.username!r}: {exc}"
+                    ) from None
+                if time.monotonic() >= deadline:
+                    raise TransportError(
+                        f"node {self.node_id}: cannot reach the MQTT broker at {self.link.address} "
+                        f"within {self.timeouts.startup_timeout:g} s: {last}"
+                    ) from None
+                await asyncio.sleep(0.25)
+        self.timings["connected_s"] = self._elapsed()
+        log.info("node %d connected to %s, waiting for %s", self.node_id, self.link.address, _nodes(self.neighbours))
+        await self._send_hello()
+
+    async def _step(self) -> None:
+        """Check the timers, then wait (briefly) for one message and handle it."""
+        if self._publish_error is not None:
+            await self._check_publishing()
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + self._tick
+            await self._timers(now)
+        try:
+            # A queued message needs no timer; arming one per message costs measurable CPU.
+            incoming = await self.link.receive(timeout=math.inf if self.link.pending else self._tick)
+        except LinkTimeout:
+            return
+        except ConnectionLost as exc:
+            await self._recover(exc)
+            return
+        await self._handle(incoming)
+
+    async def _timers(self, now: float) -> None:
+        if self.parent_pid is not None and os.getppid() != self.parent_pid:
+            raise Interrupted(f"node {self.node_id}: the launcher (pid {self.parent_pid}) exited; stopping in {self.where()}")
+        # Start-up needs no fast periodic hellos: a node answers every neighbour's first hello
+        # at once (_hello_due), and a hello is only sent after the node's own subscriptions
+        # are acknowledged, so of any two neighbours the later one is always heard.
+        if self._hello_due or now - self._last_broadcast >= self.timeouts.heartbeat:
+            await self._send_hello()
+        if self._republish_due:
+            self._republish_due = False
+            await self._republish()
+        if not self.started:
+            missing = [j for j in self.neighbours if j not in self._heard_epoch]
+            if not missing:
+                await self._start()
+            elif now - self._t0 > self.timeouts.startup_timeout:
+                exc = TransportError(
+                    f"node {self.node_id}: {_nodes(missing)} never came online "
+                    f"(no hello within {self.timeouts.startup_timeout:g} s of start-up)"
+                )
+                exc.abort = (OFFLINE, tuple(missing))  # type: ignore[attr-defined]
+                raise exc
+            return
+        if self.node.done:
+            return
+        missing = self.missing()
+        silent = [j for j in missing if now - self._last_heard.get(j, now) > self.timeouts.timeout]
+        if silent:
+            quiet = max(now - self._last_heard[j] for j in silent)
+            exc = NeighbourSilent(
+                f"node {self.node_id}: neighbour {_nodes(silent)} fell silent in {self.where()}: "
+                f"nothing received for {quiet:.1f} s (timeout {self.timeouts.timeout:g} s)"
+            )
+            exc.abort = (SILENT, tuple(silent))  # type: ignore[attr-defined]
+            raise exc
+        # Until the first aggregation has finished, the network may still be waiting for a
+        # late node several hops away (alive neighbours, no progress); that node's
+        # neighbours enforce the start-up timeout.  pdmm-sp cannot finish an aggregation
+        # before every node took part, so afterwards everyone is known to be running.
+        stall = self.timeouts.stall if self.node.rounds else self.timeouts.stall + self.timeouts.startup_timeout
+        if now - self._last_progress > stall:
+            exc = TransportError(
+                f"node {self.node_id}: no progress for {now - self._last_progress:.1f} s in {self.where()}, "
+                f"waiting for {_nodes(missing) if missing else 'nothing?'} (alive but stuck)"
+            )
+            exc.abort = (STALLED, tuple(missing))  # type: ignore[attr-defined]
+            raise exc
+
+    def missing(self) -> list[int]:
+        """Neighbours whose message for the current protocol round has not arrived."""
+        if not self.started or self.node.done:
+            return []
+        got = self._seen.get((self.node.iteration, self._round()), set())
+        return [j for j in self.neighbours if j not in got]
+
+    async def _start(self) -> None:
+        self.started = True
+        now = time.monotonic()
+        self.timings["online_s"] = self._elapsed()
+        self._last_progress = now
+        for j in self.neighbours:
+            self._last_heard[j] = max(self._last_heard.get(j, now), now)
+        log.info("node %d: every neighbour is online, starting the protocol", self.node_id)
+        if self.progress is not None:
+            self.progress("online", 0, self.max_iter)
+        await self._send(self.node.start())
+        buffered, self._buffer = self._buffer, []
+        for msg in buffered:
+            await self._deliver(msg)
+        self._after_progress()
+
+    async def _linger(self) -> None:
+        """Say bye; stay (answering hellos, re-publishing) until every neighbour said bye."""
+        await self._send([Message(self.node_id, self.neighbours, CONTROL, 0, BYE, (), False)])
+        deadline = time.monotonic() + self.timeouts.timeout
+        try:
+            while not self._nbr_set <= self._bye_from and time.monotonic() < deadline:
+                await self._step()
+        except RunAborted as exc:
+            log.warning("node %d: finished, but afterwards %s", self.node_id, exc)
+            return
+        except TransportError as exc:
+            log.warning("node %d: finished; then %s", self.node_id, exc)
+            return
+        await self._drain(min(5.0, self.timeouts.timeout))
+        missing = sorted(self._nbr_set - self._bye_from)
+        if missing:
+            log.warning("node %d: finished, but %s did not say bye within %g s", self.node_id, _nodes(missing), self.timeouts.timeout)
+
+    # ------------------------------------------------------------------ receiving
+
+    async def _handle(self, incoming: Incoming) -> None:
+        self.counters["received"] += 1
+        try:
+            t_sender, t_receiver = parse_topic(self.run_id, incoming.topic)
+        except TransportError as exc:
+            self._reject("BadTopic", str(exc))
+            return
+        try:
+            msg = self.codec.decode(incoming.payload)
+        except InvalidMessage as exc:
+            self._reject(type(exc).__name__, str(exc))
+            return
+        if msg.sender != t_sender or (t_receiver is not None and tuple(msg.receivers) != (t_receiver,)):
+            self._reject("TopicMismatch", f"message signed by node {msg.sender} arrived on topic {incoming.topic!r}")
+            return
+        if self.node_id not in msg.receivers:
+            self.counters["not_addressed"] += 1
+            return
+        if msg.sender not in self._nbr_set:
+            self._reject("NotNeighbour", f"message from node {msg.sender}, which is not a neighbour")
+            return
+        try:
+            fresh = self.guard.admit(msg, incoming.payload)
+        except ReplayedMessage as exc:
+            self._reject("ReplayedMessage", str(exc))
+            return
+        if not fresh:
+            self.counters["duplicates"] += 1
+            if 0 <= msg.iteration < self.node.iteration:
+                log.info("node %d: ignored a replayed or late duplicate %s message from node %d (EM iteration %d, round %d)", self.node_id, msg.kind, msg.sender, msg.iteration, msg.round)
+                return
+            log.debug("node %d: ignored a duplicate %s message from node %d (iteration %d, round %d)", self.node_id, msg.kind, msg.sender, msg.iteration, msg.round)
+            return
+        if msg.iteration == CONTROL:
+            await self._control(msg)
+            return
+        if msg.iteration < 0:
+            self._reject("Malformed", f"{msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}")
+            return
+        if msg.kind == "dual-init" and not msg.encrypted:
+            self._reject("PlaintextDual", f"initial dual from node {msg.sender} arrived unencrypted")
+            return
+        if not self.started:
+            if msg.iteration > 1:
+                self._reject("OutOfRound", f"{msg.kind} message from node {msg.sender} for EM iteration {msg.iteration} before start")
+                return
+            self._buffer.append(msg)
+            return
+        await self._deliver(msg)
+
+    async def _deliver(self, msg: Message) -> None:
+        try:
+            out = self.node.receive(msg)
+        except OutOfRound as exc:
+            self._reject("OutOfRound", str(exc))
+            return
+        except ProtocolError as exc:
+            # A signed, fresh message the protocol cannot take: a misbehaving peer (honest ones
+            # never send one), or a failure of the EM itself.  Either way the run cannot go on.
+            err = ProtocolError(f"node {self.node_id}: in {self.where()}, after a {msg.kind} message from node {msg.sender}: {exc}")
+            err.abort = (PROTOCOL, (msg.sender,))  # type: ignore[attr-defined]
+            raise err from None
+        now = time.monotonic()
+        self._last_heard[msg.sender] = now
+        self._seen[(msg.iteration, msg.round)].add(msg.sender)
+        self._last_progress = now
+        if out:
+            await self._send(out)
+        self._after_progress()
+
+    def _after_progress(self) -> None:
+        n_iter = self.node.em.n_iter
+        if n_iter != self._reported_iter:
+            self._reported_iter = n_iter
+            it = self.node.iteration
+            # Keys of iterations before it - 1 cannot come back legitimately; a replay of one
+            # is refused by the Node as out of round.  Control keys are guarded by sequence
+            # numbers instead (see _control).
+            self.guard.forget_before(it - 1)
+            for key in [k for k in self._seen if k[0] < it - 1]:
+                del self._seen[key]
+            if self.progress is not None and n_iter > 0:
+                self.progress("progress", n_iter, self.max_iter)
+
+    async def _control(self, msg: Message) -> None:
+        j = msg.sender
+        if msg.kind == HELLO:
+            if msg.payload != (self._digest,):
+                exc = RosterMismatch(
+                    f"node {self.node_id}: neighbour node {j} runs with a different roster "
+                    f"(every node needs the same roster.toml)"
+                )
+                exc.abort = (MISMATCH, (j,))  # type: ignore[attr-defined]
+                raise exc
+            if msg.round <= self._hello_seen.get(j, -1) or len(msg.meta) != 1:
+                self.counters["stale_hellos"] += 1
+                return
+            self._hello_seen[j] = msg.round
+            self._last_heard[j] = time.monotonic()
+            epoch, previous = int(msg.meta[0]), self._heard_epoch.get(j)
+            if previous is None:
+                self._heard_epoch[j] = epoch
+                self._hello_due = True  # let it hear us soon
+                if epoch > 0 and self.started:
+                    self._republish_due = True
+                if not self.started and all(k in self._heard_epoch for k in self.neighbours):
+                    await self._start()
+            elif epoch > previous:
+                self._heard_epoch[j] = epoch
+                log.info("node %d: node %d reconnected (epoch %d); re-publishing recent messages", self.node_id, j, epoch)
+                self._republish_due = True
+                self._hello_due = True
+        elif msg.kind == BYE:
+            self._bye_from.add(j)
+        elif msg.kind == ABORT:
+            meta = tuple(int(v) for v in msg.meta)
+            exc = RunAborted(f"node {self.node_id}: run stopped in {self.where()}: {describe_abort(meta)}; relayed by node {j}")
+            exc.abort_meta = meta  # type: ignore[attr-defined]
+            raise exc
+        else:
+            self._reject("Malformed", f"unknown control message {msg.kind!r} from node {j}")
+
+    def _reject(self, reason: str, detail: str) -> None:
+        self.rejected[reason] += 1
+        log.warning("node %d: rejected a message (%s): %s", self.node_id, reason, detail)
+
+    # ------------------------------------------------------------------ sending
+
+    async def _send(self, msgs: Sequence[Message]) -> None:
+        items = []
+        now = time.monotonic()
+        for m in msgs:
+            if m.kind == "dual-init" and not m.encrypted:
+                raise ProtocolError(f"node {self.node_id}: refusing to publish an initial dual in clear")
+            envelope = self.codec.encode(m)
+            topic = topic_for(self.run_id, m)
+            items.append((topic, envelope))
+            if m.iteration >= 0:
+                self._remember((m.iteration, m.round), topic, envelope)
+            else:
+                self.counters["control_sent"] += 1
+            if len(m.receivers) == len(self.neighbours) and len(m.receivers) > 1 or len(self.neighbours) == 1:
+                self._last_broadcast = now
+        await self._publish(items)
+
+    def _remember(self, key: tuple[int, int], topic: str, envelope: bytes) -> None:
+        if not self._recent_keys or self._recent_keys[-1] != key:
+            self._recent_keys.append(key)
+            keep = set(self._recent_keys)
+            self._recent = [r for r in self._recent if r[0] in keep]
+        self._recent.append((key, topic, envelope))
+
+    async def _publish(self, items: list[tuple[str, bytes]]) -> None:
+        """Hand envelopes to the link without waiting for the broker's acknowledgements.
+
+        Waiting for each PUBACK would put a broker round trip on the critical path of every
+        consensus round.  The link publishes in call order; a failure is picked up by the
+        next :meth:`_step`, which reconnects and re-publishes the recent envelopes (this one
+        included, it was remembered before publishing).
+        """
+        if self._publish_error is not None:
+            return  # the link is broken; _step will recover and re-publish
+        self.counters["published"] += len(items)
+        self.counters["wire_bytes"] += sum(len(e) for _, e in items)
+        loop = asyncio.get_running_loop()
+        for topic, envelope in items:
+            task = loop.create_task(self.link.publish(topic, envelope), name=f"publish {topic}")
+            self._inflight[task] = self.epoch
+            task.add_done_callback(self._published)
+
+    def _published(self, task: asyncio.Task[None]) -> None:
+        epoch = self._inflight.pop(task, self.epoch)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and epoch == self.epoch and self._publish_error is None:
+            self._publish_error = exc
+
+    async def _check_publishing(self) -> None:
+        exc, self._publish_error = self._publish_error, None
+        if exc is None:
+            return
+        if isinstance(exc, (ConnectionLost, LinkTimeout)):
+            await self._recover(exc)
+            return
+        raise exc
+
+    async def _drain(self, timeout: float) -> None:
+        """Wait (bounded) until every publish handed to the link was acknowledged."""
+        pending = [task for task, epoch in self._inflight.items() if epoch == self.epoch]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+
+    async def _publish_raw(self, items: list[tuple[str, bytes]]) -> None:
+        if not items:
+            return
+        self.counters["published"] += len(items)
+        self.counters["wire_bytes"] += sum(len(e) for _, e in items)
+        if len(items) == 1:
+            await self.link.publish(*items[0])
+            return
+        results = await asyncio.gather(*(self.link.publish(t, e) for t, e in items), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
+    def _hello(self) -> Message:
+        self._hello_seq += 1
+        return Message(self.node_id, self.neighbours, CONTROL, self._hello_seq, HELLO, (self._digest,), False, (self.epoch,))
+
+    async def _send_hello(self) -> None:
+        self._hello_due = False
+        await self._send([self._hello()])
+
+    async def _republish(self) -> None:
+        if self._recent:
+            self.counters["republished"] += len(self._recent)
+            await self._publish([(t, e) for _, t, e in self._recent])
+
+    async def _recover(self, cause: TransportError) -> None:
+        """Reconnect (re-subscribing), announce a new epoch and re-publish recent envelopes."""
+        self.counters["connection_losses"] += 1
+        log.warning("node %d: %s; reconnecting", self.node_id, cause)
+        deadline = time.monotonic() + self.timeouts.reconnect_timeout
+        while True:
+            try:
+                await self.link.reconnect(attempts=1)
+                self.epoch += 1
+                now = time.monotonic()
+                for j in self.neighbours:
+                    self._last_heard[j] = max(self._last_heard.get(j, now), now)
+                self._last_progress = max(self._last_progress, now)
+                hello = self._hello()
+                items = [(topic_for(self.run_id, hello), self.codec.encode(hello))]
+                items += [(t, e) for _, t, e in self._recent]
+                self.counters["republished"] += len(self._recent)
+                self.counters["control_sent"] += 1
+                await self._publish_raw(items)
+            except TransportError as exc:
+                if time.monotonic() >= deadline:
+                    err = BrokerLost(
+                        f"node {self.node_id}: lost the MQTT broker at {self.link.address} in {self.where()} "
+                        f"and could not reconnect within {self.timeouts.reconnect_timeout:g} s ({exc})"
+                    )
+                    err.abort = (BROKER, ())  # type: ignore[attr-defined]
+                    raise err from None
+                await asyncio.sleep(0.2)
+                continue
+            self._publish_error = None
+            for task, epoch in list(self._inflight.items()):
+                if epoch < self.epoch:  # died with the old connection; re-published above
+                    task.cancel()
+            self.counters["reconnects"] += 1
+            log.warning("node %d: reconnected to %s (epoch %d), re-published %d recent messages", self.node_id, self.link.address, self.epoch, len(self._recent))
+            return
+
+    async def _abort_for(self, exc: BaseException) -> None:
+        meta = getattr(exc, "abort_meta", None)
+        if meta is not None:  # relay what we were told
+            await self._try_send_abort(tuple(meta))
+            return
+        reason, culprits = getattr(exc, "abort", (PROTOCOL if isinstance(exc, ProtocolError) else BROKER, ()))
+        await self._try_abort(reason, culprits)
+
+    async def _try_abort(self, reason: int, culprits: Sequence[int]) -> None:
+        it = self.node.iteration
+        meta = (reason, it, self._round(), self.node_id, *culprits)
+        await self._try_send_abort(meta)
+
+    async def _try_send_abort(self, meta: tuple[int, ...]) -> None:
+        if not self.link.connected:
+            return
+        msg = Message(self.node_id, self.neighbours, CONTROL, 0, ABORT, (), False, meta)
+        try:
+            await asyncio.wait_for(self.link.publish(topic_for(self.run_id, msg), self.codec.encode(msg)), 2.0)
+            self.counters["control_sent"] += 1
+        except (TransportError, TimeoutError) as exc:
+            log.info("node %d: could not tell the neighbours that the run stops: %s", self.node_id, exc)
+
+    # ------------------------------------------------------------------ report
+
+    def report(self) -> dict[str, Any]:
+        """The node's result: model, log-likelihoods, counts, timings, status and error."""
+        em = self.node.em
+        params, loglik = _node_model(em) if self.node.done else (None, [])
+        out: dict[str, Any] = {
+            "node_id": self.node_id,
+            "run_id": self.run_id,
+            "status": self.status,
+            "error": None if self.error is None else str(self.error),
+            "exit_code": 0 if self.error is None else int(getattr(self.error, "exit_code", 1)),
+            "iteration": self.node.iteration,
+            "round": self._round() if not self.node.done else None,
+            "n_rows": self.n_rows,
+            "n_iter": em.n_iter,
+            "converged": bool(em.converged),
+            "loglik": loglik,
+            "rounds": {str(k): float(v) for k, v in self.node.rounds.items()},
+            "unconverged_iterations": list(self.node.unconverged),
+            "messages": self.node.sent_messages,
+            "bytes": self.node.sent_bytes,
+            "wire": {
+                "published": self.counters["published"],
+                "wire_bytes": self.counters["wire_bytes"],
+                "control_sent": self.counters["control_sent"],
+                "republished": self.counters["republished"],
+                "received": self.counters["received"],
+                "duplicates": self.counters["duplicates"],
+                "not_addressed": self.counters["not_addressed"],
+                "reconnects": self.counters["reconnects"],
+                "rejected": dict(self.rejected),
+            },
+            "timings": {k: round(v, 6) for k, v in self.timings.items()},
+            "cpu_s": round(time.process_time(), 6),
+        }
+        if params is not None:
+            out.update(weights=params.weights.tolist(), means=params.means.tolist(), covariances=params.covariances.tolist())
+        return out
+
+    def write_result(self) -> Path:
+        """Write :meth:`report` to the configured result file (atomically) and return its path."""
+        path = self.config.result
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            tmp.write_text(json.dumps(self.report(), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise ConfigError(f"cannot write the node result to {path}: {exc.strerror or exc}") from None
+        return path
+
+
+def _node_model(em: Any) -> tuple[Any, list[float]]:
+    """This node's fitted parameters and log-likelihoods from its EM state.
+
+    Accepts both shapes of :class:`~p2pem.em.EMState`: one node per state (``params`` an
+    attribute, ``loglik`` floats) and a batch of nodes (``params(node)``, ``node_loglik(node)``).
+    """
+    params = em.params
+    if callable(params):
+        params = params(0)
+    if hasattr(em, "node_loglik"):
+        loglik = [float(v) for v in em.node_loglik(0)]
+    else:
+        loglik = [float(np.ravel(v)[0]) for v in em.loglik]
+    return params, loglik
+
+
+def run_node(runtime: NodeRuntime) -> dict[str, Any]:
+    """Run ``runtime`` in a fresh event loop with SIGTERM/SIGHUP handling; always write the result file.
+
+    Returns the report on success; re-raises the node's error (a P2pemError, or
+    :class:`Interrupted` after a signal) after writing the failed report.
+    """
+
+    async def main() -> dict[str, Any]:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        caught: list[int] = []
+
+        def on_signal(sig: int) -> None:
+            caught.append(sig)
+            task.cancel()
+
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                loop.add_signal_handler(sig, on_signal, sig)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread / platform
+                pass
+        try:
+            return await runtime.run()
+        except asyncio.CancelledError:
+            if caught:
+                exc = Interrupted(f"node {runtime.node_id}: stopped by {signal.Signals(caught[0]).name} in {runtime.where()}")
+                exc.exit_code = 128 + caught[0]
+                raise exc from None
+            raise
+
+    try:
+        report = asyncio.run(main())
+    except P2pemError as exc:
+        runtime.status, runtime.error = "failed", exc
+        runtime.write_result()
+        raise
+    except KeyboardInterrupt:
+        runtime.status = "failed"
+        runtime.error = Interrupted(f"node {runtime.node_id}: interrupted in {runtime.where()}")
+        runtime.write_result()
+        raise
+    runtime.write_result()
+    return report

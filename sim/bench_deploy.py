@@ -1,0 +1,121 @@
+"""Benchmark: a scenario as one OS process per node over Mosquitto on loopback, against the simulator.
+
+Runs ``scenarios/parkinsons-20.toml`` (20 nodes, pdmm-sp, 30 EM iterations) three ways
+and prints wall time, protocol messages, payload bytes and what crossed the broker:
+
+* ``simulate`` (vectorised engine), the default of ``p2pem simulate``;
+* ``simulate --engine messages``: the same Node state machines over an in-memory queue;
+* ``deploy``: ``p2pem deploy``'s launcher, 20 ``p2pem node`` processes, a Mosquitto started
+  on a free loopback port with the kit's password file and ACL, every message signed with
+  Ed25519 and every initial dual sealed per edge.
+
+Usage::
+
+    .venv/bin/python sim/bench_deploy.py                       # the issue's benchmark
+    .venv/bin/python sim/bench_deploy.py --max-iter 5          # a quicker look
+    .venv/bin/python sim/bench_deploy.py --out /tmp/bench      # keep the kit, logs and result.json
+
+Not a test: the numbers depend on the machine (and on whatever else runs on it; the load
+average is printed next to them).  Needs ``mosquitto`` installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", default=str(ROOT / "scenarios" / "parkinsons-20.toml"))
+    parser.add_argument("--max-iter", type=int, help="override the scenario's em.max_iter (written to a copy of the file)")
+    parser.add_argument("--out", help="keep the deployment folder here (default: a temporary folder)")
+    args = parser.parse_args(argv)
+
+    from p2pem.broker import free_port
+    from p2pem.deploy.launcher import prepare_kit, run_deployment, start_kit_broker, write_result
+    from p2pem.runner import build_graph, em_settings, protocols
+    from p2pem.scenario import load_data, load_scenario
+    from p2pem.simulate import run_protocol
+
+    with tempfile.TemporaryDirectory(prefix="p2pem-bench-") as tmp:
+        scenario_path = Path(args.scenario).resolve()
+        if args.max_iter is not None:
+            text = scenario_path.read_text()
+            text = text.replace('"../data/', f'"{scenario_path.parent.parent}/data/')
+            import re
+
+            text = re.sub(r"(?m)^max_iter = \d+", f"max_iter = {args.max_iter}", text, count=1)
+            scenario_path = Path(tmp) / scenario_path.name
+            scenario_path.write_text(text)
+        scenario = load_scenario(scenario_path)
+        parts = load_data(scenario)
+        graph = build_graph(scenario)
+        spec = protocols(scenario)[0]
+        settings = em_settings(scenario)
+        rows = []
+        sims = {}
+        for engine in ("vectorised", "messages"):
+            t0 = time.perf_counter()
+            sim = run_protocol(parts, graph, spec, settings, seed=scenario.streams()["protocol"], engine=engine)
+            sims[engine] = sim
+            rows.append((f"simulate ({engine})", time.perf_counter() - t0, sim.n_iter, sim.messages, sim.bytes, None))
+
+        out = Path(args.out) if args.out else Path(tmp) / "deploy"
+        kit = prepare_kit(scenario, out, broker=("127.0.0.1", free_port()))
+        load_before = os.getloadavg()
+        broker = start_kit_broker(kit)
+        last = [-1]
+
+        def progress(p) -> None:
+            if p.min_iter != last[0]:
+                last[0] = p.min_iter
+                print(f"  deploy: {p.online}/{p.n_nodes} nodes online, EM iteration {p.min_iter}/{p.max_iter}", file=sys.stderr)
+
+        try:
+            doc = run_deployment(kit, progress=progress)
+        finally:
+            broker.stop()
+        write_result(kit, doc)
+        run = doc["protocols"][0]
+        dep = doc["deployment"]
+        rows.append(("deploy (20 processes)" if kit.n_nodes == 20 else f"deploy ({kit.n_nodes} processes)", run["wall_s"], run["n_iter"], run["messages"], run["bytes"], dep))
+
+        ref = sims["vectorised"]
+        err = max(
+            float(np.max(np.abs(np.asarray(run[k]) - getattr(ref, k))) / np.max(np.abs(getattr(ref, k))))
+            for k in ("weights", "means", "covariances")
+        )
+        print()
+        print(f"scenario {scenario.name}: {sum(len(p) for p in parts)} rows, {graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges; "
+              f"{os.cpu_count()} CPUs, load average before the deployment {load_before[0]:.1f}")
+        header = f"{'run':<28} {'wall s':>8} {'EM its':>6} {'messages':>9} {'payload MB':>10} {'envelopes':>9} {'wire MB':>8} {'deliveries':>10} {'node CPU s':>10}"
+        print(header)
+        print("-" * len(header))
+        for name, wall, n_iter, messages, nbytes, d in rows:
+            extra = (
+                f"{d['envelopes_published']:>9} {d['wire_bytes'] / 1e6:>8.2f} {d['deliveries']:>10} {d['node_cpu_s']:>10.1f}"
+                if d
+                else f"{'-':>9} {'-':>8} {'-':>10} {'-':>10}"
+            )
+            print(f"{name:<28} {wall:>8.2f} {n_iter:>6} {messages:>9} {nbytes / 1e6:>10.2f} {extra}")
+        print(
+            f"deploy: all nodes online {dep['startup_s']:.2f} s after launch, consensus phase {dep['run_s']:.2f} s, "
+            f"{dep['duplicates']} duplicates, {dep['rejected']} rejected, {dep['reconnects']} reconnects"
+        )
+        print(f"largest relative difference deploy vs simulate: {err:.2e}")
+        if args.out:
+            print(f"kit, logs and result.json in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Benchmark: how a full private EM grows with the number of nodes (80, 1 000, 10 000).
+
+For each size n: a connected geometric graph (``geometric_graph(n, seed=...)``, default radius
+sqrt(2 log n / n)), a synthetic 3-component mixture in d = 2 (``synthetic_mixture``, 5 rows
+per node by default, split evenly), and 20 EM iterations with ``tol=0`` of ``pdmm-sp`` with
+its default parameters (sync, c auto, theta 1, perturbation std 100, tol 1e-10, max_iter
+5000) on the vectorised engine, starting from the private initialisation (aggregation 0),
+against ``centralized`` from the same settings (the initialisation is rounded to 6 digits,
+so both start from the same parameters).  Printed per size:
+
+* graph build time, topology time (``Topology.from_graph``: neighbour lists and the diameter
+  bound) and ``auto_c`` time (the Laplacian's extreme eigenvalues);
+* total EM wall time of pdmm-sp (``run_protocol`` end to end; it builds its own topology and
+  c again, included) and of centralized;
+* consensus rounds per EM iteration (mean and max), aggregations that hit max_iter;
+* the largest relative error of the final weights, means and covariances against centralized.
+
+Goal of issue 2: n = 10 000 in under 5 minutes on a 2-core machine.
+
+Usage::
+
+    .venv/bin/python sim/bench_scaling.py                         # 80, 1 000, 10 000 (a few minutes)
+    .venv/bin/python sim/bench_scaling.py --sizes 80,1000         # quick look
+    .venv/bin/python sim/bench_scaling.py --sizes 10000 --json /tmp/scaling.json
+
+Not a test: nothing is asserted; timings depend on the machine and its load (printed, with the
+CPU time beside the wall time).  BLAS is limited to one thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from p2pem.data import split_rows, synthetic_mixture
+from p2pem.em import EMSettings
+from p2pem.graphs import geometric_graph
+from p2pem.protocols import Centralized, PdmmSP
+from p2pem.protocols.base import Topology
+from p2pem.protocols.pdmm import auto_c
+from p2pem.simulate import run_protocol
+
+GOAL_N = 10_000
+GOAL_S = 300.0
+
+
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    """Aligned columns: the first left-aligned, the others right-aligned."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells):
+        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    print(line(headers))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print(line(r))
+
+
+def timed(fn):
+    """(result, wall s, CPU s)."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0, time.process_time() - c0
+
+
+def rel_errors(run, ref) -> dict[str, float]:
+    return {
+        name: float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+        for name, a, b in (("weights", run.weights, ref.weights), ("means", run.means, ref.means),
+                           ("covariances", run.covariances, ref.covariances))
+    }
+
+
+def one_size(n: int, args) -> dict:
+    def log(msg):
+        print(f"  n = {n:,}: {msg}", file=sys.stderr, flush=True)
+
+    g, graph_s, _ = timed(lambda: geometric_graph(n, seed=args.seed))
+    topo, topo_s, _ = timed(lambda: Topology.from_graph(g))
+    c, autoc_s, _ = timed(lambda: auto_c(topo))
+    log(f"graph {graph_s:.2f} s, topology {topo_s:.2f} s, auto c {autoc_s:.2f} s")
+    rng = np.random.default_rng([args.seed, n])
+    X, _, _ = synthetic_mixture(args.rows_per_node * n, n_features=2, n_components=3, rng=rng)
+    parts = split_rows(X, n, how="even", rng=rng)
+    settings = EMSettings(3, max_iter=args.em_iter, tol=0.0, init_seed=args.seed)
+    ref, ref_s, ref_cpu = timed(lambda: run_protocol(parts, g, Centralized(), settings))
+    spec = PdmmSP()
+    run, em_s, em_cpu = timed(lambda: run_protocol(parts, g, spec, settings, seed=args.seed))
+    log(f"pdmm-sp EM {em_s:.1f} s (CPU {em_cpu:.1f} s)")
+    rounds = np.asarray(run.consensus_iterations, dtype=float)
+    errs = rel_errors(run, ref)
+    return {
+        "n": n, "rows": int(len(X)), "edges": g.number_of_edges(), "mean_degree": 2 * g.number_of_edges() / n,
+        "diameter_bound": topo.diameter, "c": c,
+        "graph_s": graph_s, "topology_s": topo_s, "auto_c_s": autoc_s,
+        "em_iterations": run.n_iter, "em_wall_s": em_s, "em_cpu_s": em_cpu, "run_wall_s": run.wall_s,
+        "centralized_wall_s": ref_s, "centralized_cpu_s": ref_cpu,
+        "mean_rounds": float(rounds.mean()), "max_rounds": float(rounds.max()),
+        "init_rounds": run.init_consensus_iterations,
+        "hit_max_iter": len(run.unconverged_iterations), "messages": run.messages, "bytes": run.bytes,
+        "rel_error": errs, "max_rel_error": max(errs.values()), "node_spread": run.node_spread,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=lambda s: [int(v) for v in s.split(",")], default=[80, 1000, 10000],
+                        help="numbers of nodes, comma-separated (default 80,1000,10000)")
+    parser.add_argument("--rows-per-node", type=int, default=5, help="synthetic rows per node (default 5)")
+    parser.add_argument("--em-iter", type=int, default=20, help="EM iterations, tol=0 (default 20)")
+    parser.add_argument("--seed", type=int, default=0, help="graph, data and protocol seed (default 0)")
+    parser.add_argument("--json", metavar="PATH", help="also write the numbers to this JSON file")
+    args = parser.parse_args(argv)
+
+
+    print(f"pdmm-sp (defaults, sync, vectorised engine), K = 3, d = 2, {args.em_iter} EM iterations (tol=0), "
+          f"{args.rows_per_node} rows per node; cpus available {len(os.sched_getaffinity(0))}, load average "
+          f"{os.getloadavg()[0]:.2f} (shared machine: timings are indicative); BLAS threads limited to 1")
+    results = []
+    with threadpool_limits(limits=1):
+        for n in args.sizes:
+            results.append(one_size(n, args))
+
+    print("\nset-up (seconds)")
+    print_table(["n", "edges", "mean deg", "diam bound", "c auto", "graph s", "topology s", "auto c s"], [
+        [f"{r['n']:,}", f"{r['edges']:,}", f"{r['mean_degree']:.1f}", str(r["diameter_bound"]), f"{r['c']:.3f}",
+         f"{r['graph_s']:.3f}", f"{r['topology_s']:.3f}", f"{r['auto_c_s']:.3f}"] for r in results])
+    print(f"\nEM: pdmm-sp vs centralized, {args.em_iter} iterations")
+    print_table(["n", "EM wall s", "EM CPU s", "centr. s", "rounds/it", "max rounds", "init rounds", "hit max",
+                 "s/round", "rel err w", "rel err mu", "rel err cov"], [
+        [f"{r['n']:,}", f"{r['em_wall_s']:.2f}", f"{r['em_cpu_s']:.2f}", f"{r['centralized_wall_s']:.3f}",
+         f"{r['mean_rounds']:.1f}", f"{r['max_rounds']:.0f}", f"{r['init_rounds']:.0f}", str(r["hit_max_iter"]),
+         f"{r['em_wall_s'] / (r['mean_rounds'] * (r['em_iterations'] + 1) + r['init_rounds']):.2e}",
+         f"{r['rel_error']['weights']:.1e}", f"{r['rel_error']['means']:.1e}", f"{r['rel_error']['covariances']:.1e}"]
+        for r in results])
+    print("rounds/it: mean consensus rounds per EM iteration (the last, log-likelihood-only aggregation included); "
+          "init: the private initialisation's aggregation; hit max: aggregations that reached max_iter; s/round: EM "
+          "wall time / all consensus rounds (E/M-steps included); rel err: max|a - b| / max|b| against centralized")
+    for r in results:
+        if r["n"] == GOAL_N:
+            print(f"n = {GOAL_N:,}: {r['em_wall_s']:.1f} s wall (+ graph {r['graph_s']:.1f} s)  (goal < {GOAL_S:.0f} s "
+                  f"on a 2-core machine: {'met' if r['em_wall_s'] + r['graph_s'] < GOAL_S else 'missed'})")
+    if len(results) >= 2:
+        a, b = results[0], results[-1]
+        growth = b["em_wall_s"] / a["em_wall_s"]
+        print(f"growth {a['n']:,} -> {b['n']:,} nodes (x{b['n'] / a['n']:.0f}): EM time x{growth:.0f}, "
+              f"rounds per EM iteration x{b['mean_rounds'] / a['mean_rounds']:.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"em_iter": args.em_iter, "rows_per_node": args.rows_per_node,
+                                               "seed": args.seed, "cpus": len(os.sched_getaffinity(0)),
+                                               "load_average": os.getloadavg()[0], "goal_n": GOAL_N, "goal_s": GOAL_S,
+                                               "sizes": results}, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

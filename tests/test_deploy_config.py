@@ -1,0 +1,316 @@
+"""Deployment documents without a broker: roster, node config, data files, CLI wiring."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from p2pem.broker import find_mosquitto
+from p2pem.cli import main
+from p2pem.crypto import Identity
+from p2pem.deploy.config import (
+    BrokerConfig,
+    NodeConfig,
+    Roster,
+    Timeouts,
+    check_deployable,
+    load_node_data,
+    parse_broker_address,
+    toml_dumps,
+    write_node_data,
+)
+from p2pem.em import EMSettings
+from p2pem.errors import ConfigError
+from p2pem.protocols import Topology, make_protocol
+from p2pem.protocols.pdmm import auto_c
+from p2pem.runner import build_graph, em_settings
+from p2pem.scenario import load_scenario
+from p2pem.simulate import protocol_streams
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "scenarios" / "parkinsons-20.toml"
+
+
+def keys(n: int) -> list:
+    return [Identity.generate().public for _ in range(n)]
+
+
+def ring_with_chord(n: int) -> nx.Graph:
+    g = nx.cycle_graph(n)
+    g.add_edge(0, n // 2)
+    return g
+
+
+# ------------------------------------------------------------------------------ roster
+
+
+def test_roster_topology_equals_the_simulators(tmp_path):
+    scenario = load_scenario(SCENARIO)
+    g = build_graph(scenario)
+    spec = make_protocol("pdmm-sp", {"mode": "sync"})
+    settings = em_settings(scenario)
+    path = Roster.build("run-1", g, settings, spec, keys(20)).save(tmp_path / "roster.toml")
+    roster = Roster.load(path)
+    ref = Topology.from_graph(g)
+    topo = roster.topology()
+    assert (topo.n_nodes, topo.neighbours, topo.diameter, topo.ring) == (ref.n_nodes, ref.neighbours, ref.diameter, ref.ring)
+    assert auto_c(topo) == auto_c(ref)  # so c = "auto" is the same step size at every node
+    got = roster.em_settings()
+    assert (got.n_components, got.max_iter, got.tol, got.reg_covar, got.init_seed) == (
+        settings.n_components,
+        settings.max_iter,
+        settings.tol,
+        settings.reg_covar,
+        settings.init_seed,
+    )
+    assert roster.protocol_spec() == spec
+    # the digest is a property of the content, not of the file
+    assert Roster.load(path).digest() == roster.digest()
+    other = Roster.build("run-2", g, settings, spec, list(roster.keys))
+    assert other.digest() != roster.digest()
+
+
+def test_roster_carries_an_explicit_init_bit_for_bit(tmp_path):
+    from p2pem.gmm import GMMParams
+
+    init = GMMParams(np.array([0.25, 0.75]), np.array([[0.1, -1 / 3], [2.0, 1e-300]]), np.array([np.eye(2), 2 * np.eye(2)]))
+    settings = EMSettings(2, 5, 0.0, 1e-6, init, 7)
+    roster = Roster.build("r", ring_with_chord(5), settings, make_protocol("pdmm-sp"), keys(5))
+    back = Roster.load(roster.save(tmp_path / "r.toml")).em_settings()
+    assert back.init.means.tobytes() == init.means.tobytes()
+    assert back.init.covariances.tobytes() == init.covariances.tobytes()
+
+
+def _edit_roster(tmp_path: Path, old: str, new: str, count: int = 1) -> str:
+    path = Roster.build("run-1", ring_with_chord(6), EMSettings(2, 3), make_protocol("pdmm-sp"), keys(6)).save(tmp_path / "r.toml")
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, count))
+    with pytest.raises(ConfigError) as info:
+        Roster.load(path)
+    message = str(info.value)
+    assert message.startswith(str(path)) and "\n" not in message
+    return message
+
+
+def test_roster_rejects_inconsistent_topologies(tmp_path):
+    assert "does not list node 0" in _edit_roster(tmp_path, "neighbours = [1, 3, 5]", "neighbours = [1, 3, 5, 2]")
+    assert "give 3" in _edit_roster(tmp_path, "diameter = 3", "diameter = 4")
+    assert "unknown key 'topology.radius'" in _edit_roster(tmp_path, "diameter = 3", "diameter = 3\nradius = 0.3")
+    assert "invalid run id" in _edit_roster(tmp_path, 'run_id = "run-1"', 'run_id = "a/b"')
+    assert "cannot be deployed" in _edit_roster(tmp_path, 'mode = "sync"', 'mode = "async"')
+    assert "lists itself" in _edit_roster(tmp_path, "neighbours = [1, 3, 5]", "neighbours = [0, 1, 3, 5]")
+
+
+def test_roster_rejects_shared_keys(tmp_path):
+    k = keys(1)[0]
+    roster = Roster.build("r", ring_with_chord(4), EMSettings(2, 3), make_protocol("pdmm-sp"), [k, *keys(3)])
+    path = roster.save(tmp_path / "r.toml")
+    text = path.read_text()
+    first = text.index(k.signing_key)
+    second_entry = text.index("[[nodes]]", first)
+    end = text.index("\n", text.index("signing_key", second_entry))
+    start = text.index("signing_key", second_entry)
+    path.write_text(text[:start] + f'signing_key = "{k.signing_key}"' + text[end:])
+    with pytest.raises(ConfigError, match="share a public key"):
+        Roster.load(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "expected"),
+    [
+        ("pdmm-sp", {"mode": "async"}, "mode = 'async' cannot be deployed"),
+        ("pdmm-sp", {"encrypt_duals": False}, "insecure"),
+        ("federated", {}, "'federated' cannot be deployed"),
+        ("secure-sum", {}, "'secure-sum' cannot be deployed"),
+        ("centralized", {}, "'centralized' cannot be deployed"),
+    ],
+)
+def test_only_synchronous_encrypted_pdmm_sp_is_deployable(name, params, expected):
+    with pytest.raises(ConfigError, match=expected) as info:
+        check_deployable(make_protocol(name, params))
+    assert "\n" not in str(info.value)
+    check_deployable(make_protocol("pdmm-sp", {"mode": "sync"}))
+
+
+# ------------------------------------------------------------------------- node config
+
+
+def test_node_config_round_trip_and_seed_matches_the_simulator(tmp_path):
+    (tmp_path / "n").mkdir()
+    config = NodeConfig(
+        node_id=4,
+        roster=tmp_path / "roster.toml",
+        key_file=tmp_path / "n" / "node.key",
+        data=tmp_path / "n" / "data.csv",
+        result=tmp_path / "n" / "result.json",
+        broker=BrokerConfig("10.0.0.1", 1884, "node4", tmp_path / "n" / "pw"),
+        timeouts=Timeouts(timeout=3.0),
+        seed=1,
+        spawn_key=(3, 4),
+    )
+    path = config.save(tmp_path / "n" / "node.toml")
+    text = path.read_text()
+    assert 'roster = "../roster.toml"' in text and "TESTING ONLY" in text
+    back = NodeConfig.load(path)
+    assert back.node_id == 4 and back.broker == config.broker and back.timeouts == config.timeouts
+    assert back.roster.resolve() == config.roster.resolve() and back.seed == 1 and back.spawn_key == (3, 4)
+    # the generator p2pem deploy writes is the one p2pem simulate gives node 4
+    sim = protocol_streams(load_scenario(SCENARIO).streams()["protocol"], 20)[4]
+    assert np.array_equal(back.protocol_rng().normal(size=5), sim.normal(size=5))
+    # without a seed the noise comes from OS entropy
+    unseeded = NodeConfig.load(path.parent / NodeConfig(**{**config.__dict__, "seed": None, "spawn_key": ()}).save(path).name)
+    assert unseeded.seed is None and "reproducibility" not in path.read_text()
+
+
+def test_node_config_errors_name_the_file_and_key(tmp_path):
+    path = tmp_path / "node.toml"
+    base = 'node_id = 0\nroster = "r"\nkey_file = "k"\ndata = "d"\nresult = "x"\n[broker]\nhost = "h"\n'
+    for extra, expected in [
+        ("port = 0\n", "'broker.port' must be >= 1"),
+        ("prot = 1\n", "unknown key 'broker.prot'"),
+        ("[timeouts]\ntimeout = -1\n", "timeout 'timeout' must be a positive number"),
+        ("[timeouts]\ntimeout = 2\nheartbeat = 5\n", "heartbeat (5 s) must be shorter"),
+    ]:
+        path.write_text(base + extra)
+        with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")) as info:
+            NodeConfig.load(path)
+        assert str(info.value).startswith(str(path))
+    path.write_text(base.replace("node_id = 0\n", ""))
+    with pytest.raises(ConfigError, match="missing required key 'node_id'"):
+        NodeConfig.load(path)
+
+
+def test_timeouts_defaults():
+    t = Timeouts(timeout=8)
+    assert (t.heartbeat, t.reconnect_timeout, t.stall) == (1.0, 8.0, 24.0)
+    assert Timeouts(timeout=2).heartbeat == 0.5
+
+
+def test_broker_address():
+    assert parse_broker_address("example.org:8883") == ("example.org", 8883)
+    assert parse_broker_address("[::1]:1883") == ("::1", 1883)
+    for bad in ("example.org", "h:0", "h:x", ":1883"):
+        with pytest.raises(ConfigError):
+            parse_broker_address(bad)
+
+
+def test_node_data_files_read_back_bit_for_bit(tmp_path):
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.standard_normal((20, 3)) * 10.0 ** rng.integers(-300, 300, (20, 3)), [[0.1, -0.0, 5e-324]]])
+    back = load_node_data(write_node_data(tmp_path / "d.csv", X))
+    assert back.tobytes() == X.tobytes()
+
+
+def test_toml_writer_round_trips():
+    doc = {"a": 1, "b": 0.1, "c": [1e-300, -2.5, 3.0], "s": 'q"uote\\', "t": {"x": True, "y": [[1, 2], [3, 4]]}, "n": [{"id": 0}, {"id": 1}]}
+    assert tomllib.loads(toml_dumps(doc, header="h")) == doc
+    with pytest.raises(ConfigError):
+        toml_dumps({"x": math.inf})
+
+
+# ---------------------------------------------------------------------------- scenario
+
+
+def test_parkinsons_20_scenario_and_deploy_table(tmp_path):
+    scenario = load_scenario(SCENARIO)
+    assert scenario.graph.n_nodes == 20 and [p.name for p in scenario.protocols] == ["pdmm-sp"]
+    assert scenario.em.max_iter == 30
+    assert Timeouts.from_mapping(scenario.deploy).timeout == 20.0
+    text = SCENARIO.read_text().replace("../data", str(ROOT / "data"))
+    for old, new, expected in [
+        ("timeout = 20.0", "timeuot = 20.0", "unknown key 'deploy.timeuot'"),
+        ("timeout = 20.0", "timeout = -1.0", "'deploy.timeout' must be > 0"),
+        ("timeout = 20.0", 'timeout = 20.0\nbroker = "nohost"', "'deploy.broker' must be HOST:PORT"),
+    ]:
+        path = tmp_path / "s.toml"
+        path.write_text(text.replace(old, new, 1))
+        with pytest.raises(ConfigError, match=expected):
+            load_scenario(path)
+
+
+# --------------------------------------------------------------------------------- CLI
+
+
+@pytest.mark.parametrize("command", [["node"], ["deploy"], ["keys"], ["keys", "new"], ["keys", "roster"]])
+def test_help_texts(command, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([*command, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: p2pem" in out and len(out) > 300
+
+
+def test_keys_new_show_and_roster(tmp_path, capsys):
+    pubs = tmp_path / "pubs"
+    pubs.mkdir()
+    for i in range(4):
+        assert main(["keys", "new", "--out", str(tmp_path / f"node{i}.key"), "--node-id", str(i)]) == 0
+        (tmp_path / f"node{i}.pub").rename(pubs / f"node{i}.pub")
+    out = capsys.readouterr().out
+    assert "signing_key" in out and "never copy it off this host" in out
+    assert (tmp_path / "node0.key").stat().st_mode & 0o077 == 0
+    assert main(["keys", "new", "--out", str(tmp_path / "node0.key")]) == 2  # refuses to overwrite
+    assert "already exists" in capsys.readouterr().err
+    assert main(["keys", "show", str(tmp_path / "node1.key")]) == 0
+    assert Identity.load(tmp_path / "node1.key").public.signing_key in capsys.readouterr().out
+
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(
+        f'seed = 3\n[data]\nsource = "synthetic"\nn_samples = 40\n[graph]\nkind = "edges"\n'
+        f"edges = [[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]]\n[em]\nn_components = 2\nmax_iter = 4\n"
+        f'[[protocols]]\nname = "pdmm-sp"\n'
+    )
+    roster_path = tmp_path / "roster.toml"
+    argv = ["keys", "roster", str(scenario), "--public", str(pubs), "--out", str(roster_path), "--run-id", "study-1"]
+    if find_mosquitto("mosquitto_passwd") is not None:
+        argv += ["--broker-dir", str(tmp_path / "broker")]
+    assert main(argv) == 0
+    roster = Roster.load(roster_path)
+    assert roster.run_id == "study-1" and roster.neighbours == ((1, 2, 3), (0, 2), (0, 1, 3), (0, 2))
+    assert roster.keys[2] == Identity.load(tmp_path / "node2.key").public
+    if "--broker-dir" in argv:
+        acl = (tmp_path / "broker" / "acl").read_text()
+        assert "user node3\ntopic write p2pem/study-1/from/3/#" in acl
+        assert (tmp_path / "broker" / "node3.password").stat().st_mode & 0o077 == 0
+    (pubs / "node3.pub").unlink()
+    assert main(argv[:-2] if "--broker-dir" in argv else argv) == 2
+    assert "no public key for node(s) 3" in capsys.readouterr().err
+
+
+def test_deploy_refuses_undeployable_protocols_in_one_line(tmp_path):
+    text = SCENARIO.read_text().replace("../data", str(ROOT / "data")).replace('name = "pdmm-sp"', 'name = "federated"')
+    text = text.replace("mode = \"sync\"", "")
+    path = tmp_path / "fed.toml"
+    path.write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-m", "p2pem", "deploy", str(path), "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "'federated' cannot be deployed" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_kit_templates(tmp_path):
+    text = (ROOT / "nodes" / "node.toml.template").read_text()
+    text = text.replace("<I>", "3").replace("<broker.example.org>", "broker.example.org")
+    text = text.replace("# [reproducibility]", "[reproducibility]").replace("# seed = 1", "seed = 1").replace("# spawn_key", "spawn_key")
+    (tmp_path / "node.toml").write_text(text)
+    config = NodeConfig.load(tmp_path / "node.toml")
+    assert config.node_id == 3 and config.broker.tls and config.broker.username == "node3"
+    assert config.timeouts.startup_timeout == 600.0 and config.spawn_key == (3, 3)
+    conf = (ROOT / "nodes" / "mosquitto.conf.template").read_text()
+    settings = [line for line in conf.splitlines() if line.strip() and not line.startswith("#")]
+    assert all("#" not in line for line in settings)  # Mosquitto allows no trailing comments
+    assert {"allow_anonymous false", "persistence false", "max_queued_messages 0", "set_tcp_nodelay true"} <= set(settings)
+    script = ROOT / "nodes" / "launch.sh"
+    assert os.access(script, os.X_OK)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0

@@ -83,9 +83,18 @@ class RunResult:
 
 
 def protocol_streams(seed: int | np.random.SeedSequence, n_nodes: int) -> list[np.random.Generator]:
-    """Per-node protocol generators plus, last, the asynchronous schedule generator."""
+    """Per-node protocol generators plus, last, the asynchronous schedule generator.
+
+    Child i is ``SeedSequence(entropy, spawn_key=parent.spawn_key + (i,))``: what the first
+    ``parent.spawn()`` would give, but without advancing ``parent``, so the same seed object
+    gives the same streams however often it is used (and a node process can rebuild its own
+    stream from the seed and its id alone).
+    """
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    return [np.random.default_rng(s) for s in ss.spawn(n_nodes + 1)]
+    return [
+        np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, i), pool_size=ss.pool_size))
+        for i in range(n_nodes + 1)
+    ]
 
 
 def run_protocol(

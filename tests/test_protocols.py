@@ -158,3 +158,22 @@ def test_federated_uploads_in_clear():
 def test_make_protocol_rejects_bad_parameters(name, params, match):
     with pytest.raises(ConfigError, match=match):
         make_protocol(name, params)
+
+
+def test_precision_floor_is_a_warning_not_a_silent_error():
+    from p2pem.protocols.pdmm import PrecisionWarning
+
+    g = geometric_graph(10, seed=1)
+    s = np.random.default_rng(6).normal(size=(10, 3))
+    with pytest.warns(PrecisionWarning, match="too large for float64"):
+        out = PdmmSP(perturbation_std=1e9).aggregate(s, Topology.from_graph(g), protocol_streams(0, 10), 1)
+    assert out.converged  # the nodes agree ...
+    assert np.max(np.abs(out.results - s.mean(0))) > 1e-9  # ... on a value float64 could not make exact
+
+
+def test_protocol_streams_do_not_depend_on_reuse():
+    ss = np.random.SeedSequence(5, spawn_key=(3,))
+    first = [g.random() for g in protocol_streams(ss, 4)]
+    again = [g.random() for g in protocol_streams(ss, 4)]
+    spawned = [np.random.default_rng(c).random() for c in np.random.SeedSequence(5, spawn_key=(3,)).spawn(5)]
+    assert first == again == spawned

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
@@ -94,13 +95,19 @@ def neighbour_sum(x_nb: np.ndarray) -> np.ndarray:
 _ZERO = np.zeros(1, dtype=np.intp)
 
 
-@functools.lru_cache(maxsize=64)
 def auto_c(topology: Topology) -> float:
     """Step size c from the graph alone (public): 1 / sqrt(lambda_2 * lambda_max) of the Laplacian.
 
     A common heuristic for ADMM-type consensus, it balances the slowest and the fastest
-    modes; ``sim/bench_consensus.py`` compares it with a grid of fixed values.
+    modes; ``sim/bench_consensus.py`` compares it with a grid of fixed values.  Cached by
+    the graph's adjacency lists, so repeated runs on the same graph pay for it once.
     """
+    return _auto_c(topology.neighbours)
+
+
+@functools.lru_cache(maxsize=16)
+def _auto_c(neighbours: tuple[tuple[int, ...], ...]) -> float:
+    topology = Topology(n_nodes=len(neighbours), neighbours=neighbours, diameter=0)
     n = topology.n_nodes
     import scipy.sparse as sp
 
@@ -204,6 +211,8 @@ class PdmmSP(ProtocolSpec):
         theta = self.theta
         diam = t_.diameter
         trace: list[Message] | None = [] if record else None
+        worst = int(np.argmin(np.max(np.abs(values), axis=1))) if n else 0
+        check_precision(self, values[worst], worst)
         z = np.empty((t_.src.size, p))
         for i in range(n):
             lo, hi = t_.row_start[i], t_.row_start[i] + t_.degrees[i]
@@ -254,6 +263,29 @@ class PdmmSP(ProtocolSpec):
         messages = n_edges + n * t
         nbytes = n_edges * 8 * p + n * t * (8 * p + 16)
         return AggregateOutcome(x, t, messages, nbytes, converged, trace)
+
+
+class PrecisionWarning(UserWarning):
+    """The initial duals are so large that float64 rounding exceeds the stopping tolerance."""
+
+
+def check_precision(spec: PdmmSP, value: np.ndarray, node: int | str) -> None:
+    """Warn when eps * perturbation_std exceeds tol * max|s_i|: the float64 floor is reached.
+
+    Consensus then still settles, on a value whose error is about eps * std (times the
+    rounding growth of the iteration): the nodes agree, but the average is off.  Runs with
+    ``tol = 0`` (a fixed number of rounds) are not checked.
+    ``sim/bench_precision.py`` maps the floor.
+    """
+    scale = float(np.max(np.abs(value))) if value.size else 0.0
+    if spec.stop_tol > 0 and scale > 0 and spec.perturbation_std * np.finfo(float).eps > spec.stop_tol * scale:
+        warnings.warn(
+            f"pdmm-sp: perturbation_std {spec.perturbation_std:g} is too large for float64 at node {node} "
+            f"(eps * std > tol * max|input| = {spec.stop_tol * scale:.2g}): the average will be off by about "
+            f"{spec.perturbation_std * np.finfo(float).eps:.1g}; lower perturbation_std or raise tol",
+            PrecisionWarning,
+            stacklevel=3,
+        )
 
 
 def _is_number(v) -> bool:
@@ -311,6 +343,7 @@ class PdmmNode(Aggregation):
 
     def start(self, value: np.ndarray) -> list[Message]:
         self.s = value
+        check_precision(self.spec, value, self.ctx.node_id)
         p = value.shape[0]
         self.z_own = self.ctx.rng.normal(0.0, self.spec.perturbation_std, size=(len(self.nbrs), p))
         me = self.ctx.node_id

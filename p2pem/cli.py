@@ -43,6 +43,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from p2pem.plots import loglik_figure
     from p2pem.runner import atomic_output, graph_summary, run_scenario, write_json
     from p2pem.scenario import load_scenario
+    from p2pem.simulate import max_relative_difference
 
     scenario = load_scenario(args.scenario)
     t0 = time.perf_counter()
@@ -60,22 +61,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(header)
     print("-" * len(header))
     for r in result.runs:
-        err = "" if ref is None else f"{_rel_err(r, ref):11.1e}"
+        err = "" if ref is None else f"{max_relative_difference(r, ref):11.1e}"
         cons = f"{sum(r.consensus_iterations) / max(len(r.consensus_iterations), 1):13.1f}" if r.consensus_iterations else f"{'-':>13}"
         print(f"{r.protocol:<12} {r.n_iter:>6} {r.loglik[-1]:>13.6f} {err:>11} {cons} {r.messages:>10} {r.bytes / 1e6:>8.2f} {r.wall_s:>7.3f}")
         if r.unconverged_iterations:
             print(f"  warning: {r.protocol} consensus hit max_iter in EM iterations {r.unconverged_iterations[:10]}")
     print(f"wrote {args.out}/result.json and {args.out}/loglik.png in {time.perf_counter() - t0:.2f} s")
     return 0
-
-
-def _rel_err(run, ref) -> float:
-    import numpy as np
-
-    err = 0.0
-    for a, b in ((run.weights, ref.weights), (run.means, ref.means), (run.covariances, ref.covariances)):
-        err = max(err, float(np.max(np.abs(a - b)) / np.max(np.abs(b))))
-    return err
 
 
 def build_parser() -> argparse.ArgumentParser:

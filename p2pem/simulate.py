@@ -82,6 +82,14 @@ class RunResult:
         }
 
 
+def max_relative_difference(run, ref) -> float:
+    """Largest relative difference of weights, means and covariances (each relative to ``ref``'s max)."""
+    return max(
+        float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / np.max(np.abs(np.asarray(b))))
+        for a, b in ((run.weights, ref.weights), (run.means, ref.means), (run.covariances, ref.covariances))
+    )
+
+
 def protocol_streams(seed: int | np.random.SeedSequence, n_nodes: int) -> list[np.random.Generator]:
     """Per-node protocol generators plus, last, the asynchronous schedule generator.
 

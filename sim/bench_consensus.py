@@ -51,6 +51,7 @@ from p2pem.protocols import PdmmSP
 from p2pem.protocols.base import Topology
 from p2pem.protocols.pdmm import auto_c
 from p2pem.simulate import protocol_streams
+from _common import print_table
 
 C_GRID = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 THETAS = (1.0, 0.5)
@@ -60,17 +61,6 @@ GOAL_RATIO = 2.0
 ROUND_BUDGETS = (250, 1000, 4000)  # rounds recorded, raised until the target is reached
 
 
-def print_table(headers: list[str], rows: list[list[str]]) -> None:
-    """Aligned columns: the first left-aligned, the others right-aligned."""
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells):
-        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    print(line(headers))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print(line(r))
 
 
 def mse_curve(spec, values, topology, seed, n_rounds):

@@ -31,32 +31,12 @@ import os
 import statistics
 import time
 from pathlib import Path
+from _common import print_table
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_S = 1.0
 
 
-def print_table(headers: list[str], rows: list[list[str]]) -> None:
-    """Aligned columns: the first left-aligned, the others right-aligned."""
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells):
-        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    print(line(headers))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print(line(r))
-
-
-def rel_diff(run, ref) -> float:
-    """Largest relative difference of weights, means and covariances (as in tests/test_simulate.py)."""
-    import numpy as np
-
-    return max(
-        float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
-        for a, b in ((run.weights, ref.weights), (run.means, ref.means), (run.covariances, ref.covariances))
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from p2pem.protocols import PdmmSP
     from p2pem.runner import build_graph, em_settings, run_scenario
     from p2pem.scenario import load_data, load_scenario
-    from p2pem.simulate import run_protocol
+    from p2pem.simulate import max_relative_difference, run_protocol
 
     import_s = time.perf_counter() - t_import
 
@@ -103,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             walls = per_protocol[r.protocol]
             warm = walls[1:] or walls
             rounds = float(np.mean(r.consensus_iterations)) if r.consensus_iterations else 0.0
-            diff = rel_diff(r, ref) if ref is not None and r is not ref else 0.0
+            diff = max_relative_difference(r, ref) if ref is not None and r is not ref else 0.0
             rows.append([r.protocol, f"{walls[0]:.3f}", f"{min(warm):.3f}", f"{statistics.median(warm):.3f}",
                          str(r.n_iter), f"{rounds:.1f}", f"{r.messages:,}", f"{diff:.1e}"])
             out_protocols.append({"protocol": r.protocol, "cold_s": walls[0], "best_s": min(warm),

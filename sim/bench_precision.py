@@ -55,32 +55,14 @@ from p2pem.protocols import Centralized, PdmmSP
 from p2pem.protocols.base import Topology
 from p2pem.runner import build_graph, em_settings
 from p2pem.scenario import load_data, load_scenario
-from p2pem.simulate import protocol_streams, run_protocol
+from p2pem.simulate import max_relative_difference, protocol_streams, run_protocol
+from _common import print_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 1e-8
 EPS = float(np.finfo(float).eps)
 
 
-def print_table(headers: list[str], rows: list[list[str]]) -> None:
-    """Aligned columns: the first left-aligned, the others right-aligned."""
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells):
-        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    print(line(headers))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print(line(r))
-
-
-def rel_error(run, ref) -> float:
-    """Largest relative difference of weights, means and covariances (as in tests/test_simulate.py)."""
-    return max(
-        float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
-        for a, b in ((run.weights, ref.weights), (run.means, ref.means), (run.covariances, ref.covariances))
-    )
 
 
 def datasets(args):
@@ -126,7 +108,7 @@ def sweep(name, parts, g, settings, seed, args) -> dict:
             print(f"  {name} std {std:.0e}: {rec['error']}", file=sys.stderr)
         else:
             rounds = np.asarray(run.consensus_iterations, dtype=float)
-            err = rel_error(run, ref)
+            err = max_relative_difference(run, ref)
             ll_err = float(np.max(np.abs(np.subtract(run.loglik, ref.loglik)) / np.abs(ref.loglik)))
             rec.update(em_rel_error=err, loglik_rel_error=ll_err, mean_rounds=float(rounds.mean()),
                        max_rounds=float(rounds.max()), init_rounds=run.init_consensus_iterations,

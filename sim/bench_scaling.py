@@ -46,22 +46,12 @@ from p2pem.protocols import Centralized, PdmmSP
 from p2pem.protocols.base import Topology
 from p2pem.protocols.pdmm import auto_c
 from p2pem.simulate import run_protocol
+from _common import print_table
 
 GOAL_N = 10_000
 GOAL_S = 300.0
 
 
-def print_table(headers: list[str], rows: list[list[str]]) -> None:
-    """Aligned columns: the first left-aligned, the others right-aligned."""
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells):
-        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    print(line(headers))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print(line(r))
 
 
 def timed(fn):

@@ -14,15 +14,9 @@ from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError, GraphError
 from p2pem.runner import build_graph, em_settings
 from p2pem.scenario import load_data, load_scenario
+from p2pem.simulate import max_relative_difference
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _rel(run, ref) -> float:
-    return max(
-        float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
-        for a, b in ((run.weights, ref.weights), (run.means, ref.means), (run.covariances, ref.covariances))
-    )
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +37,7 @@ def test_parkinsons_protocols_equal_reference(parkinsons, parkinsons_reference, 
     run = run_protocol(parts, g, make_protocol(name), settings, seed=seed)
     ref = parkinsons_reference
     assert run.n_iter == ref.n_iter == 100 and len(run.loglik) == 101
-    assert _rel(run, ref) <= tol
+    assert max_relative_difference(run, ref) <= tol
     np.testing.assert_allclose(run.loglik, ref.loglik, rtol=tol)
     assert np.all(np.diff(run.loglik) >= -1e-9)
     assert run.node_spread <= tol
@@ -55,7 +49,7 @@ def test_parkinsons_async_equals_reference(parkinsons, parkinsons_reference):
     short = dataclasses.replace(settings, max_iter=2)
     ref = run_protocol(parts, g, make_protocol("centralized"), short)
     run = run_protocol(parts, g, PdmmSP(mode="async"), short, seed=seed)
-    assert run.n_iter == 2 and _rel(run, ref) <= 1e-8
+    assert run.n_iter == 2 and max_relative_difference(run, ref) <= 1e-8
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -81,7 +75,7 @@ def test_synthetic_mixtures_equal_reference(seed, protocol, tol):
     ref = run_protocol(parts, g, make_protocol("centralized"), settings)
     run = run_protocol(parts, g, make_protocol(protocol), settings, seed=seed)
     assert run.n_iter == 15
-    assert _rel(run, ref) <= tol
+    assert max_relative_difference(run, ref) <= tol
     assert np.all(np.diff(run.loglik) >= -1e-9)
 
 
@@ -124,7 +118,7 @@ def test_accuracy_holds_over_six_orders_of_perturbation():
     ref = run_protocol(parts, g, make_protocol("centralized"), settings)
     for std in (1e-1, 1e0, 1e1, 1e2, 1e3, 1e4, 1e5):
         run = run_protocol(parts, g, PdmmSP(perturbation_std=std, max_iter=3000), settings, seed=3)
-        assert _rel(run, ref) <= 1e-8, std
+        assert max_relative_difference(run, ref) <= 1e-8, std
 
 
 def test_distributed_gmm_api_and_user_init():

@@ -396,20 +396,46 @@ def test_staggered_start_is_waited_for(tmp_path):
 
 
 def test_nodes_refuse_a_neighbour_with_another_roster(tmp_path):
+    """Node 0 runs with another roster.  The others start only after node 0 and a neighbour
+    of it have already detected that and exited (the order that once left late nodes waiting
+    out their start-up timeout); they must still stop at once, blaming the roster."""
     path = scenario_file(tmp_path, n_nodes=4, max_iter=2, timeout=3.0)
-    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()))
+    startup = 30.0
+    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), timeouts=Timeouts(timeout=3.0, startup_timeout=startup))
     other = kit.root / "other-roster.toml"
     other.write_text(kit.roster_path.read_text().replace("max_iter = 2", "max_iter = 3", 1))
     config = kit.config_path(0)
     config.write_text(config.read_text().replace('roster = "../../roster.toml"', f'roster = "{other}"'))
+    first = (0, Roster.load(kit.roster_path).neighbours[0][0])
+    gone = " && ".join(f"[ -e {kit.result_path(i)} ]" for i in first)
+
+    def wrap(i: int) -> list[str]:
+        if i in first:
+            return []
+        # wait (at most 60 s) until both first nodes have written their result and exited
+        return ["sh", "-c", f'for _ in $(seq 600); do {gone} && break; sleep 0.1; done; exec "$0" "$@"']
+
     broker = start_kit_broker(kit)
     try:
-        with pytest.raises(DeploymentFailed, match="roster"):
-            run_deployment(kit)
+        dep = Deployment(kit, wrap=wrap)
+        dep.start()
+        try:
+            codes = dep.wait(watchdog=90)
+        finally:
+            dep.terminate()
     finally:
         broker.stop()
-    for rep in node_reports(kit):
+    assert all(code != 0 for code in codes)
+    reports = node_reports(kit)
+    for rep in reports:
         assert rep["status"] == "failed" and "roster" in rep["error"], rep["error"]
+    late = [i for i in range(kit.n_nodes) if i not in first]
+    first_done = max(dep.exit_times[i] for i in first)
+    for i in late:
+        # no start-up timeout: a late node learns of the failure from the retained aborts
+        assert dep.exit_times[i] - first_done < startup / 2, (i, dep.exit_times, reports[i]["error"])
+    with pytest.raises(DeploymentFailed, match="roster"):
+        collect_results(kit, codes, 0.0)
 
 
 def test_node_whose_neighbours_never_come_online_stops_naming_them(tmp_path):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import stat
 import struct
 from collections.abc import Awaitable, Callable
@@ -80,6 +81,7 @@ def test_acl_and_config_text(tmp_path):
     lines = config.read_text().splitlines()
     assert "listener 1884 127.0.0.1" in lines
     assert "persistence false" in lines and "allow_anonymous false" in lines
+    assert "set_tcp_nodelay true" in lines  # Nagle off on the broker side too
     assert f"password_file {tmp_path / 'pw'}" in lines and f"acl_file {tmp_path / 'acl'}" in lines
     assert "allow_anonymous true" in write_mosquitto_config(tmp_path, 1884).read_text()
     with pytest.raises(ConfigError):
@@ -108,6 +110,32 @@ def test_unreachable_broker_names_the_address():
 
 
 # ---------------------------------------------------------------- real broker
+@mqtt
+def test_link_switches_nagle_off_and_late_subscribers_get_retained_messages(mosquitto_broker):
+    broker = mosquitto_broker()
+
+    async def scenario() -> None:
+        async with MqttLink(broker.host, broker.port, timeout=3) as early:
+            # Nagle's algorithm would add up to 40 ms to every hop of a consensus round.
+            sock = early._client._client.socket()  # type: ignore[union-attr]
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            await early.publish("p2pem/t1/from/0/all", b"stopped", retain=True)
+            await early.publish("p2pem/t1/from/0/all", b"not kept")
+            # ... so that a client subscribing afterwards still learns of the retained one
+            async with MqttLink(broker.host, broker.port, timeout=3, subscriptions=["p2pem/t1/from/0/all"]) as late:
+                assert await late.receive(timeout=3) == ("p2pem/t1/from/0/all", b"stopped")
+                with pytest.raises(LinkTimeout):
+                    await late.receive(timeout=0.3)
+                # a zero-byte retained publish clears it, and is delivered to subscribers as such
+                await early.publish("p2pem/t1/from/0/all", b"", retain=True)
+                assert await late.receive(timeout=3) == ("p2pem/t1/from/0/all", b"")
+            async with MqttLink(broker.host, broker.port, timeout=3, subscriptions=["p2pem/t1/from/0/all"]) as later:
+                with pytest.raises(LinkTimeout):
+                    await later.receive(timeout=0.3)
+
+    run(scenario)
+
+
 @mqtt
 def test_encoded_message_roundtrip_between_two_links(mosquitto_broker, codecs):
     broker = mosquitto_broker()

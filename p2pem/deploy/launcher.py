@@ -401,24 +401,17 @@ def start_kit_broker(kit: Kit, *, timeout: float = 5.0):
 
 
 def write_kit_broker_config(kit: Kit, *, host: str | None = None, port: int | None = None) -> Path:
-    """``DIR/broker/mosquitto.conf`` for the kit: password file, ACL, and Nagle off.
-
-    Consensus is a long chain of small request-response exchanges; with Nagle's algorithm
-    on the broker's sockets every hop can wait for a delayed ACK (40 ms on Linux), which
-    makes a round take tens of milliseconds instead of a fraction of one.
-    """
+    """``DIR/broker/mosquitto.conf`` for the kit: password file, ACL, and Nagle off
+    (see :func:`p2pem.broker.write_mosquitto_config`)."""
     from p2pem.broker import write_mosquitto_config
 
-    config = write_mosquitto_config(
+    return write_mosquitto_config(
         kit.broker_dir,
         kit.broker_port if port is None else port,
         kit.password_file,
         kit.acl_file,
         host=kit.broker_host if host is None else host,
     )
-    with open(config, "a", encoding="utf-8") as handle:
-        handle.write("set_tcp_nodelay true\n")
-    return config
 
 
 # ------------------------------------------------------------------------------ processes

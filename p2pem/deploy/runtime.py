@@ -33,6 +33,11 @@ Control messages (iteration -1, never seen by the Node), all signed like the res
 ``abort``   meta ``(reason, iteration, round, origin, *culprits)``: the run is stopped.  A node
             that gives up sends one, every node that receives one stops with an error naming
             the culprits and relays it, so all nodes exit promptly naming the same node.
+            Aborts are published *retained*: the broker keeps the last one of each node and
+            hands it to whoever subscribes later, so a neighbour that comes online after this
+            node already stopped (e.g. after a start-up failure such as a roster mismatch)
+            learns why at once instead of waiting out its start-up timeout.  A retained abort
+            outlives the run on the broker, one more reason for a new run id per run.
 
 Failures end in a :class:`~p2pem.errors.P2pemError` whose one-line message names this node,
 the culprit node(s) and the EM iteration and protocol round (see :class:`Timeouts`).
@@ -46,7 +51,6 @@ import logging
 import math
 import os
 import signal
-import socket
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
@@ -145,26 +149,6 @@ def describe_abort(meta: Sequence[int]) -> str:
     return f"node {origin} hit a protocol error in {at}{blame}"
 
 
-class _NoDelayLink(MqttLink):
-    """An MqttLink whose socket has Nagle's algorithm switched off after every (re)connection.
-
-    Consensus is a chain of small messages, each waiting for the previous; with Nagle on,
-    a small write waits for the ACK of the last one, which Linux delays by up to 40 ms, so
-    a publish-receive round trip on loopback takes ~90 ms instead of ~0.7 ms.  MqttLink
-    does not expose aiomqtt's ``socket_options`` yet, hence the reach into its client;
-    if that ever fails the link still works, only slower.
-    """
-
-    async def connect(self) -> None:
-        await super().connect()
-        try:
-            sock = self._client._client.socket()  # type: ignore[union-attr]
-            if isinstance(sock, socket.socket):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except (AttributeError, OSError) as exc:  # pragma: no cover - depends on aiomqtt internals
-            log.info("could not switch off Nagle's algorithm on the broker connection: %s", exc)
-
-
 class NodeRuntime:
     """One node process: load its files, connect, run the Node to the end, report.
 
@@ -225,7 +209,7 @@ class NodeRuntime:
         self._nbr_set = frozenset(self.neighbours)
         self.guard = ReplayGuard()
         broker = config.broker
-        self.link = _NoDelayLink(
+        self.link = MqttLink(
             broker.host,
             broker.port,
             subscriptions=subscriptions_for(self.run_id, i, self.neighbours),
@@ -454,6 +438,11 @@ class NodeRuntime:
     # ------------------------------------------------------------------ receiving
 
     async def _handle(self, incoming: Incoming) -> None:
+        if not incoming.payload:
+            # What a broker delivers when someone clears a retained message (a zero-byte
+            # retained publish); only the topic's owner or an admin can, and it carries nothing.
+            self.counters["empty"] += 1
+            return
         self.counters["received"] += 1
         try:
             t_sender, t_receiver = parse_topic(self.run_id, incoming.topic)
@@ -727,7 +716,8 @@ class NodeRuntime:
             return
         msg = Message(self.node_id, self.neighbours, CONTROL, 0, ABORT, (), False, meta)
         try:
-            await asyncio.wait_for(self.link.publish(topic_for(self.run_id, msg), self.codec.encode(msg)), 2.0)
+            publish = self.link.publish(topic_for(self.run_id, msg), self.codec.encode(msg), retain=False)
+            await asyncio.wait_for(publish, 2.0)
             self.counters["control_sent"] += 1
         except (TransportError, TimeoutError) as exc:
             log.info("node %d: could not tell the neighbours that the run stops: %s", self.node_id, exc)

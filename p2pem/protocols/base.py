@@ -104,12 +104,6 @@ class Topology:
         n = self.n_nodes
         return sp.csr_matrix((np.ones(self.src.size), self.dst, np.append(self.row_start, self.src.size)), shape=(n, n))
 
-    @cached_property
-    def incidence(self) -> sp.csr_matrix:
-        """n x 2m matrix with B_{i|j} at (i, edge(i,j)): ``incidence @ z`` is sum_j B_{i|j} z_{i|j}."""
-        n_edges = self.src.size
-        return sp.csr_matrix((self.sign, (self.src, np.arange(n_edges))), shape=(self.n_nodes, n_edges))
-
 
 @dataclass(frozen=True, eq=False)
 class NodeContext:

@@ -98,23 +98,38 @@ def run_scenario(
 def atomic_output(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
     """Write into a temporary sibling folder and move files into ``out_dir`` only on success.
 
-    Nothing half-written is left behind: on any exception the temporary folder is removed and
-    ``out_dir`` is untouched (it is created only when everything was written).
+    Nothing half-written is left behind: on any exception the temporary folder, and any
+    parent folders this call created, are removed and ``out_dir`` is untouched.
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: exists and is not a folder")
     parent = out.resolve().parent
-    if not parent.exists():
-        raise ConfigError(f"{out}: parent folder {parent} does not exist")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    created: list[Path] = []
+    while not parent.exists():
+        created.append(parent)
+        parent = parent.parent
+    try:
+        for folder in reversed(created):
+            folder.mkdir()
+    except OSError as exc:
+        raise ConfigError(f"{out}: cannot create its folder ({exc.strerror})") from None
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.resolve().parent))
+    ok = False
     try:
         yield tmp
         out.mkdir(exist_ok=True)
         for f in tmp.iterdir():
             os.replace(f, out / f.name)
+        ok = True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if not ok:
+            for folder in created:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
 
 
 def write_json(path: Path, data: dict) -> None:

@@ -124,3 +124,13 @@ def test_console_script_help_and_exit_codes():
     assert "result.json" in out and "--engine" in out
     bad = subprocess.run([*exe, "simulate", "nope.toml", "--out", "x"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "nope.toml" in bad.stderr
+
+
+def test_missing_parent_folders_are_created_and_removed_again_on_error(tmp_path, capsys):
+    scenario = _write(tmp_path, _csv())
+    out = tmp_path / "a" / "b" / "out"
+    assert main(["simulate", str(scenario), "--out", str(out), "-q"]) == 0
+    assert (out / "result.json").exists()
+    bad = _write(tmp_path, _csv(bad="1.0,nan"))
+    assert main(["simulate", str(bad), "--out", str(tmp_path / "c" / "d" / "out"), "-q"]) != 0
+    assert not (tmp_path / "c").exists()

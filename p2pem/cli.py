@@ -24,13 +24,13 @@ def _progress_factory(enabled: bool):
     def factory(spec):
         if not enabled or spec.name == "centralized":
             return None
-        bar = tqdm(desc=f"{spec.name:<12}", unit="EM it", file=sys.stderr, leave=False, dynamic_ncols=True)
+        # disable=None: no bar when stderr is not a terminal (logs, CI)
+        bar = tqdm(desc=f"{spec.name:<12}", unit="EM it", file=sys.stderr, leave=False, dynamic_ncols=True, disable=None)
 
         def update(iteration: int, max_iter: int) -> None:
             if bar.total != max_iter:
                 bar.total = max_iter
-            bar.n = iteration
-            bar.refresh()
+            bar.update(iteration - bar.n)
             if iteration >= max_iter:
                 bar.close()
 

@@ -230,8 +230,10 @@ class PdmmSP(ProtocolSpec):
         denom = (1.0 + c * t_.degrees.astype(float))[:, None]
         two_c = 2.0 * c
         two_cd = (two_c * t_.degrees.astype(float))[:, None]
-        g = np.zeros(n, dtype=np.int64)
+        zeros = np.zeros(n, dtype=np.int64)  # never written to: g_new may alias it
+        g = zeros
         stop_at = np.full(n, NEVER, dtype=np.int64)
+        flooding = False  # does any node hold a stop round yet?
         x_prev = None
         t = 0
         while True:
@@ -242,14 +244,16 @@ class PdmmSP(ProtocolSpec):
                     trace.append(Message(i, t_.neighbours[i], iteration, t, "primal", x[i].copy(), False, (int(g[i]), int(stop_at[i]))))
             nb_sum = adjacency @ x
             # the floods below are skipped while there is nothing to flood (same result, cheaper)
-            stop_in = np.minimum(stop_at, np.minimum.reduceat(stop_at[dst], starts)) if (stop_at != NEVER).any() else stop_at
-            if x_prev is None:
-                g_new = np.zeros(n, dtype=np.int64)
-            else:
+            stop_in = np.minimum(stop_at, np.minimum.reduceat(stop_at[dst], starts)) if flooding else stop_at
+            g_new = zeros
+            if x_prev is not None:
                 ok = settled(x, x_prev, nb_sum, degree, self.stop_tol)
-                g_new = np.where(ok, 1 + np.minimum(g, np.minimum.reduceat(g[dst], starts)), 0) if ok.any() else np.zeros(n, dtype=np.int64)
-            if (g_new >= diam + 1).any():
-                stop_in = np.where(g_new >= diam + 1, np.minimum(stop_in, t + diam), stop_in)
+                if ok.any():
+                    g_new = np.where(ok, 1 + np.minimum(g, np.minimum.reduceat(g[dst], starts)), 0)
+                    trigger = g_new >= diam + 1
+                    if trigger.any():
+                        stop_in = np.where(trigger, np.minimum(stop_in, t + diam), stop_in)
+                        flooding = True
             if t >= stop_in[0] or t >= self.max_iter:
                 # stop_at is flooded, so at the stopping round every node holds the same value
                 if not (t >= stop_in).all() and t < self.max_iter:

@@ -8,7 +8,7 @@ Topic layout and permissions (see :func:`acl_rules`): node ``i`` logs in as
 ``node<i>`` and may publish only under ``p2pem/<run>/from/<i>/#`` and read everything
 under ``p2pem/<run>/#``; an observer may read, an admin may read and write the run's
 tree.  The ACL only stops a compromised node from *publishing under another node's
-name on the broker*; authenticity of content comes from the envelope signatures of
+name on the broker*; authenticity of content comes from the per-receiver envelope MACs of
 :mod:`p2pem.codec`, and confidentiality of payloads from per-edge encryption.
 
 Mosquitto behaviours the callers must know are listed in the Notes of

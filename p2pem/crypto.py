@@ -8,7 +8,10 @@ here, so the choice of primitives lives in one place:
 * per-edge keys: X25519 between nodes ``i`` and ``j`` followed by HKDF-SHA256 whose
   ``info`` binds the run id, the unordered pair ``{i, j}`` and both public keys;
 * sealing: ChaCha20-Poly1305 with a synthetic nonce (see :func:`seal`);
-* signatures: Ed25519 (RFC 8032, deterministic).
+* message authentication: HMAC-SHA256 under the edge's MAC key, truncated to 128 bits
+  (see :func:`mac`); this is what the wire envelopes use, one tag per receiver;
+* signatures: Ed25519 (RFC 8032, deterministic), for whatever must be verifiable by
+  third parties (envelopes are not: verifying a signature costs ~100 us, a MAC ~2 us).
 
 Nothing here is home-made: the module only composes primitives of ``cryptography``.
 """
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from cryptography.exceptions import InvalidSignature, InvalidTag, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes, hmac, serialization
+from cryptography.hazmat.primitives import constant_time, hashes, hmac, serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
@@ -39,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "KEY_FILE_MODE",
+    "MAC_SIZE",
     "NONCE_SIZE",
     "SEAL_OVERHEAD",
     "SIGNATURE_SIZE",
@@ -47,9 +51,12 @@ __all__ = [
     "EdgeKey",
     "Identity",
     "KeyFileError",
+    "MacError",
     "PublicIdentity",
     "SignatureError",
+    "check_mac",
     "derive_edge_key",
+    "mac",
     "open_",
     "seal",
     "sign",
@@ -60,6 +67,8 @@ __all__ = [
 KEY_FILE_MODE = 0o600
 #: Size of an Ed25519 signature in bytes.
 SIGNATURE_SIZE = 64
+#: Size of a message authentication tag (HMAC-SHA256 truncated to 128 bits) in bytes.
+MAC_SIZE = 16
 #: Size of the ChaCha20-Poly1305 nonce carried in front of every sealed box.
 NONCE_SIZE = 12
 _TAG_SIZE = 16
@@ -68,6 +77,7 @@ SEAL_OVERHEAD = NONCE_SIZE + _TAG_SIZE
 _PUBLIC_KEY_SIZE = 32
 _EDGE_INFO = b"p2pem/edge-key/v1"
 _NONCE_INFO = b"p2pem/nonce/v1"
+_SHA256 = hashes.SHA256()
 _PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z ]+)-----.+?-----END \1-----\r?\n?", re.DOTALL)
 
 
@@ -81,6 +91,10 @@ class SignatureError(CryptoError):
 
 class DecryptionError(CryptoError):
     """A sealed box does not authenticate under the given key and associated data."""
+
+
+class MacError(CryptoError):
+    """An authentication tag does not verify under the given edge key."""
 
 
 class KeyFileError(ConfigError):
@@ -336,12 +350,15 @@ class EdgeKey:
         32-byte ChaCha20-Poly1305 key.
     nonce_key : bytes
         32-byte HMAC key from which nonces are derived (see :func:`seal`).
+    mac_key : bytes
+        32-byte HMAC key of the message authentication tags (see :func:`mac`).
     """
 
     run_id: str
     pair: tuple[int, int]
     aead_key: bytes = field(repr=False)
     nonce_key: bytes = field(repr=False)
+    mac_key: bytes = field(repr=False)
 
 
 def derive_edge_key(
@@ -355,8 +372,8 @@ def derive_edge_key(
 
     ``K = HKDF-SHA256(IKM = X25519(a_i, A_j), salt = none, info)`` with ``info`` the
     length-prefixed run id, the two node ids in increasing order and the two X25519
-    public keys in that same order; 64 output bytes are split into the AEAD key and
-    the nonce key.  Because ``info`` depends only on the unordered pair, node ``i``
+    public keys in that same order; 96 output bytes are split into the AEAD key, the
+    nonce key and the MAC key.  Because ``info`` depends only on the unordered pair, node ``i``
     and node ``j`` derive the same keys, and a different run id gives unrelated keys.
 
     Parameters
@@ -404,8 +421,53 @@ def derive_edge_key(
     info = b"".join(
         [_EDGE_INFO, struct.pack(">H", len(run)), run, struct.pack(">qq", lo, hi), lo_key, hi_key]
     )
-    okm = HKDF(algorithm=hashes.SHA256(), length=64, salt=None, info=info).derive(shared)
-    return EdgeKey(run_id=run_id, pair=(lo, hi), aead_key=okm[:32], nonce_key=okm[32:])
+    okm = HKDF(algorithm=hashes.SHA256(), length=96, salt=None, info=info).derive(shared)
+    return EdgeKey(run_id=run_id, pair=(lo, hi), aead_key=okm[:32], nonce_key=okm[32:64], mac_key=okm[64:])
+
+
+def mac(key: EdgeKey, *parts: bytes) -> bytes:
+    """Authentication tag of the concatenation of ``parts`` under the edge's MAC key.
+
+    ``HMAC-SHA256(key.mac_key, parts[0] || parts[1] || ...)`` truncated to its first
+    :data:`MAC_SIZE` (16) bytes, as in RFC 2104 section 5 and RFC 4868; 128 bits leave a
+    forger a 2**-128 chance per attempt.
+
+    Only the two endpoints of the edge hold ``key``, so a valid tag proves that one of
+    them wrote the data; unlike a signature it cannot prove which of the two to anyone
+    else (see :func:`check_mac`).
+
+    Parameters
+    ----------
+    key : EdgeKey
+        Key of the edge between the author and the intended verifier.
+    *parts : bytes-like
+        Data to authenticate, fed to the MAC in order (saves concatenating them).
+
+    Returns
+    -------
+    bytes
+        ``MAC_SIZE`` bytes.
+
+    Notes
+    -----
+    About 2 us for a few hundred bytes, against ~100 us to verify an Ed25519 signature.
+    """
+    h = hmac.HMAC(key.mac_key, _SHA256)
+    for part in parts:
+        h.update(part)
+    return h.finalize()[:MAC_SIZE]
+
+
+def check_mac(key: EdgeKey, tag: bytes, *parts: bytes) -> None:
+    """Check a tag made by :func:`mac` in constant time.
+
+    Raises
+    ------
+    MacError
+        If ``tag`` is not the tag of ``parts`` under ``key``.
+    """
+    if not constant_time.bytes_eq(mac(key, *parts), bytes(tag)):
+        raise MacError(f"authentication tag does not verify under the edge key of {key.pair} in run {key.run_id!r}")
 
 
 def seal(key: EdgeKey, plaintext: bytes, *, aad: bytes, nonce_context: bytes) -> bytes:

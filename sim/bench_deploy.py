@@ -6,14 +6,15 @@ and prints wall time, protocol messages, payload bytes and what crossed the brok
 * ``simulate`` (vectorised engine), the default of ``p2pem simulate``;
 * ``simulate --engine messages``: the same Node state machines over an in-memory queue;
 * ``deploy``: ``p2pem deploy``'s launcher, 20 ``p2pem node`` processes, a Mosquitto started
-  on a free loopback port with the kit's password file and ACL, every message signed with
-  Ed25519 and every initial dual sealed per edge.
+  on a free loopback port with the kit's password file and ACL, every message authenticated
+  with one HMAC-SHA256 tag per receiver (per-edge keys) and every initial dual sealed per edge.
 
 Usage::
 
     .venv/bin/python sim/bench_deploy.py                       # the issue's benchmark
     .venv/bin/python sim/bench_deploy.py --max-iter 5          # a quicker look
     .venv/bin/python sim/bench_deploy.py --out /tmp/bench      # keep the kit, logs and result.json
+    .venv/bin/python sim/bench_deploy.py --max-iter 5 --profile /tmp/prof   # cProfile every node process
 
 Not a test: the numbers depend on the machine (and on whatever else runs on it; the load
 average is printed next to them).  Needs ``mosquitto`` installed.
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", default=str(ROOT / "scenarios" / "parkinsons-20.toml"))
     parser.add_argument("--max-iter", type=int, help="override the scenario's em.max_iter (written to a copy of the file)")
     parser.add_argument("--out", help="keep the deployment folder here (default: a temporary folder)")
+    parser.add_argument("--profile", metavar="DIR", help="run every node under cProfile and write DIR/node-<pid>.prof (slower)")
     args = parser.parse_args(argv)
 
     from p2pem.broker import free_port
@@ -70,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((f"simulate ({engine})", time.perf_counter() - t0, sim.n_iter, sim.messages, sim.bytes, None))
 
         out = Path(args.out) if args.out else Path(tmp) / "deploy"
+        if args.profile:
+            _profile_children(Path(args.profile), Path(tmp))
         kit = prepare_kit(scenario, out, broker=("127.0.0.1", free_port()))
         load_before = os.getloadavg()
         broker = start_kit_broker(kit)
@@ -115,6 +119,31 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             print(f"kit, logs and result.json in {out}")
     return 0
+
+
+_SITECUSTOMIZE = """\
+import atexit, cProfile, os
+_profiler = cProfile.Profile()
+_profiler.enable()
+@atexit.register
+def _dump():
+    _profiler.disable()
+    _profiler.dump_stats(os.path.join({out!r}, f"node-{{os.getpid()}}.prof"))
+"""
+
+
+def _profile_children(out: Path, tmp: Path) -> None:
+    """Make every Python process started from here on (the nodes) run under cProfile.
+
+    A ``sitecustomize`` module on the children's ``PYTHONPATH`` starts the profiler at
+    interpreter start-up and dumps it at exit; the launcher passes its environment on.
+    Read the files with ``python -m pstats`` or ``pstats.Stats(*files)``.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    hook = tmp / "profile-hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_SITECUSTOMIZE.format(out=str(out.resolve())))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
 
 
 if __name__ == "__main__":

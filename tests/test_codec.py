@@ -19,7 +19,7 @@ from p2pem.codec import (
     WrongRun,
     validate_run_id,
 )
-from p2pem.crypto import SIGNATURE_SIZE, Identity
+from p2pem.crypto import MAC_SIZE, Identity, derive_edge_key, mac
 from p2pem.errors import ConfigError, ProtocolError
 from p2pem.messages import SERVER, Message
 
@@ -107,8 +107,10 @@ def test_encoding_is_compact_and_deterministic(codecs):
     msg = Message(0, (1,), 1, 1, "dual", payload, encrypted=True)
     data = codecs[0].encode(msg)
     assert codecs[0].encode(msg) == data  # retransmissions are byte-identical
-    # 800 payload bytes + 28 seal overhead + 64 signature + a header of a few dozen bytes.
-    assert len(data) < 800 + 28 + 64 + 64
+    # 800 payload bytes + 28 seal overhead + one 16-byte tag + a header of a few dozen bytes.
+    assert len(data) < 800 + 28 + MAC_SIZE + 64
+    broadcast = codecs[0].encode(Message(0, (1, 2, 3), 1, 1, "primal", payload))
+    assert len(broadcast) - len(codecs[0].encode(Message(0, (1,), 1, 1, "primal", payload))) == 2 * (4 + MAC_SIZE)
     plain = codecs[0].encode(Message(0, (1,), 1, 1, "dual", payload))
     assert payload.astype("<f8").tobytes() in plain
 
@@ -126,17 +128,42 @@ def test_encrypted_payload_is_not_in_clear(codecs):
         assert value.to_bytes(32, "big") not in data
 
 
-def test_forged_signature_is_rejected(codecs):
+def test_forged_tag_is_rejected(codecs):
     msg = Message(1, (2,), 0, 0, "dual", np.ones(3))
     data = bytearray(codecs[1].encode(msg))
     data[-1] ^= 0x80
     with pytest.raises(ForgedMessage, match="node 1"):
         codecs[2].decode(bytes(data))
-    # Node 3 relabels its own signed message as node 1's: its key is not node 1's.
+    # Node 3 relabels its own message as node 1's: its tag was made with edge {2, 3}.
     honest = codecs[3].encode(Message(3, (2,), 0, 0, "dual", np.ones(3)))
     forged = _set_sender(honest, 1)
     with pytest.raises(ForgedMessage, match="claiming to be from node 1"):
         codecs[2].decode(forged)
+
+
+def test_each_receiver_checks_only_its_own_tag(codecs):
+    """A broadcast carries one tag per receiver; a tag made for one receiver is useless to
+    the others, so receiver 1 (who knows edge key {0, 1}) cannot forge node 0's word to 2."""
+    msg = Message(0, (1, 2, 3), 4, 5, "primal", np.arange(3.0))
+    data = codecs[0].encode(msg)
+    tags = data[-3 * MAC_SIZE :]
+    assert len(set(tags[k * MAC_SIZE : (k + 1) * MAC_SIZE] for k in range(3))) == 3
+    for k, receiver in enumerate((1, 2, 3)):
+        broken = bytearray(data)
+        broken[len(data) - (3 - k) * MAC_SIZE] ^= 0x01  # spoil receiver k's tag only
+        with pytest.raises(ForgedMessage, match="node 0"):
+            codecs[receiver].decode(bytes(broken))
+        for other in {1, 2, 3} - {receiver}:
+            assert_same(msg, codecs[other].decode(bytes(broken)))
+    # Receiver 1 alters the payload and re-tags it with what it knows: only it would accept it.
+    altered = bytearray(data[: -3 * MAC_SIZE])
+    altered[-8:] = struct.pack("<d", 99.0)
+    k01 = derive_edge_key(codecs[1].identity, 1, codecs[0].roster[0], 0, RUN)
+    forged = bytes(altered) + mac(k01, b"p2pem/envelope/v2\x00", bytes(altered)) + tags[MAC_SIZE:]
+    assert codecs[1].decode(forged).payload[-1] == 99.0  # fooling itself is all it can do
+    for other in (2, 3):
+        with pytest.raises(ForgedMessage):
+            codecs[other].decode(forged)
 
 
 def test_sender_not_in_roster_is_rejected(keys, roster):
@@ -159,37 +186,44 @@ def test_tampered_payload_and_header_are_rejected(codecs):
     for encrypted in (False, True):
         data = codecs[0].encode(Message(0, (1,), 0, 0, "dual", np.arange(4.0), encrypted=encrypted))
         # The low byte of the iteration number (header), and a payload byte.
-        for index in (21, len(data) - SIGNATURE_SIZE - 3):
+        for index in (21, len(data) - MAC_SIZE - 3):
             tampered = bytearray(data)
             tampered[index] ^= 0x01
             with pytest.raises(InvalidMessage, match="node 0"):
                 codecs[1].decode(bytes(tampered))
 
 
-def test_resigned_ciphertext_under_another_name_does_not_open(keys, codecs):
-    # Node 2 (an insider with a valid key) takes node 0's sealed message to node 1,
-    # claims it as its own and signs it: the signature is fine, but the box was sealed
-    # under edge {0, 1} with a header naming node 0, so it does not authenticate.
+def test_retagged_ciphertext_under_another_name_does_not_open(keys, roster, codecs):
+    # Node 2 (an insider with valid keys) takes node 0's sealed message to node 1, claims
+    # it as its own and tags it with edge key {1, 2}: the tag is fine, but the box was
+    # sealed under edge {0, 1} with a header naming node 0, so it does not open.
     data = codecs[0].encode(Message(0, (1,), 0, 0, "dual", np.arange(4.0), encrypted=True))
-    relabelled = _set_sender(data, 2)
-    unsigned = relabelled[:-SIGNATURE_SIZE]
-    resigned = unsigned + keys[2].sign(b"p2pem/envelope/v1\x00" + unsigned)
-    codecs[1].verify(resigned)  # the signature is node 2's and valid
+    untagged = _set_sender(data, 2)[:-MAC_SIZE]
+    k12 = derive_edge_key(keys[2], 2, roster[1], 1, RUN)
+    retagged = untagged + mac(k12, b"p2pem/envelope/v2\x00", untagged)
+    codecs[1].verify(retagged)  # the tag is node 2's and valid
     with pytest.raises(TamperedMessage, match="node 2"):
-        codecs[1].decode(resigned)
+        codecs[1].decode(retagged)
 
 
-def test_encrypted_message_for_someone_else(codecs, roster):
+def test_message_for_someone_else_and_observers(codecs, roster):
     data = codecs[0].encode(Message(0, (1,), 0, 0, "dual", np.arange(4.0), encrypted=True))
     with pytest.raises(NotAddressed, match="for node 1"):
         codecs[2].decode(data)
     observer = Codec(RUN, roster)
-    envelope = observer.verify(data)  # anyone with the roster can authenticate it
+    envelope = observer.parse(data)  # anyone can read the header ...
     assert envelope.encrypted and envelope.payload_nbytes == 32 and envelope.receivers == (1,)
-    with pytest.raises(NotAddressed):
-        observer.decode(data)
+    for codec in (observer, codecs[2]):  # ... but only a receiver can authenticate it
+        with pytest.raises(NotAddressed):
+            codec.verify(data)
     plain = codecs[0].encode(Message(0, (1, 2), 0, 0, "primal", np.arange(2.0)))
-    assert_same(codecs[0].decode(plain), observer.decode(plain))
+    assert observer.parse(plain).body == np.arange(2.0).tobytes()
+    with pytest.raises(NotAddressed, match="for nodes 1, 2, not for this observer"):
+        observer.decode(plain)
+    with pytest.raises(NotAddressed, match="not for node 3"):
+        codecs[3].decode(plain)
+    with pytest.raises(WrongRun):
+        Codec("run-2", roster).parse(plain)
 
 
 def test_malformed_bytes_are_rejected(codecs):
@@ -218,10 +252,12 @@ def test_malformed_bytes_are_rejected(codecs):
         Message(0, (0,), 0, 0, "dual", np.arange(3.0)),
         Message(0, (1,), 0, 0, "dual", [1.0, 2.0]),  # type: ignore[arg-type]
         Message(0, (1,), 2**63, 0, "dual", np.arange(3.0)),
+        Message(0, (), 0, 0, "primal", np.arange(3.0)),
+        Message(0, (7,), 0, 0, "dual", np.arange(3.0)),  # receiver not in the roster
     ],
 )
 def test_unencodable_messages_raise(codecs, msg):
-    with pytest.raises(MalformedMessage):
+    with pytest.raises((MalformedMessage, UnknownSender)):
         codecs[0].encode(msg)
 
 

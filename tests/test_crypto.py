@@ -7,13 +7,17 @@ import stat
 import pytest
 
 from p2pem.crypto import (
+    MAC_SIZE,
     SEAL_OVERHEAD,
     DecryptionError,
     Identity,
     KeyFileError,
+    MacError,
     PublicIdentity,
     SignatureError,
+    check_mac,
     derive_edge_key,
+    mac,
     open_,
     seal,
     sign,
@@ -32,8 +36,8 @@ def test_both_endpoints_derive_the_same_edge_key(ids):
     k10 = derive_edge_key(ids[1], 1, ids[0].public, 0, "run-a")
     assert k01 == k10
     assert k01.pair == (0, 1)
-    assert len(k01.aead_key) == 32 and len(k01.nonce_key) == 32
-    assert k01.aead_key != k01.nonce_key
+    assert len(k01.aead_key) == len(k01.nonce_key) == len(k01.mac_key) == 32
+    assert len({k01.aead_key, k01.nonce_key, k01.mac_key}) == 3
 
 
 def test_edge_key_depends_on_run_and_pair(ids):
@@ -44,6 +48,24 @@ def test_edge_key_depends_on_run_and_pair(ids):
     relabelled = derive_edge_key(ids[0], 0, ids[1].public, 3, "run-a")
     keys = {k.aead_key for k in (base, other_run, other_pair, relabelled)}
     assert len(keys) == 4
+
+
+def test_mac_is_bound_to_key_and_data(ids):
+    k01 = derive_edge_key(ids[0], 0, ids[1].public, 1, "run-a")
+    tag = mac(k01, b"head", b"er")
+    assert len(tag) == MAC_SIZE and tag == mac(k01, b"header")  # parts are concatenated
+    check_mac(derive_edge_key(ids[1], 1, ids[0].public, 0, "run-a"), tag, b"header")  # the other end agrees
+    others = [
+        (derive_edge_key(ids[0], 0, ids[2].public, 2, "run-a"), b"header"),  # another edge
+        (derive_edge_key(ids[0], 0, ids[1].public, 1, "run-b"), b"header"),  # another run
+        (k01, b"headex"),
+    ]
+    for key, data in others:
+        with pytest.raises(MacError):
+            check_mac(key, tag, data)
+    with pytest.raises(MacError):
+        check_mac(k01, tag[:-1], b"header")
+    assert issubclass(MacError, ProtocolError)
 
 
 def test_edge_key_with_oneself_is_refused(ids):

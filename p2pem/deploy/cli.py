@@ -17,7 +17,7 @@ from p2pem.errors import ConfigError
 
 NODE_HELP = """\
 Run one node of a deployment: load this node's own data file, connect to the MQTT broker,
-wait until every neighbour is online, take part in the consensus (messages signed, initial
+wait until every neighbour is online, take part in the consensus (messages authenticated, initial
 duals encrypted per edge) and write the fitted model to the result file named in the
 config.  Exits 0 when the model is complete; otherwise exits non-zero within the configured
 timeout with one line naming the node that failed and the EM iteration and protocol round.
@@ -59,7 +59,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     dep.add_argument("--protocol", metavar="NAME", help="which of the scenario's protocols to deploy (default: the first); only pdmm-sp in sync mode can be deployed")
     dep.add_argument("--broker", metavar="HOST:PORT", help="use this running broker instead of starting one (it must load DIR/broker/passwords and DIR/broker/acl, or allow anonymous clients)")
     dep.add_argument("--listen", metavar="HOST", default="127.0.0.1", help="address of the broker the launcher starts (default 127.0.0.1)")
-    dep.add_argument("--run-id", metavar="ID", help="run id bound into signatures, keys and topics (default: scenario name + random suffix)")
+    dep.add_argument("--run-id", metavar="ID", help="run id bound into message tags, keys and topics (default: scenario name + random suffix)")
     dep.add_argument("--timeout", type=float, metavar="S", help="seconds a node waits for a silent neighbour before the run stops (default: [deploy] timeout or 20)")
     dep.add_argument("--startup-timeout", type=float, metavar="S", help="seconds every node's neighbours have to come online (default: [deploy] startup_timeout or 60)")
     dep.add_argument("--os-entropy", action="store_true", help="draw the protocol noise from OS entropy, as a real deployment must (the result then differs from simulate by the consensus error only)")

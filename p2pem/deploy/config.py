@@ -102,7 +102,7 @@ class Timeouts:
         Every neighbour must have come online (subscribed and said hello) within this long
         after the node connected.
     heartbeat : float, optional
-        A node that has published nothing for this long sends a small signed "hello" so
+        A node that has published nothing for this long sends a small authenticated "hello" so
         that its neighbours know it is alive; default ``min(1, timeout / 4)``.
     reconnect_timeout : float, optional
         After losing the broker the node retries for this long; default ``timeout``.
@@ -190,7 +190,7 @@ class Roster:
     Parameters
     ----------
     run_id : str
-        Bound into every signature, edge key and MQTT topic of the run.
+        Bound into every message tag, edge key and MQTT topic of the run.
     neighbours : tuple of tuple of int
         Node ``i``'s neighbours, sorted.
     diameter : int

@@ -1,8 +1,8 @@
 """One deployed node: the unchanged :class:`~p2pem.node.Node` driven over MQTT.
 
 The simulator's message engine hands each :class:`~p2pem.messages.Message` straight to the
-receiving Node; here the same messages are signed (and, for the initial duals of pdmm-sp,
-sealed per edge) by :class:`~p2pem.codec.Codec`, published through
+receiving Node; here the same messages are authenticated per receiver (and, for the initial
+duals of pdmm-sp, sealed per edge) by :class:`~p2pem.codec.Codec`, published through
 :class:`~p2pem.transports.mqtt.MqttLink` and checked on arrival.  Nothing else differs, so a
 deployment reproduces ``p2pem simulate`` for the same seeds.
 
@@ -10,16 +10,18 @@ What arrives is accepted only if, in this order (each refusal is logged with its
 counted in the node's result, and the message is never folded in):
 
 1. its topic is a topic of this run, and names the same sender (and receiver) as the header;
-2. it is a well-formed envelope of this run, signed by the claimed sender's pinned key, and its
-   sealed payload (if any) authenticates under the edge key (:meth:`Codec.decode`);
-3. it is addressed to this node and comes from a neighbour;
+2. it is a well-formed envelope of this run that lists this node among its receivers, this
+   node's tag verifies under the key of its edge with the claimed sender (derived from the
+   pinned roster keys), and its sealed payload (if any) authenticates under the edge key
+   (:meth:`Codec.decode`);
+3. it comes from a neighbour;
 4. :class:`~p2pem.codec.ReplayGuard` has not accepted it before (an identical copy, as MQTT
    QoS 1 may deliver, is silently dropped; a different message under the same identity is a
    replay or an equivocation and is refused);
 5. an initial dual arrives encrypted, and the Node accepts it (a message for an EM iteration
    the node has already finished raises :class:`~p2pem.node.OutOfRound`).
 
-Control messages (iteration -1, never seen by the Node), all signed like the rest:
+Control messages (iteration -1, never seen by the Node), all authenticated like the rest:
 
 ``hello``   meta ``(epoch,)``, payload the roster digest.  Sent on start-up until every
             neighbour has answered (a node starts the protocol only once all its neighbours
@@ -59,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from p2pem.codec import Codec, InvalidMessage, ReplayedMessage, ReplayGuard
+from p2pem.codec import Codec, InvalidMessage, NotAddressed, ReplayedMessage, ReplayGuard
 from p2pem.crypto import Identity
 from p2pem.deploy.config import NodeConfig, Roster, load_node_data
 from p2pem.errors import ConfigError, DataError, P2pemError, ProtocolError, TransportError
@@ -451,11 +453,17 @@ class NodeRuntime:
             return
         try:
             msg = self.codec.decode(incoming.payload)
+        except NotAddressed as exc:
+            if t_receiver is None:  # a multicast on .../all for some of the sender's neighbours
+                self.counters["not_addressed"] += 1
+                return
+            self._reject("NotAddressed", str(exc))
+            return
         except InvalidMessage as exc:
             self._reject(type(exc).__name__, str(exc))
             return
         if msg.sender != t_sender or (t_receiver is not None and tuple(msg.receivers) != (t_receiver,)):
-            self._reject("TopicMismatch", f"message signed by node {msg.sender} arrived on topic {incoming.topic!r}")
+            self._reject("TopicMismatch", f"message authenticated as from node {msg.sender} arrived on topic {incoming.topic!r}")
             return
         if self.node_id not in msg.receivers:
             self.counters["not_addressed"] += 1
@@ -499,7 +507,7 @@ class NodeRuntime:
             self._reject("OutOfRound", str(exc))
             return
         except ProtocolError as exc:
-            # A signed, fresh message the protocol cannot take: a misbehaving peer (honest ones
+            # An authenticated, fresh message the protocol cannot take: a misbehaving peer (honest ones
             # never send one), or a failure of the EM itself.  Either way the run cannot go on.
             err = ProtocolError(f"node {self.node_id}: in {self.where()}, after a {msg.kind} message from node {msg.sender}: {exc}")
             err.abort = (PROTOCOL, (msg.sender,))  # type: ignore[attr-defined]
@@ -716,7 +724,7 @@ class NodeRuntime:
             return
         msg = Message(self.node_id, self.neighbours, CONTROL, 0, ABORT, (), False, meta)
         try:
-            publish = self.link.publish(topic_for(self.run_id, msg), self.codec.encode(msg), retain=False)
+            publish = self.link.publish(topic_for(self.run_id, msg), self.codec.encode(msg), retain=True)
             await asyncio.wait_for(publish, 2.0)
             self.counters["control_sent"] += 1
         except (TransportError, TimeoutError) as exc:

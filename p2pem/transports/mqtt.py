@@ -145,7 +145,7 @@ def parse_topic(run_id: str, topic: str) -> tuple[int, int | None]:
     """Inverse of :func:`topic_for`: ``(sender, receiver)``, receiver None for ``.../all``.
 
     Lets the runtime check that the topic (which the broker ACL ties to a login)
-    names the same sender as the signed envelope header.
+    names the same sender as the authenticated envelope header.
 
     Raises
     ------

@@ -1,36 +1,55 @@
-"""p2pem: privacy-preserving distributed EM for Gaussian mixtures over peer-to-peer networks."""
+"""p2pem: privacy-preserving distributed EM for Gaussian mixtures over peer-to-peer networks.
+
+The public names below load on first use (PEP 562), so ``import p2pem`` is cheap: a node
+process, which needs neither networkx nor scipy's special functions, starts fast.
+"""
 
 from __future__ import annotations
 
-from p2pem.em import EMSettings
-from p2pem.errors import ConfigError, DataError, GraphError, P2pemError, ProtocolError, TransportError
-from p2pem.gmm import GMMParams
-from p2pem.graphs import geometric_graph, graph_from_edges
-from p2pem.messages import SERVER, Message
-from p2pem.model import DistributedGMM
-from p2pem.protocols import Centralized, Federated, PdmmSP, SecureSum, make_protocol
-from p2pem.simulate import RunResult, run_protocol
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "Centralized",
-    "ConfigError",
-    "DataError",
-    "DistributedGMM",
-    "EMSettings",
-    "Federated",
-    "GMMParams",
-    "GraphError",
-    "Message",
-    "P2pemError",
-    "PdmmSP",
-    "ProtocolError",
-    "RunResult",
-    "SERVER",
-    "SecureSum",
-    "TransportError",
-    "geometric_graph",
-    "graph_from_edges",
-    "make_protocol",
-    "run_protocol",
-]
+from p2pem.errors import ConfigError, DataError, GraphError, P2pemError, ProtocolError, TransportError
+from p2pem.messages import SERVER, Message
+
+_LAZY = {
+    "Centralized": "p2pem.protocols",
+    "DistributedGMM": "p2pem.model",
+    "EMSettings": "p2pem.em",
+    "Federated": "p2pem.protocols",
+    "GMMParams": "p2pem.gmm",
+    "PdmmSP": "p2pem.protocols",
+    "RunResult": "p2pem.simulate",
+    "SecureSum": "p2pem.protocols",
+    "geometric_graph": "p2pem.graphs",
+    "graph_from_edges": "p2pem.graphs",
+    "make_protocol": "p2pem.protocols",
+    "run_protocol": "p2pem.simulate",
+}
+
+if TYPE_CHECKING:
+    from p2pem.em import EMSettings
+    from p2pem.gmm import GMMParams
+    from p2pem.graphs import geometric_graph, graph_from_edges
+    from p2pem.model import DistributedGMM
+    from p2pem.protocols import Centralized, Federated, PdmmSP, SecureSum, make_protocol
+    from p2pem.simulate import RunResult, run_protocol
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'p2pem' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = sorted(
+    ["ConfigError", "DataError", "GraphError", "Message", "P2pemError", "ProtocolError", "SERVER", "TransportError", *_LAZY]
+)
 __version__ = "0.1.0"

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import logsumexp
 
 from p2pem.errors import ProtocolError
 
@@ -188,6 +187,8 @@ def e_step(X: FloatArray, params: GMMParams) -> tuple[FloatArray, FloatArray]:
     log_prob_norm : (n,) array
         log p(x_n) under the mixture.
     """
+    from scipy.special import logsumexp
+
     prec_chol = precision_cholesky(params.covariances)
     k = params.n_components
     log_prob = np.empty((X.shape[0], k))

@@ -14,12 +14,16 @@ import abc
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import networkx as nx
+from typing import TYPE_CHECKING
+
 import numpy as np
-import scipy.sparse as sp
 
 from p2pem.errors import ProtocolError
 from p2pem.messages import Message
+
+if TYPE_CHECKING:  # networkx and scipy.sparse load lazily: a node process needs neither
+    import networkx as nx
+    import scipy.sparse as sp
 
 
 def diameter_bound(g: nx.Graph) -> int:
@@ -30,6 +34,7 @@ def diameter_bound(g: nx.Graph) -> int:
     few hops of the exact value and costs three BFS instead of n.  pdmm-sp's stopping rule
     only needs an upper bound (it waits that many rounds for flags to flood).
     """
+    import networkx as nx
     from scipy.sparse.csgraph import shortest_path
 
     n = g.number_of_nodes()
@@ -101,6 +106,8 @@ class Topology:
     @cached_property
     def adjacency(self) -> sp.csr_matrix:
         """n x n 0/1 adjacency in CSR with sorted columns: ``adjacency @ x`` sums neighbours in id order."""
+        import scipy.sparse as sp
+
         n = self.n_nodes
         return sp.csr_matrix((np.ones(self.src.size), self.dst, np.append(self.row_start, self.src.size)), shape=(n, n))
 

@@ -19,13 +19,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import networkx as nx
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from p2pem.errors import ProtocolError
-from p2pem.graphs import hamiltonian_cycle
 from p2pem.messages import SERVER, Message
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 MODULUS = 1 << 256
 FRACTION_BITS = 96
@@ -73,6 +76,8 @@ class SecureSum(ProtocolSpec):
         key = ("ring", self.ring_search_s)
         cache = g.graph.setdefault("_p2pem_cache", {})
         if key not in cache:
+            from p2pem.graphs import hamiltonian_cycle
+
             cache[key] = hamiltonian_cycle(g, time_budget=self.ring_search_s)
         return Topology.from_graph(g, ring=cache[key])
 

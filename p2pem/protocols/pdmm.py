@@ -28,16 +28,16 @@ import functools
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import TYPE_CHECKING, Literal, Union
 
-import networkx as nx
 import numpy as np
-import scipy.sparse.linalg as spla
 
 from p2pem.errors import ConfigError, ProtocolError
-from p2pem.graphs import require_cycle
 from p2pem.messages import Message
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 NEVER = 2**62
 
@@ -117,6 +117,8 @@ def _auto_c(neighbours: tuple[tuple[int, ...], ...]) -> float:
         ev = np.linalg.eigvalsh(lap.toarray())
         lam2, lmax = ev[1], ev[-1]
     else:
+        import scipy.sparse.linalg as spla
+
         lmax = spla.eigsh(lap, k=1, which="LA", return_eigenvectors=False)[0]
         lam2 = spla.eigsh(lap, k=2, sigma=-1e-3, which="LM", return_eigenvectors=False).max()
     return float(1.0 / math.sqrt(lam2 * lmax))
@@ -192,6 +194,8 @@ class PdmmSP(ProtocolSpec):
         return "pdmm-sp" + ("" if self.encrypt_duals else " (INSECURE: plaintext duals)")
 
     def validate(self, g: nx.Graph) -> None:
+        from p2pem.graphs import require_cycle
+
         require_cycle(g)
 
     def step_size(self, topology: Topology) -> float:

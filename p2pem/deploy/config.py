@@ -422,7 +422,9 @@ class Roster:
                 if hexkey in seen_keys:
                     top.fail(f"nodes {seen_keys[hexkey]} and {i} share a public key (each node needs its own `p2pem keys new`)")
                 seen_keys[hexkey] = i
-        actual = _diameter(nbrs)
+        from p2pem.protocols.base import diameter_bound
+
+        actual = diameter_bound(nbrs)
         if actual is None:
             top.fail("the neighbour lists describe a disconnected graph")
         if actual != diameter:
@@ -431,28 +433,6 @@ class Roster:
         roster.em_settings()
         roster.protocol_spec()
         return roster
-
-
-def _diameter(nbrs: Sequence[Sequence[int]]) -> int | None:
-    """Diameter by breadth-first search from every node; None when disconnected."""
-    n = len(nbrs)
-    best = 0
-    for s in range(n):
-        dist = [-1] * n
-        dist[s] = 0
-        frontier = [s]
-        while frontier:
-            nxt = []
-            for u in frontier:
-                for v in nbrs[u]:
-                    if dist[v] < 0:
-                        dist[v] = dist[u] + 1
-                        nxt.append(v)
-            frontier = nxt
-        if min(dist) < 0:
-            return None
-        best = max(best, max(dist))
-    return best
 
 
 # ------------------------------------------------------------------------------ node config

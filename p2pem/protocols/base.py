@@ -11,6 +11,7 @@ the message-level one agree to the last bit (a test checks it, traces included).
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -26,26 +27,32 @@ if TYPE_CHECKING:  # networkx and scipy.sparse load lazily: a node process needs
     import scipy.sparse as sp
 
 
-def diameter_bound(g: nx.Graph) -> int:
-    """The diameter of ``g`` for up to 2000 nodes, else a tight upper bound.
+def diameter_bound(neighbours: Sequence[Sequence[int]]) -> int | None:
+    """The diameter of the graph given by its adjacency lists for up to 2000 nodes, else a
+    tight upper bound; None when the graph is disconnected.
 
     Larger graphs use two breadth-first sweeps: from the middle node m of a longest shortest
     path found by a double sweep, diameter <= 2 ecc(m); on geometric graphs that is within a
     few hops of the exact value and costs three BFS instead of n.  pdmm-sp's stopping rule
-    only needs an upper bound (it waits that many rounds for flags to flood).
+    only needs an upper bound (it waits that many rounds for flags to flood).  The roster of
+    a deployment is checked with this same function, so both sides agree on the bound.
     """
-    import networkx as nx
+    import scipy.sparse as sp
     from scipy.sparse.csgraph import shortest_path
 
-    n = g.number_of_nodes()
-    adj = nx.to_scipy_sparse_array(g, nodelist=range(n), format="csr")
-    if n <= 2000:
-        return int(np.max(shortest_path(adj, unweighted=True)))
+    n = len(neighbours)
+    indptr = np.concatenate([[0], np.cumsum([len(nb) for nb in neighbours])])
+    indices = np.array([j for nb in neighbours for j in nb], dtype=np.int64)
+    adj = sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(n, n))
 
     def bfs(v: int) -> np.ndarray:
         return shortest_path(adj, unweighted=True, indices=[v])[0]
 
     d0 = bfs(0)
+    if not np.all(np.isfinite(d0)):
+        return None
+    if n <= 2000:
+        return int(np.max(shortest_path(adj, unweighted=True)))
     b = int(np.argmax(d0))
     db = bfs(b)
     c = int(np.argmax(db))
@@ -73,7 +80,10 @@ class Topology:
     def from_graph(cls, g: nx.Graph, *, ring: list[int] | None = None) -> Topology:
         n = g.number_of_nodes()
         nbrs = tuple(tuple(sorted(int(v) for v in g.neighbors(i))) for i in range(n))
-        return cls(n_nodes=n, neighbours=nbrs, diameter=diameter_bound(g), ring=None if ring is None else tuple(ring))
+        diameter = diameter_bound(nbrs)
+        if diameter is None:
+            raise ProtocolError("the graph is disconnected")
+        return cls(n_nodes=n, neighbours=nbrs, diameter=diameter, ring=None if ring is None else tuple(ring))
 
     @cached_property
     def degrees(self) -> np.ndarray:

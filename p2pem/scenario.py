@@ -62,14 +62,13 @@ Integer keys reject booleans and floats; number keys accept integers and floats
 from __future__ import annotations
 
 import copy
-import math
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -87,6 +86,7 @@ from p2pem.errors import ConfigError, DataError, GraphError
 from p2pem.gmm import GMMParams
 from p2pem.graphs import default_radius, graph_from_edges
 from p2pem.protocols import make_protocol
+from p2pem.tomltable import Table, is_int, show
 
 __all__ = [
     "GRAPH_KINDS",
@@ -347,7 +347,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read ({exc.strerror or exc})") from None
 
-    top = _Section(where, document, "", ("name", "seed", "data", "graph", "em", "protocols", "leakage", "deploy"))
+    top = Table(where, document, "", ("name", "seed", "data", "graph", "em", "protocols", "leakage", "deploy"))
     name = top.string("name", default=file.stem)
     if not name:
         top.fail("'name' must not be empty")
@@ -450,7 +450,7 @@ _CSV_ONLY = ("path", "columns", "drop_columns")
 _SYNTHETIC_ONLY = ("n_samples", "n_features", "n_components", "separation")
 
 
-def _parse_data(sec: _Section, folder: Path) -> DataConfig:
+def _parse_data(sec: Table, folder: Path) -> DataConfig:
     source = sec.choice("source", SOURCES)
     forbidden = _SYNTHETIC_ONLY if source == "csv" else _CSV_ONLY
     for key in forbidden:
@@ -504,7 +504,7 @@ def _static_width(data: DataConfig) -> int | None:
     return None
 
 
-def _parse_graph(sec: _Section) -> GraphConfig:
+def _parse_graph(sec: Table) -> GraphConfig:
     kind = sec.choice("kind", GRAPH_KINDS)
     if kind == "geometric":
         if sec.has("edges"):
@@ -518,12 +518,12 @@ def _parse_graph(sec: _Section) -> GraphConfig:
     raw = sec.require("edges")
     key = sec.key("edges")
     if not isinstance(raw, list) or not raw:
-        sec.fail(f"{key!r} must be a non-empty array of [i, j] pairs, got {_show(raw)}")
+        sec.fail(f"{key!r} must be a non-empty array of [i, j] pairs, got {show(raw)}")
     edges: list[tuple[int, int]] = []
     seen: set[frozenset[int]] = set()
     for index, pair in enumerate(raw):
-        if not (isinstance(pair, list) and len(pair) == 2 and all(_is_int(v) and v >= 0 for v in pair)):
-            sec.fail(f"'{key}[{index}]' must be a pair of node ids >= 0, got {_show(pair)}")
+        if not (isinstance(pair, list) and len(pair) == 2 and all(is_int(v) and v >= 0 for v in pair)):
+            sec.fail(f"'{key}[{index}]' must be a pair of node ids >= 0, got {show(pair)}")
         i, j = pair
         if i == j:
             sec.fail(f"'{key}[{index}]' is a self-loop [{i}, {j}]")
@@ -546,7 +546,7 @@ def _parse_graph(sec: _Section) -> GraphConfig:
     return GraphConfig(kind=kind, n_nodes=count, edges=tuple(edges))
 
 
-def _parse_em(sec: _Section, width: int | None) -> EMConfig:
+def _parse_em(sec: Table, width: int | None) -> EMConfig:
     n_components = sec.integer("n_components", minimum=1)
     max_iter = sec.integer("max_iter", default=100, minimum=0)
     tol = sec.number("tol", default=0.0, minimum=0.0)
@@ -557,7 +557,7 @@ def _parse_em(sec: _Section, width: int | None) -> EMConfig:
     return EMConfig(n_components=n_components, max_iter=max_iter, tol=tol, reg_covar=reg_covar, init=init)
 
 
-def _parse_init(sec: _Section, k: int, width: int | None) -> GMMParams:
+def _parse_init(sec: Table, k: int, width: int | None) -> GMMParams:
     weights = sec.number_array("weights", ndim=1)
     means = sec.number_array("means", ndim=2)
     covariances = sec.number_array("covariances", ndim=3)
@@ -585,14 +585,14 @@ def _parse_init(sec: _Section, k: int, width: int | None) -> GMMParams:
     return GMMParams(weights=weights, means=means, covariances=covariances)
 
 
-def _parse_protocols(top: _Section) -> tuple[ProtocolConfig, ...]:
+def _parse_protocols(top: Table) -> tuple[ProtocolConfig, ...]:
     raw = top.require("protocols")
     if not (isinstance(raw, list) and raw and all(isinstance(t, dict) for t in raw)):
-        top.fail(f"'protocols' must be one or more [[protocols]] tables, got {_show(raw)}")
+        top.fail(f"'protocols' must be one or more [[protocols]] tables, got {show(raw)}")
     protocols = []
     for index, table in enumerate(raw):
         prefix = f"protocols[{index}]"
-        sec = _Section(top.where, table, prefix, None)
+        sec = Table(top.where, table, prefix, None)
         name = sec.choice("name", PROTOCOLS)
         params = {key: copy.deepcopy(value) for key, value in table.items() if key != "name"}
         _validate_protocol(top.where, prefix, params, name)
@@ -604,10 +604,10 @@ def _parse_protocols(top: _Section) -> tuple[ProtocolConfig, ...]:
 DEPLOY_KEYS = ("timeout", "startup_timeout", "heartbeat", "reconnect_timeout", "max_node_spread", "broker")
 
 
-def _parse_deploy(top: _Section) -> Mapping[str, Any]:
+def _parse_deploy(top: Table) -> Mapping[str, Any]:
     """The ``[deploy]`` table: positive numbers of seconds, a spread, a ``host:port`` broker."""
     table = top.free_table("deploy")
-    sec = _Section(top.where, dict(table), "deploy", DEPLOY_KEYS)
+    sec = Table(top.where, dict(table), "deploy", DEPLOY_KEYS)
     for key in DEPLOY_KEYS[:-1]:
         sec.number(key, default=None, positive=True)
     broker = sec.string("broker", default=None)
@@ -624,168 +624,3 @@ def _validate_protocol(where: str, prefix: str, params: dict[str, Any], name: st
         make_protocol(name, dict(params))
     except ConfigError as exc:
         raise ConfigError(f"{where}: {prefix}: {exc}") from exc
-
-
-# ----------------------------------------------------------------------- the reader
-
-_REQUIRED: Any = object()
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _show(value: object) -> str:
-    """A value as the user wrote it in TOML, with its TOML type."""
-    if isinstance(value, bool):
-        return f"{str(value).lower()} (a boolean)"
-    if isinstance(value, int):
-        return f"{value} (an integer)"
-    if isinstance(value, float):
-        return f"{value!r} (a float)"
-    if isinstance(value, str):
-        return f"{value!r} (a string)"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    return f"{value} (a date/time)"
-
-
-class _Section:
-    """One TOML table being validated; every error names the file and dotted key."""
-
-    def __init__(self, where: str, table: dict[str, Any], prefix: str, known: Sequence[str] | None) -> None:
-        self.where = where
-        self.table = table
-        self.prefix = prefix
-        if known is not None:
-            unknown = [key for key in table if key not in known]
-            if unknown:
-                noun = "key" if len(unknown) == 1 else "keys"
-                listed = ", ".join(repr(self.key(key)) for key in unknown)
-                self.fail(f"unknown {noun} {listed} (known: {', '.join(known)})")
-
-    def key(self, name: str) -> str:
-        return f"{self.prefix}.{name}" if self.prefix else name
-
-    def fail(self, message: str) -> NoReturn:
-        raise ConfigError(f"{self.where}: {message}")
-
-    def has(self, name: str) -> bool:
-        return name in self.table
-
-    def require(self, name: str) -> Any:
-        if name not in self.table:
-            self.fail(f"missing required key {self.key(name)!r}")
-        return self.table[name]
-
-    def _get(self, name: str, default: Any) -> tuple[bool, Any]:
-        if name in self.table:
-            return True, self.table[name]
-        if default is _REQUIRED:
-            self.require(name)
-        return False, default
-
-    def _wrong(self, name: str, expected: str, value: object) -> NoReturn:
-        self.fail(f"{self.key(name)!r} must be {expected}, got {_show(value)}")
-
-    def integer(self, name: str, *, default: Any = _REQUIRED, minimum: int | None = None) -> Any:
-        present, value = self._get(name, default)
-        if not present:
-            return value
-        if not _is_int(value):
-            self._wrong(name, "an integer", value)
-        if minimum is not None and value < minimum:
-            self.fail(f"{self.key(name)!r} must be >= {minimum}, got {value}")
-        return value
-
-    def number(
-        self,
-        name: str,
-        *,
-        default: Any = _REQUIRED,
-        minimum: float | None = None,
-        positive: bool = False,
-    ) -> Any:
-        present, value = self._get(name, default)
-        if not present:
-            return value
-        if not _is_number(value) or not math.isfinite(value):
-            self._wrong(name, "a finite number", value)
-        if minimum is not None and value < minimum:
-            self.fail(f"{self.key(name)!r} must be >= {minimum}, got {value}")
-        if positive and value <= 0:
-            self.fail(f"{self.key(name)!r} must be > 0, got {value}")
-        return float(value)
-
-    def boolean(self, name: str, *, default: Any = _REQUIRED) -> Any:
-        present, value = self._get(name, default)
-        if present and not isinstance(value, bool):
-            self._wrong(name, "true or false", value)
-        return value
-
-    def string(self, name: str, *, default: Any = _REQUIRED) -> Any:
-        present, value = self._get(name, default)
-        if present and not isinstance(value, str):
-            self._wrong(name, "a string", value)
-        return value
-
-    def choice(self, name: str, choices: Sequence[str], *, default: Any = _REQUIRED) -> Any:
-        value = self.string(name, default=default)
-        if value not in choices:
-            self.fail(f"{self.key(name)!r} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-        return value
-
-    def string_list(self, name: str, *, default: Any = _REQUIRED) -> Any:
-        present, value = self._get(name, default)
-        if not present:
-            return value
-        if not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
-            self._wrong(name, "an array of strings", value)
-        if len(set(value)) != len(value):
-            self.fail(f"{self.key(name)!r} names a column more than once")
-        return tuple(value)
-
-    def number_array(self, name: str, *, ndim: int) -> npt.NDArray[np.float64]:
-        value = self.require(name)
-        shape_words = {1: "an array of numbers", 2: "an array of arrays of numbers", 3: "an array of matrices"}
-
-        def walk(item: object, depth: int) -> None:
-            if depth == ndim:
-                if not (_is_number(item) and math.isfinite(item)):  # type: ignore[arg-type]
-                    self.fail(f"{self.key(name)!r} must be {shape_words[ndim]}, holds {_show(item)}")
-            elif not isinstance(item, list):
-                self.fail(f"{self.key(name)!r} must be {shape_words[ndim]}, holds {_show(item)}")
-            else:
-                for element in item:
-                    walk(element, depth + 1)
-
-        walk(value, 0)
-        try:
-            array = np.array(value, dtype=np.float64)
-        except ValueError:
-            self.fail(f"{self.key(name)!r} is ragged: its rows must all have the same length")
-        if array.ndim != ndim or array.size == 0:
-            self.fail(f"{self.key(name)!r} must be a non-empty {ndim}-D array, got shape {array.shape}")
-        return array
-
-    def section(self, name: str, known: Sequence[str]) -> _Section:
-        if name not in self.table:
-            self.fail(f"missing required table [{self.key(name)}]")
-        value = self.table[name]
-        if not isinstance(value, dict):
-            self._wrong(name, "a table", value)
-        return _Section(self.where, value, self.key(name), known)
-
-    def free_table(self, name: str) -> Mapping[str, Any]:
-        if name not in self.table:
-            return _EMPTY
-        value = self.table[name]
-        if not isinstance(value, dict):
-            self._wrong(name, "a table", value)
-        return MappingProxyType(copy.deepcopy(value))

@@ -59,12 +59,13 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from p2pem.errors import ConfigError, DataError
+from p2pem.tomltable import Table, is_number
 
 __all__ = [
     "DEPLOYABLE",
@@ -128,7 +129,7 @@ class Timeouts:
             value = getattr(self, name)
             if value is None and name in ("heartbeat", "reconnect_timeout"):
                 continue
-            if not (_is_number(value) and math.isfinite(value) and value > 0):
+            if not (is_number(value) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"timeout {name!r} must be a positive number of seconds, got {value!r}")
             object.__setattr__(self, name, float(value))
         if self.heartbeat is None:
@@ -352,7 +353,7 @@ class Roster:
         from p2pem.crypto import PublicIdentity
 
         where = str(path) if path is not None else "roster"
-        top = _Table(where, doc, "", ("format", "run_id", "topology", "em", "protocol", "nodes"))
+        top = Table(where, doc, "", ("format", "run_id", "topology", "em", "protocol", "nodes"))
         fmt = top.integer("format")
         if fmt != ROSTER_FORMAT:
             top.fail(f"'format' is {fmt}, this p2pem reads roster format {ROSTER_FORMAT}")
@@ -361,11 +362,11 @@ class Roster:
             validate_run_id(run_id)
         except ConfigError as exc:
             top.fail(f"'run_id': {exc}")
-        topo = top.table("topology", ("n_nodes", "diameter", "ring"))
+        topo = top.section("topology", ("n_nodes", "diameter", "ring"))
         n = topo.integer("n_nodes", minimum=2)
         diameter = topo.integer("diameter", minimum=1)
         ring = topo.int_list("ring", default=None)
-        em_t = top.table("em", ("n_components", "max_iter", "tol", "reg_covar", "init_seed", "init"))
+        em_t = top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "init_seed", "init"))
         em: dict[str, Any] = {
             "n_components": em_t.integer("n_components", minimum=1),
             "max_iter": em_t.integer("max_iter", minimum=0),
@@ -373,11 +374,11 @@ class Roster:
             "reg_covar": em_t.number("reg_covar", minimum=0.0),
             "init_seed": em_t.integer("init_seed", minimum=0),
         }
-        if "init" in em_t.data:
-            init_t = em_t.table("init", ("weights", "means", "covariances"))
+        if "init" in em_t.table:
+            init_t = em_t.section("init", ("weights", "means", "covariances"))
             em["init"] = {k: init_t.require(k) for k in ("weights", "means", "covariances")}
-        proto_t = top.table("protocol", None)
-        protocol = dict(proto_t.data)
+        proto_t = top.section("protocol", None)
+        protocol = dict(proto_t.table)
         if not isinstance(protocol.get("name"), str):
             proto_t.fail("missing required key 'protocol.name' (a string)")
         raw_nodes = top.require("nodes")
@@ -388,7 +389,7 @@ class Roster:
         neighbours: dict[int, tuple[int, ...]] = {}
         keys: dict[int, PublicIdentity] = {}
         for index, entry in enumerate(raw_nodes):
-            node_t = _Table(where, entry, f"nodes[{index}]", ("id", "neighbours", "signing_key", "agreement_key", "fingerprint"))
+            node_t = Table(where, entry, f"nodes[{index}]", ("id", "neighbours", "signing_key", "agreement_key", "fingerprint"))
             i = node_t.integer("id", minimum=0)
             if i >= n:
                 node_t.fail(f"'nodes[{index}].id' is {i}, but ids run from 0 to {n - 1}")
@@ -555,9 +556,9 @@ class NodeConfig:
         doc = _read_toml(path, "node config")
         where = str(path)
         base = path.parent
-        top = _Table(where, doc, "", ("node_id", "roster", "key_file", "data", "columns", "result", "broker", "timeouts", "reproducibility"))
+        top = Table(where, doc, "", ("node_id", "roster", "key_file", "data", "columns", "result", "broker", "timeouts", "reproducibility"))
         node_id = top.integer("node_id", minimum=0)
-        b = top.table("broker", BrokerConfig.KEYS)
+        b = top.section("broker", BrokerConfig.KEYS)
         port = b.integer("port", default=1883, minimum=1)
         if port > 65535:
             b.fail(f"'broker.port' must be at most 65535, got {port}")
@@ -572,16 +573,16 @@ class NodeConfig:
             client_key=b.path("client_key", base, default=None),
         )
         if "timeouts" in doc:
-            t = top.table("timeouts", Timeouts.KEYS)
+            t = top.section("timeouts", Timeouts.KEYS)
             for key in Timeouts.KEYS:
                 t.number(key, default=None)
-            timeouts = Timeouts.from_mapping(t.data, f"{where}: timeouts")
+            timeouts = Timeouts.from_mapping(t.table, f"{where}: timeouts")
         else:
             timeouts = Timeouts()
         seed = None
         spawn_key: tuple[int, ...] = ()
         if "reproducibility" in doc:
-            r = top.table("reproducibility", ("seed", "spawn_key"))
+            r = top.section("reproducibility", ("seed", "spawn_key"))
             seed = r.integer("seed", minimum=0)
             spawn_key = tuple(r.int_list("spawn_key", default=[]))
             if any(k < 0 for k in spawn_key):
@@ -807,106 +808,3 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
-
-
-_MISSING: Any = object()
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-class _Table:
-    """One TOML table being validated; every error names the file and the dotted key."""
-
-    def __init__(self, where: str, data: Any, prefix: str, known: Sequence[str] | None) -> None:
-        self.where = where
-        self.prefix = prefix
-        if not isinstance(data, dict):
-            self.fail(f"{prefix!r} must be a table")
-        self.data = data
-        if known is not None:
-            unknown = [k for k in data if k not in known]
-            if unknown:
-                self.fail(f"unknown key {self.key(unknown[0])!r} (known: {', '.join(known)})")
-
-    def key(self, name: str) -> str:
-        return f"{self.prefix}.{name}" if self.prefix else name
-
-    def fail(self, message: str) -> NoReturn:
-        raise ConfigError(f"{self.where}: {message}")
-
-    def require(self, name: str) -> Any:
-        if name not in self.data:
-            self.fail(f"missing required key {self.key(name)!r}")
-        return self.data[name]
-
-    def _get(self, name: str, default: Any) -> tuple[bool, Any]:
-        if name in self.data:
-            return True, self.data[name]
-        if default is _MISSING:
-            self.require(name)
-        return False, default
-
-    def integer(self, name: str, *, default: Any = _MISSING, minimum: int | None = None) -> Any:
-        present, value = self._get(name, default)
-        if not present:
-            return value
-        if not isinstance(value, int) or isinstance(value, bool):
-            self.fail(f"{self.key(name)!r} must be an integer, got {value!r}")
-        if minimum is not None and value < minimum:
-            self.fail(f"{self.key(name)!r} must be >= {minimum}, got {value}")
-        return value
-
-    def number(self, name: str, *, default: Any = _MISSING, minimum: float | None = None) -> Any:
-        present, value = self._get(name, default)
-        if not present:
-            return value
-        if not (_is_number(value) and math.isfinite(value)):
-            self.fail(f"{self.key(name)!r} must be a finite number, got {value!r}")
-        if minimum is not None and value < minimum:
-            self.fail(f"{self.key(name)!r} must be >= {minimum}, got {value}")
-        return float(value)
-
-    def string(self, name: str, *, default: Any = _MISSING) -> Any:
-        present, value = self._get(name, default)
-        if present and not isinstance(value, str):
-            self.fail(f"{self.key(name)!r} must be a string, got {value!r}")
-        return value
-
-    def boolean(self, name: str, *, default: Any = _MISSING) -> Any:
-        present, value = self._get(name, default)
-        if present and not isinstance(value, bool):
-            self.fail(f"{self.key(name)!r} must be true or false, got {value!r}")
-        return value
-
-    def int_list(self, name: str, *, default: Any = _MISSING) -> Any:
-        present, value = self._get(name, default)
-        if not present:
-            return value
-        if not (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
-            self.fail(f"{self.key(name)!r} must be an array of integers")
-        return list(value)
-
-    def string_list(self, name: str, *, default: Any = _MISSING) -> Any:
-        present, value = self._get(name, default)
-        if not present:
-            return value
-        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            self.fail(f"{self.key(name)!r} must be an array of strings")
-        return list(value)
-
-    def path(self, name: str, base: Path, *, default: Any = _MISSING) -> Any:
-        value = self.string(name, default=default)
-        if value is None or value is default:
-            return value
-        if not value:
-            self.fail(f"{self.key(name)!r} must not be empty")
-        p = Path(value)
-        return p if p.is_absolute() else base / p
-
-    def table(self, name: str, known: Sequence[str] | None) -> _Table:
-        value = self.require(name)
-        if not isinstance(value, dict):
-            self.fail(f"{self.key(name)!r} must be a table")
-        return _Table(self.where, value, self.key(name), known)

@@ -177,3 +177,11 @@ def test_protocol_streams_do_not_depend_on_reuse():
     again = [g.random() for g in protocol_streams(ss, 4)]
     spawned = [np.random.default_rng(c).random() for c in np.random.SeedSequence(5, spawn_key=(3,)).spawn(5)]
     assert first == again == spawned
+
+
+def test_secure_sum_ring_follows_a_changed_graph():
+    g = nx.complete_graph(6)
+    first = SecureSum().topology(g).ring
+    g.remove_edge(first[0], first[1])
+    ring = SecureSum().topology(g).ring
+    assert sorted(ring) == list(range(6)) and all(g.has_edge(ring[i], ring[(i + 1) % 6]) for i in range(6))

@@ -73,13 +73,16 @@ class SecureSum(ProtocolSpec):
         self.topology(g)
 
     def topology(self, g: nx.Graph) -> Topology:
-        key = ("ring", self.ring_search_s)
+        # the cycle search is the expensive part: remember it on the graph, and search again
+        # only if the graph changed so that the remembered cycle no longer is one
         cache = g.graph.setdefault("_p2pem_cache", {})
-        if key not in cache:
+        ring = cache.get("ring")
+        n = g.number_of_nodes()
+        if ring is None or len(ring) != n or not all(g.has_edge(ring[i], ring[(i + 1) % n]) for i in range(n)):
             from p2pem.graphs import hamiltonian_cycle
 
-            cache[key] = hamiltonian_cycle(g, time_budget=self.ring_search_s)
-        return Topology.from_graph(g, ring=cache[key])
+            ring = cache["ring"] = hamiltonian_cycle(g, time_budget=self.ring_search_s)
+        return Topology.from_graph(g, ring=ring)
 
     def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
         return RingNode(ctx, iteration)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from p2pem.gmm import (
     init_statistics,
     precision_cholesky,
 )
+
+if TYPE_CHECKING:
+    from p2pem.dp.protocols import PrivateEM
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,6 +56,9 @@ class EMSettings:
         Given initial parameters; None draws them from the privately averaged global
         mean and covariance and ``init_seed`` (public).
     init_seed : int
+    privacy : p2pem.dp.protocols.PrivateEM or None
+        Set by a differentially private protocol (never by hand): how statistics are
+        released and the noisy M-step repaired, see :mod:`p2pem.dp`.
     """
 
     n_components: int
@@ -60,6 +67,7 @@ class EMSettings:
     reg_covar: float = 1e-6
     init: GMMParams | None = None
     init_seed: int = 0
+    privacy: PrivateEM | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_components, int) or isinstance(self.n_components, bool) or self.n_components < 1:
@@ -124,6 +132,8 @@ class EMState:
         if self.iteration == 0:
             return init_statistics(self.X, self.offsets)
         stats = batch_statistics(self.X, self.offsets, self.weights, self.means, self._prec_chol)
+        if self.settings.privacy is not None:
+            stats = self.settings.privacy.encode(stats, self.means)
         flag = np.where(self._want_more, 1.0, 0.0)[:, None]
         return np.concatenate([stats, flag], axis=1)
 
@@ -132,6 +142,8 @@ class EMState:
         s = self.settings
         averages = np.asarray(averages, dtype=float).reshape(self.n_parts, -1)
         if self.iteration == 0:
+            if s.privacy is not None:
+                averages = s.privacy.decode_init(averages)
             inits = [init_from_global(row, s.n_components, s.init_seed) for row in averages]
             self._set_params(
                 np.stack([p.weights for p in inits]), np.stack([p.means for p in inits]), np.stack([p.covariances for p in inits])
@@ -150,7 +162,11 @@ class EMState:
             self.loglik.append(stats[:, -1] / total)
             self.finished = True
             return
+        if s.privacy is not None:
+            stats = s.privacy.decode(stats, self.means)
         w, m, c, ll = batch_m_step(stats, self.means, s.reg_covar, iteration=self.iteration)
+        if s.privacy is not None:
+            w, m, c = s.privacy.repair(w, m, c)
         self._set_params(w, m, c)
         self.loglik.append(ll)
         self.n_iter += 1

@@ -42,9 +42,17 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     covariances = [[[...]], ...]
 
     [[protocols]]                  # one or more, run in order
-    name = "pdmm-sp"               # "pdmm-sp" | "secure-sum" | "federated" | "centralized"
+    name = "pdmm-sp"               # any name of p2pem.protocols.PROTOCOLS
     mode = "sync"                  # every other key is a protocol parameter,
                                    # checked by p2pem.protocols.make_protocol
+
+    [tradeoff]                     # optional: settings of `p2pem tradeoff`
+    epsilons = [0.1, 1.0, 10.0]    #   epsilon grid of the private protocols
+    n_seeds = 10                   #   protocol seeds per (protocol, epsilon)
+    test_fraction = 0.2            #   held-out rows (drawn from the "montecarlo" stream)
+    classify = "status"            #   optional: label column of the Bayes classifier
+    class_components = 2           #   mixture components per class
+                                   #   (see p2pem.dp.tradeoff.TradeoffConfig)
 
     [leakage]                      # optional, free-form
     [deploy]                       # optional: settings of `p2pem deploy`
@@ -85,6 +93,7 @@ from p2pem.data import (
 from p2pem.errors import ConfigError, DataError, GraphError
 from p2pem.gmm import GMMParams
 from p2pem.graphs import default_radius, graph_from_edges
+from p2pem.protocols import PROTOCOLS as _REGISTRY
 from p2pem.protocols import make_protocol
 from p2pem.tomltable import Table, is_int, show
 
@@ -100,11 +109,13 @@ __all__ = [
     "Scenario",
     "load_data",
     "load_scenario",
+    "prepare_rows",
     "seed_streams",
+    "split_prepared",
 ]
 
-#: Protocol names, as the user types them.
-PROTOCOLS = ("pdmm-sp", "secure-sum", "federated", "centralized")
+#: Protocol names, as the user types them (the registry's, private ones included).
+PROTOCOLS = tuple(_REGISTRY)
 #: Where the data comes from.
 SOURCES = ("csv", "synthetic")
 #: How the communication graph is given.
@@ -244,6 +255,8 @@ class Scenario:
     deploy : Mapping
         The ``[deploy]`` table (keys :data:`DEPLOY_KEYS`, validated; read-only at top
         level; empty if absent).
+    tradeoff : p2pem.dp.tradeoff.TradeoffConfig or None
+        The ``[tradeoff]`` table of ``p2pem tradeoff`` (validated), None if absent.
     """
 
     name: str
@@ -255,6 +268,7 @@ class Scenario:
     protocols: tuple[ProtocolConfig, ...]
     leakage: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     deploy: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    tradeoff: Any = None  # p2pem.dp.tradeoff.TradeoffConfig or None
 
     def streams(self) -> dict[str, np.random.SeedSequence]:
         """The independent random streams of this scenario, see :func:`seed_streams`."""
@@ -347,7 +361,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read ({exc.strerror or exc})") from None
 
-    top = Table(where, document, "", ("name", "seed", "data", "graph", "em", "protocols", "leakage", "deploy"))
+    top = Table(where, document, "", ("name", "seed", "data", "graph", "em", "protocols", "leakage", "deploy", "tradeoff"))
     name = top.string("name", default=file.stem)
     if not name:
         top.fail("'name' must not be empty")
@@ -358,6 +372,11 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     protocols = _parse_protocols(top)
     leakage = top.free_table("leakage")
     deploy = _parse_deploy(top)
+    tradeoff = None
+    if top.has("tradeoff"):
+        from p2pem.dp.tradeoff import parse_tradeoff
+
+        tradeoff = parse_tradeoff(top.section("tradeoff", None))
     return Scenario(
         name=name,
         seed=seed,
@@ -368,6 +387,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         protocols=protocols,
         leakage=leakage,
         deploy=deploy,
+        tradeoff=tradeoff,
     )
 
 
@@ -397,13 +417,43 @@ def load_data(scenario: Scenario) -> list[npt.NDArray[np.float64]]:
     ConfigError
         ``em.init`` does not match the width of the prepared data.
     """
-    cfg = scenario.data
     rng = np.random.default_rng(scenario.streams()["data"])
+    X, _ = prepare_rows(scenario, rng=rng)
+    return split_prepared(scenario, X, rng)
+
+
+def prepare_rows(
+    scenario: Scenario, *, label_column: str | None = None, rng: np.random.Generator | None = None
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64] | None]:
+    """The scenario's rows, read (or drawn) and prepared, before they are split over nodes.
+
+    Parameters
+    ----------
+    scenario : Scenario
+    label_column : str, optional
+        Also return this CSV column (e.g. a class label), row-aligned with the features.
+    rng : numpy.random.Generator, optional
+        The ``"data"`` stream's generator (synthetic data is drawn from it); a fresh one
+        from the scenario when omitted.
+
+    Returns
+    -------
+    X : (n_samples, n_features) array
+    labels : (n_samples,) array or None
+    """
+    cfg = scenario.data
+    if rng is None:
+        rng = np.random.default_rng(scenario.streams()["data"])
     names: Sequence[str] | None = None
+    labels = None
     if cfg.source == "csv":
         assert cfg.path is not None
         X, names = load_table(cfg.path, columns=cfg.columns, drop_columns=cfg.drop_columns)
+        if label_column is not None:
+            labels = load_table(cfg.path, columns=[label_column])[0][:, 0]
     else:
+        if label_column is not None:
+            raise ConfigError(f"{scenario.path}: a label column needs csv data")
         assert cfg.n_samples is not None and cfg.n_features is not None and cfg.n_components is not None
         assert cfg.separation is not None
         X, _, _ = synthetic_mixture(
@@ -418,7 +468,15 @@ def load_data(scenario: Scenario) -> list[npt.NDArray[np.float64]]:
             X = standardize(X, column_names=names)
         if cfg.pca is not None:
             X = pca(X, cfg.pca)
-        parts = split_rows(X, scenario.graph.n_nodes, how=cfg.split, rng=rng)
+    except DataError as exc:
+        raise DataError(f"{scenario.path}: {exc}") from exc
+    return X, labels
+
+
+def split_prepared(scenario: Scenario, X: npt.NDArray[np.float64], rng: np.random.Generator) -> list[npt.NDArray[np.float64]]:
+    """Split prepared rows over the scenario's nodes and validate them (see :func:`load_data`)."""
+    try:
+        parts = split_rows(X, scenario.graph.n_nodes, how=scenario.data.split, rng=rng)
         check_parts(parts, scenario.em.n_components)
     except DataError as exc:
         raise DataError(f"{scenario.path}: {exc}") from exc

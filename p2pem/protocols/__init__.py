@@ -7,6 +7,9 @@ name                    what it is
 ``secure-sum``          Lin, Clifton & Zhu's masked ring on a Hamiltonian cycle (exact)
 ``federated``           everything to a server, which averages (exact, leaks everything)
 ``centralized``         plain EM on the pooled rows: the reference, no network
+``dp-central``          differentially private EM, a trusted aggregator adds the noise
+``dp-distributed``      differentially private EM, every node adds a noise share
+                        before ``secure-sum`` or ``pdmm-sp`` sums (see :mod:`p2pem.dp`)
 ======================  ============================================================
 """
 
@@ -40,6 +43,10 @@ PROTOCOLS: dict[str, type[ProtocolSpec]] = {
     "federated": Federated,
     "centralized": Centralized,
 }
+
+from p2pem.dp.protocols import DPCentral, DPDistributed  # noqa: E402  (p2pem.dp imports this package first)
+
+PROTOCOLS.update({"dp-central": DPCentral, "dp-distributed": DPDistributed})
 
 
 def make_protocol(name: str, params: Mapping[str, Any] | None = None) -> ProtocolSpec:

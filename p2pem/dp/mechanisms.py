@@ -1,0 +1,147 @@
+"""What a differentially private EM run releases, how sensitive it is, and the noise it adds.
+
+Neighbouring data sets differ by adding or removing one row (unbounded DP), the relation of
+Park et al. (AISTATS 2017) and of dp-accounting's ``ADD_OR_REMOVE_ONE``.  The data domain is
+public: every feature lies in ``[-bound, bound]`` (the user states ``bound``; rows are clipped
+to it before anything is computed).
+
+Released statistics
+-------------------
+A private run releases *uncentred* sums, whose sensitivity does not depend on the current
+means (the centred sums that :mod:`p2pem.gmm` aggregates would double it)::
+
+    block          per-row contribution      L1 sensitivity        L2 sensitivity
+    -------------  ------------------------  --------------------  -----------------------
+    "weights"      r_k                       1                     1
+    "means"        r_k x                     d B                   sqrt(d) B
+    "covariances"  r_k upper(x x^T)          B^2 d (d + 1) / 2     B^2 sqrt(d (d + 1) / 2)
+
+and, for the private initialisation, the same three blocks with one component (r = 1): the
+count, sum x and upper(sum x x^T).  Derivation: adding or removing row x changes a block by
+``r (x) phi(x)`` with r in the probability simplex (responsibilities sum to one).  Its L1 norm
+is ``sum_k r_k ||phi(x)||_1 = ||phi(x)||_1``; its L2 norm is ``||r||_2 ||phi(x)||_2 <=
+||phi(x)||_2`` since ``||r||_2 <= ||r||_1 = 1``.  With |x_j| <= B: ``||x||_1 <= d B``,
+``||x||_2 <= sqrt(d) B``; upper(x x^T) has d(d+1)/2 entries of size at most B^2.  All bounds
+are attained at a corner of the box with a one-hot r, so they are tight (the tests search
+neighbouring data sets by brute force).  These are the usual bounds for bounded sums (Dwork &
+Roth 2014, Sec. 3.3); Park et al. (2017, Sec. 4) instead bound the sensitivity of the
+M-step outputs, which needs a lower bound on the counts.
+
+The log-likelihood entry is not released (a private run reports 0 there) and the continue
+flag is data independent, because a private run has ``tol = 0``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from p2pem.gmm import FloatArray, stats_size
+
+MECHANISMS = ("gaussian", "laplace")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One group of released coordinates with its sensitivities.
+
+    Parameters
+    ----------
+    name : str
+        "weights", "means" or "covariances" (per EM iteration), or "init-count",
+        "init-sum", "init-second" (once, for the private initialisation).
+    index : slice
+        Where the block sits in the released vector.
+    l1, l2 : float
+        L1 and L2 sensitivity under adding or removing one row (module docstring).
+    """
+
+    name: str
+    index: slice
+    l1: float
+    l2: float
+
+
+def moment_sensitivities(n_features: int, bound: float) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float]]:
+    """(L1, L2) sensitivities of r_k, r_k x and r_k upper(x x^T) (module docstring).
+
+    Parameters
+    ----------
+    n_features : int
+        d.
+    bound : float
+        B: every feature lies in [-B, B].
+    """
+    d, b = n_features, float(bound)
+    tri = d * (d + 1) / 2
+    return (1.0, 1.0), (d * b, math.sqrt(d) * b), (b * b * tri, b * b * math.sqrt(tri))
+
+
+def em_blocks(n_components: int, n_features: int, bound: float) -> list[Block]:
+    """The three released blocks of one EM iteration, in the layout of :mod:`p2pem.gmm`."""
+    k, d = n_components, n_features
+    (c1, c2), (m1, m2), (s1, s2) = moment_sensitivities(d, bound)
+    tri = d * (d + 1) // 2
+    return [
+        Block("weights", slice(0, k), c1, c2),
+        Block("means", slice(k, k + k * d), m1, m2),
+        Block("covariances", slice(k + k * d, k + k * d + k * tri), s1, s2),
+    ]
+
+
+def init_blocks(n_features: int, bound: float) -> list[Block]:
+    """The three released blocks of the private initialisation (:func:`p2pem.gmm.init_statistics`)."""
+    d = n_features
+    (c1, c2), (m1, m2), (s1, s2) = moment_sensitivities(d, bound)
+    return [
+        Block("init-count", slice(0, 1), c1, c2),
+        Block("init-sum", slice(1, 1 + d), m1, m2),
+        Block("init-second", slice(1 + d, 1 + d + d * (d + 1) // 2), s1, s2),
+    ]
+
+
+def em_release_size(n_components: int, n_features: int) -> int:
+    """Length of the vector an EM iteration aggregates: statistics plus the continue flag."""
+    return stats_size(n_components, n_features) + 1
+
+
+def scale_vector(blocks: list[Block], scales: list[float], size: int) -> FloatArray:
+    """Per-coordinate noise scale: block j's coordinates get ``scales[j]``, the rest 0."""
+    out = np.zeros(size)
+    for block, s in zip(blocks, scales):
+        out[block.index] = s
+    return out
+
+
+def noise(rng: np.random.Generator, scale: FloatArray, mechanism: str) -> FloatArray:
+    """One draw of the mechanism's noise: N(0, scale^2) or Laplace(0, scale) per coordinate.
+
+    The draw has the full length even where ``scale`` is 0 (so the stream advances the same
+    way whatever the budget); a zero scale adds exactly 0.
+    """
+    if mechanism == "gaussian":
+        return rng.standard_normal(scale.shape) * scale
+    return rng.laplace(0.0, 1.0, scale.shape) * scale
+
+
+def noise_share(rng: np.random.Generator, scale: FloatArray, mechanism: str, n_nodes: int) -> FloatArray:
+    """One node's share of distributed noise: the n shares of all nodes sum to :func:`noise`.
+
+    Gaussian: N(0, scale^2 / n) per node.  Laplace: G1 - G2 with G1, G2 ~ Gamma(1/n, scale)
+    independent; Laplace is infinitely divisible and the sum over n nodes of G1 - G2 is
+    Gamma(1, scale) - Gamma(1, scale) = Laplace(0, scale) (Kotz, Kozubowski & Podgorski,
+    *The Laplace Distribution and Generalizations*, 2001, Prop. 2.4.1; used for distributed
+    DP by Goryczka & Xiong, IEEE TDSC 2017).  So the total noise matches the central
+    mechanism's exactly, whatever n.
+    """
+    if mechanism == "gaussian":
+        return rng.standard_normal(scale.shape) * (scale / math.sqrt(n_nodes))
+    shape = 1.0 / n_nodes
+    return (rng.standard_gamma(shape, scale.shape) - rng.standard_gamma(shape, scale.shape)) * scale
+
+
+def noise_std(scale: FloatArray, mechanism: str) -> FloatArray:
+    """Standard deviation of :func:`noise` (Laplace(b) has variance 2 b^2)."""
+    return scale if mechanism == "gaussian" else math.sqrt(2.0) * scale

@@ -1,0 +1,112 @@
+"""Post-processing of noisy M-step outputs, chosen by name (free under DP: it sees no data).
+
+Noise can leave weights negative, counts below one row and covariances indefinite; the seed
+papers repair them after the M-step:
+
+========================  ======================================================================
+``clip_weights``          weights clipped at a floor, optionally smoothed, renormalised
+                          (DP-MSNM; Wu et al.)
+``"eigclamp"``            eigenvalues clamped from below at ``floor`` (Park et al., AISTATS 2017,
+                          who use 1e-3)
+``"diagshift"``           ``Sigma + (floor - lambda_min) I`` (Wu et al.'s diagonal shift)
+``"xi"``                  variances clamped at ``floor``, then the off-diagonal part shrunk
+                          towards 0 until the matrix is positive definite: our reading of the
+                          repair heuristic of Tong, Xi, Kantarcioglu & Inan (DBSec 2017), which
+                          keeps the noisy variances and gives up correlation first
+========================  ======================================================================
+
+Every repair leaves a matrix whose smallest eigenvalue is already >= ``floor`` untouched (bit
+for bit), so with no noise the private runs equal plain EM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from p2pem.errors import ConfigError
+from p2pem.gmm import FloatArray
+
+REPAIRS = ("eigclamp", "diagshift", "xi")
+
+
+def clip_weights(weights: FloatArray, floor: float = 1e-3, smoothing: float = 0.0) -> FloatArray:
+    """Weights (..., K) clipped at ``floor``, plus ``smoothing`` each, renormalised to sum to 1.
+
+    Rows that need neither (all weights >= floor, no smoothing) are returned unchanged.
+    """
+    w = np.asarray(weights, dtype=float)
+    if smoothing == 0 and np.all(w >= floor):
+        return w
+    fixed = np.maximum(w, floor) + smoothing
+    fixed = fixed / fixed.sum(axis=-1, keepdims=True)
+    keep = np.all(w >= floor, axis=-1, keepdims=True) & (smoothing == 0)
+    return np.where(keep, w, fixed)
+
+
+def repair_covariances(covariances: FloatArray, method: str = "eigclamp", floor: float = 1e-3) -> FloatArray:
+    """Make every (..., d, d) matrix symmetric positive definite with eigenvalues >= ~floor.
+
+    Parameters
+    ----------
+    covariances : (..., d, d) array
+        Noisy covariance estimates (symmetrised first; noise on the upper triangle only is
+        mirrored already, so this only removes rounding asymmetry).
+    method : {"eigclamp", "diagshift", "xi"}
+        See the module docstring.
+    floor : float
+        Smallest eigenvalue kept, > 0.
+
+    Returns
+    -------
+    array like ``covariances``
+        Matrices whose smallest eigenvalue was >= ``floor`` are returned as they were.
+    """
+    if method not in REPAIRS:
+        raise ConfigError(f"covariance repair must be one of {list(REPAIRS)}, got {method!r}")
+    if not floor > 0:
+        raise ConfigError(f"covariance floor must be > 0, got {floor!r}")
+    c = np.array(covariances, dtype=float)
+    if not np.all(np.isfinite(c)):
+        raise ConfigError("cannot repair a covariance with non-finite entries")
+    flat = c.reshape(-1, *c.shape[-2:])
+    for idx in range(flat.shape[0]):
+        a = flat[idx]
+        if np.linalg.eigvalsh(a)[0] >= floor and np.array_equal(a, a.T):
+            continue
+        a = (a + a.T) / 2
+        flat[idx] = _REPAIR[method](a, floor)
+    return flat.reshape(c.shape)
+
+
+def _eigclamp(a: FloatArray, floor: float) -> FloatArray:
+    lam, vec = np.linalg.eigh(a)
+    # clamp a little above the floor: rebuilding V diag V^T rounds at ~eps * max|lambda|
+    lam = np.maximum(lam, floor + 64 * np.finfo(float).eps * np.max(np.abs(lam)))
+    out = (vec * lam) @ vec.T
+    return (out + out.T) / 2
+
+
+def _diagshift(a: FloatArray, floor: float) -> FloatArray:
+    lam_min = np.linalg.eigvalsh(a)[0]
+    shift = floor - lam_min + 64 * np.finfo(float).eps * np.max(np.abs(np.diag(a)))
+    return a + shift * np.eye(a.shape[0])
+
+
+def _xi(a: FloatArray, floor: float) -> FloatArray:
+    diag = np.maximum(np.diag(a), floor * 2)
+    off = a - np.diag(np.diag(a))
+    lo, hi = 0.0, 1.0  # shrink factor: lo always works (a diagonal matrix >= 2 floor)
+
+    def ok(s: float) -> bool:
+        return np.linalg.eigvalsh(np.diag(diag) + s * off)[0] >= floor
+
+    if ok(hi):
+        lo = hi
+    else:
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return np.diag(diag) + lo * off
+
+
+_REPAIR = {"eigclamp": _eigclamp, "diagshift": _diagshift, "xi": _xi}

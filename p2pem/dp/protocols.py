@@ -1,0 +1,401 @@
+"""Differentially private EM as protocols: ``dp-central`` and ``dp-distributed``.
+
+Both release, in every EM iteration, the network sums of the uncentred statistics
+(:mod:`p2pem.dp.mechanisms`) plus noise calibrated to a total (epsilon, delta) over the whole
+run (:mod:`p2pem.dp.accounting`), and repair the noisy M-step (:mod:`p2pem.dp.postprocess`).
+They differ in *who adds the noise*, which decides whom they protect against:
+
+``dp-central`` (Park et al., AISTATS 2017, DP-EM; Wu et al., DPGMM)
+    Nodes upload their exact statistics to a *trusted* aggregator, which sums them, adds the
+    noise once and returns the noisy sum.  The released model, and everything every node and
+    any outsider sees afterwards, is (epsilon, delta)-DP.  It does **not** protect against
+    the aggregator (it sees every node's statistics in the clear, as in ``federated``) nor
+    against an eavesdropper on the uploads.
+``dp-distributed`` (distributed noise; Goryczka & Xiong, IEEE TDSC 2017)
+    Every node adds its own share of the noise to its statistics before they are summed by
+    ``secure-sum`` or ``pdmm-sp``; the shares add up to exactly the central noise, so the
+    released model has the same guarantee with no trusted party.  What protects an
+    individual node's *contribution* is the aggregation protocol (secure-sum's masks,
+    pdmm-sp's subspace perturbation) against passive peers and eavesdroppers; if that fails
+    (e.g. both ring neighbours of a node collude in ``secure-sum``) the contribution carries
+    only its own share, variance 1/n of the total, hence a much weaker epsilon.  Colluding
+    nodes that subtract their own shares from the output also leave only the honest nodes'
+    shares: the guarantee against t colluders is that of noise variance (n - t)/n.
+
+The data domain is public: features are clipped to ``[-bound, bound]``.  A bound read off the
+data is not private; it is done only when ``bound`` is not given, with a
+:class:`DataBoundWarning`.  Private runs need ``tol = 0`` (a fixed number of iterations, so the
+budget can be split over them; the stopping decision would otherwise leak) and release no
+log-likelihood (their ``loglik`` entries are 0).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Union
+
+import numpy as np
+
+from p2pem.dp import accounting, mechanisms, postprocess
+from p2pem.errors import ConfigError, ProtocolError
+from p2pem.gmm import FloatArray, init_stats_size, unpack_statistics
+from p2pem.messages import Message
+from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology
+from p2pem.protocols.exact import Federated, SecureSum, fsum_average
+from p2pem.protocols.pdmm import PdmmSP
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from p2pem.em import EMSettings
+
+log = logging.getLogger(__name__)
+
+
+class DataBoundWarning(UserWarning):
+    """The feature bound of a private run was read off the data (so the run is not DP)."""
+
+
+# ------------------------------------------------------------------------- the EM side
+
+
+@dataclass(frozen=True, eq=False)
+class PrivateEM:
+    """What a private run changes in the EM loop (the ``privacy`` hook of :class:`EMSettings`).
+
+    ``encode`` turns a node's centred statistics into the uncentred sums that are released
+    (and blanks the log-likelihood); ``decode`` turns a noisy network average back into
+    centred statistics, with every count at least one row; ``repair`` post-processes the
+    M-step (weights clipped, means clipped to the public box, covariances repaired);
+    ``decode_init`` repairs the noisy global moments of the private initialisation.  All of
+    it is post-processing of released values or a node's own data, so it costs no budget.
+    """
+
+    n_components: int
+    n_features: int
+    n_nodes: int
+    bound: float
+    weight_floor: float = 1e-3
+    smoothing: float = 0.0
+    repair_method: str = "eigclamp"
+    eig_floor: float = 1e-3
+
+    def encode(self, stats: FloatArray, means: FloatArray) -> FloatArray:
+        """(N, P) centred statistics at ``means`` (N, K, d) -> released uncentred sums, ll = 0."""
+        k, d = self.n_components, self.n_features
+        a, b, c, _ = unpack_statistics(stats, k, d)
+        mu = means
+        first = b + a[..., None] * mu
+        mb = mu[..., :, None] * b[..., None, :]
+        second = c + mb + np.swapaxes(mb, -1, -2) + a[..., None, None] * (mu[..., :, None] * mu[..., None, :])
+        return self._pack(a, first, second, np.zeros(stats.shape[0]))
+
+    def decode(self, stats: FloatArray, means: FloatArray) -> FloatArray:
+        """Noisy released averages (N, P) -> centred statistics at ``means``, counts >= 1 row."""
+        k, d = self.n_components, self.n_features
+        a, first, second, ll = unpack_statistics(stats, k, d)
+        a = np.maximum(a, 1.0 / self.n_nodes)  # averages: one row is 1/n
+        mu = means
+        b = first - a[..., None] * mu
+        mf = mu[..., :, None] * first[..., None, :]
+        c = second - mf - np.swapaxes(mf, -1, -2) + a[..., None, None] * (mu[..., :, None] * mu[..., None, :])
+        return self._pack(a, b, c, ll)
+
+    def repair(self, weights: FloatArray, means: FloatArray, covariances: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        w = postprocess.clip_weights(weights, self.weight_floor, self.smoothing)
+        m = np.clip(means, -self.bound, self.bound)
+        if np.array_equal(m, means):
+            m = means
+        c = postprocess.repair_covariances(covariances, self.repair_method, self.eig_floor)
+        return w, m, c
+
+    def decode_init(self, rows: FloatArray) -> FloatArray:
+        """Noisy [n, sum x, upper sum x x^T] averages (N, P0) -> consistent ones (PD covariance)."""
+        d = self.n_features
+        rows = np.array(rows, dtype=float)
+        iu = np.triu_indices(d)
+        for row in rows:
+            count = max(row[0], 1.0 / self.n_nodes)
+            mean = np.clip(row[1 : 1 + d] / count, -self.bound, self.bound)
+            second = np.empty((d, d))
+            second[iu] = row[1 + d :] / count
+            second.T[iu] = row[1 + d :] / count
+            cov = postprocess.repair_covariances(second - np.outer(mean, mean), self.repair_method, self.eig_floor)
+            row[0] = count
+            row[1 : 1 + d] = count * mean
+            row[1 + d :] = (count * (cov + np.outer(mean, mean)))[iu]
+        return rows
+
+    def _pack(self, a, first, second, ll) -> FloatArray:
+        n = a.shape[0]
+        iu = np.triu_indices(self.n_features)
+        return np.concatenate([a, first.reshape(n, -1), second[..., iu[0], iu[1]].reshape(n, -1), ll[:, None]], axis=1)
+
+
+# ------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True, eq=False)
+class NoisePlan:
+    """The calibrated noise of one run: per-coordinate scales of every aggregation."""
+
+    mechanism: str
+    init_scale: FloatArray  # (P0,)
+    em_scale: FloatArray  # (P + 1,): statistics and flag; ll and flag get 0
+    releases: tuple[accounting.Release, ...]
+    scales: tuple[float, ...]
+    bound: float
+    bound_from_data: bool
+
+    def scale(self, iteration: int) -> FloatArray:
+        return self.init_scale if iteration == 0 else self.em_scale
+
+
+# ------------------------------------------------------------------------- the specs
+
+
+@dataclass(frozen=True)
+class _DPBase(ProtocolSpec):
+    """Parameters shared by both private protocols (see the module docstring).
+
+    Parameters
+    ----------
+    epsilon : float
+        Total budget of the whole run (all EM iterations and the private init); ``inf``
+        adds no noise.
+    delta : float
+        Total delta (0 only for ``laplace`` with ``basic`` accounting).
+    mechanism : {"gaussian", "laplace"}
+    accountant : {"rdp", "zcdp", "basic"}
+        How the budget composes over iterations, see :mod:`p2pem.dp.accounting`.
+    bound : float or None
+        Public data domain: every feature is clipped to [-bound, bound].  None reads it off
+        the data, with a :class:`DataBoundWarning` (the run is then not DP).
+    split : str
+        Budget split over weights, means, covariances and init: ``"wu"`` (4/16/70/10 %),
+        ``"equal"``, or four comma-separated fractions.
+    weight_floor, smoothing : float
+        Weight post-processing, :func:`p2pem.dp.postprocess.clip_weights`.
+    covariance_repair : {"eigclamp", "diagshift", "xi"}
+    eig_floor : float
+        Smallest eigenvalue a repaired covariance keeps (Park et al.: 1e-3).
+    """
+
+    epsilon: float = 1.0
+    delta: float = 1e-5
+    mechanism: Literal["gaussian", "laplace"] = "gaussian"
+    accountant: Literal["rdp", "zcdp", "basic"] = "rdp"
+    bound: Union[float, None] = None
+    split: str = "wu"
+    weight_floor: float = 1e-3
+    smoothing: float = 0.0
+    covariance_repair: Literal["eigclamp", "diagshift", "xi"] = "eigclamp"
+    eig_floor: float = 1e-3
+    plan: Union[NoisePlan, None] = field(init=False, default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        who = self.name
+        if not (isinstance(self.epsilon, (int, float)) and not isinstance(self.epsilon, bool) and self.epsilon > 0):
+            raise ConfigError(f"{who}: epsilon must be a number > 0 (inf: no noise), got {self.epsilon!r}")
+        accounting._check(self.mechanism, self.accountant, float(self.epsilon), float(self.delta))
+        if self.bound is not None and not (math.isfinite(self.bound) and self.bound > 0):
+            raise ConfigError(f"{who}: bound must be a finite number > 0, got {self.bound!r}")
+        accounting.parse_split(self.split)
+        if not 0 <= self.weight_floor < 1 or not self.smoothing >= 0:
+            raise ConfigError(f"{who}: weight_floor must be in [0, 1) and smoothing >= 0")
+        if not (math.isfinite(self.eig_floor) and self.eig_floor > 0):
+            raise ConfigError(f"{who}: eig_floor must be a finite number > 0, got {self.eig_floor!r}")
+
+    # -- binding to a run ----------------------------------------------------------------
+
+    def prepare(self, settings: EMSettings, parts: list[FloatArray]) -> tuple[_DPBase, EMSettings, list[FloatArray]]:
+        """Bind to a run: clip the data to the public box, calibrate the noise, hook the EM.
+
+        Called by :func:`p2pem.simulate.run_protocol` before anything runs.
+
+        Raises
+        ------
+        ConfigError
+            ``settings.tol`` is not 0.
+        """
+        if settings.tol != 0:
+            raise ConfigError(f"{self.label}: a private run has a fixed number of EM iterations: set tol = 0 (em.tol)")
+        d = int(parts[0].shape[1])
+        k = settings.n_components
+        bound, from_data = self.bound, False
+        if bound is None:
+            bound = float(max(np.max(np.abs(p)) for p in parts))
+            from_data = True
+            warnings.warn(
+                f"{self.label}: no 'bound' given, so the data domain [-{bound:.4g}, {bound:.4g}] was read off the data: "
+                "the run is NOT differentially private; state a public bound",
+                DataBoundWarning,
+                stacklevel=3,
+            )
+        clipped = [np.clip(p, -bound, bound) for p in parts]
+        n_clipped = sum(int(np.count_nonzero(c != p)) for c, p in zip(clipped, parts))
+        if n_clipped:
+            log.info("%s: %d feature values clipped to [-%g, %g]", self.label, n_clipped, bound, bound)
+        em = mechanisms.em_blocks(k, d, bound)
+        init = mechanisms.init_blocks(d, bound) if settings.init is None else []
+        rel = accounting.releases(em, init, settings.max_iter, accounting.parse_split(self.split))
+        scales = accounting.calibrate(self.mechanism, self.accountant, float(self.epsilon), float(self.delta), rel)
+        by_name = {r.block.name: s for r, s in zip(rel, scales)}
+        plan = NoisePlan(
+            mechanism=self.mechanism,
+            init_scale=mechanisms.scale_vector(init, [by_name.get(b.name, 0.0) for b in init], init_stats_size(d)),
+            em_scale=mechanisms.scale_vector(em, [by_name.get(b.name, 0.0) for b in em], mechanisms.em_release_size(k, d)),
+            releases=tuple(rel),
+            scales=tuple(scales),
+            bound=bound,
+            bound_from_data=from_data,
+        )
+        bound_spec = copy.copy(self)
+        object.__setattr__(bound_spec, "plan", plan)
+        hook = PrivateEM(k, d, len(parts), bound, self.weight_floor, self.smoothing, self.covariance_repair, self.eig_floor)
+        return bound_spec, dataclasses.replace(settings, privacy=hook), clipped
+
+    def _plan(self) -> NoisePlan:
+        if self.plan is None:
+            raise ProtocolError(f"{self.label}: not bound to a run (call prepare(); run_protocol does)")
+        return self.plan
+
+    def accounting(self) -> dict[str, float | None]:
+        """Epsilon at this run's delta under every accountant (None: unbounded)."""
+        plan = self._plan()
+        out: dict[str, float | None] = {}
+        for name in accounting.ACCOUNTANTS:
+            eps = accounting.spent(self.mechanism, name, float(self.delta), plan.releases, plan.scales)
+            out[name] = None if math.isinf(eps) else eps
+        return out
+
+    def params(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        if out["epsilon"] == math.inf:
+            out["epsilon"] = None  # JSON has no infinity; null = no noise
+        if self.plan is not None:
+            out["bound_used"] = self.plan.bound
+            out["bound_from_data"] = self.plan.bound_from_data
+            out["epsilon_spent"] = self.accounting()
+        return out
+
+
+@dataclass(frozen=True)
+class DPCentral(_DPBase):
+    """``dp-central``: a trusted aggregator sums the exact statistics and adds the noise.
+
+    Protects the released model against everyone but the aggregator (module docstring).
+    The aggregator's randomness is the extra protocol stream (``rngs[n]``), which
+    synchronous protocols leave unused.  Vectorised engine only: the message-level engine
+    has no randomness for its server.
+    """
+
+    name: str = field(init=False, default="dp-central")
+
+    @property
+    def label(self) -> str:
+        return f"dp-central-{self.mechanism}"
+
+    def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
+        raise ConfigError("dp-central runs in the vectorised engine only (its trusted aggregator is not a node)")
+
+    def aggregate(self, values, topology, rngs, iteration, *, record=False) -> AggregateOutcome:
+        plan = self._plan()
+        n, p = values.shape
+        out = Federated().aggregate(values, topology, rngs, iteration, record=record)
+        noisy = fsum_average(values) + mechanisms.noise(rngs[n], plan.scale(iteration), plan.mechanism) / n
+        if record:
+            out.trace[-1] = dataclasses.replace(out.trace[-1], payload=noisy.copy())
+        out.results = np.broadcast_to(noisy, (n, p))
+        return out
+
+
+@dataclass(frozen=True)
+class DPDistributed(_DPBase):
+    """``dp-distributed``: every node adds its noise share, ``aggregation`` sums (module docstring).
+
+    Parameters
+    ----------
+    aggregation : {"secure-sum", "pdmm-sp"}
+        The protocol that sums the noisy statistics (with its default parameters).
+    """
+
+    aggregation: Literal["secure-sum", "pdmm-sp"] = "secure-sum"
+    name: str = field(init=False, default="dp-distributed")
+    inner: Union[ProtocolSpec, None] = field(init=False, default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.aggregation not in ("secure-sum", "pdmm-sp"):
+            raise ConfigError(f"dp-distributed: aggregation must be 'secure-sum' or 'pdmm-sp', got {self.aggregation!r}")
+        inner = SecureSum() if self.aggregation == "secure-sum" else PdmmSP()
+        object.__setattr__(self, "inner", inner)
+        object.__setattr__(self, "exact", inner.exact)
+
+    @property
+    def label(self) -> str:
+        return f"dp-{self.aggregation}-{self.mechanism}"
+
+    def validate(self, g: nx.Graph) -> None:
+        self.inner.validate(g)
+
+    def topology(self, g: nx.Graph) -> Topology:
+        return self.inner.topology(g)
+
+    def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
+        return NoisyNode(self, ctx, iteration)
+
+    def aggregate(self, values, topology, rngs, iteration, *, record=False) -> AggregateOutcome:
+        plan = self._plan()
+        n = values.shape[0]
+        scale = plan.scale(iteration)
+        shares = np.stack([mechanisms.noise_share(rngs[i], scale, plan.mechanism, n) for i in range(n)])
+        return self.inner.aggregate(values + shares, topology, rngs, iteration, record=record)
+
+    def params(self) -> dict:
+        out = super().params()
+        out["aggregation"] = self.aggregation
+        return out
+
+
+class NoisyNode(Aggregation):
+    """One node of ``dp-distributed``: its noise share, then the inner protocol's state machine."""
+
+    def __init__(self, spec: DPDistributed, ctx: NodeContext, iteration: int) -> None:
+        super().__init__()
+        self.spec = spec
+        self.ctx = ctx
+        self.iteration = iteration
+        self.inner = spec.inner.node_aggregation(ctx, iteration)
+
+    def start(self, value: np.ndarray) -> list[Message]:
+        plan = self.spec._plan()
+        share = mechanisms.noise_share(self.ctx.rng, plan.scale(self.iteration), plan.mechanism, self.ctx.n_nodes)
+        return self._sync(self.inner.start(value + share))
+
+    def receive(self, msg: Message) -> list[Message]:
+        return self._sync(self.inner.receive(msg))
+
+    def wake(self) -> list[Message]:
+        return self._sync(self.inner.wake())
+
+    @property
+    def ready(self) -> bool:
+        return self.inner.ready
+
+    @property
+    def round(self):
+        return getattr(self.inner, "round", "?")
+
+    def _sync(self, out: list[Message]) -> list[Message]:
+        self.done, self.result = self.inner.done, self.inner.result
+        self.rounds, self.converged = self.inner.rounds, self.inner.converged
+        return out
+
+
+__all__ = ["DPCentral", "DPDistributed", "DataBoundWarning", "NoisePlan", "PrivateEM"]

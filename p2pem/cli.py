@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     sim.set_defaults(func=cmd_simulate)
 
-    for module in ("p2pem.leakage.cli", "p2pem.deploy.cli"):
+    for module in ("p2pem.leakage.cli", "p2pem.deploy.cli", "p2pem.dp.cli"):
         try:
             mod = __import__(module, fromlist=["add_commands"])
         except ModuleNotFoundError as exc:

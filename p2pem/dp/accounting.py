@@ -28,6 +28,7 @@ delta, so the looseness of basic composition is visible next to the tight ones.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -133,9 +134,19 @@ def calibrate(mechanism: str, accountant: str, epsilon: float, delta: float, rel
     """Noise scale of every release so that the run is (epsilon, delta)-DP under ``accountant``.
 
     Returns the Gaussian standard deviation or the Laplace scale b, one per release.
-    ``epsilon = inf`` gives zero noise (the non-private limit).
+    ``epsilon = inf`` gives zero noise (the non-private limit).  Cached: a sweep calibrates
+    each (epsilon, layout) once however many seeds it runs.
     """
     _check(mechanism, accountant, epsilon, delta)
+    return list(_calibrate(mechanism, accountant, epsilon, delta, tuple(rel)))
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrate(mechanism: str, accountant: str, epsilon: float, delta: float, rel: tuple[Release, ...]) -> tuple[float, ...]:
+    return tuple(_calibrate_uncached(mechanism, accountant, epsilon, delta, rel))
+
+
+def _calibrate_uncached(mechanism, accountant, epsilon, delta, rel) -> list[float]:
     if math.isinf(epsilon) or not rel:
         return [0.0] * len(rel)
     if accountant == "basic":
@@ -175,6 +186,11 @@ def spent(mechanism: str, accountant: str, delta: float, rel: Sequence[Release],
     ``basic`` for the Gaussian mechanism charges release r the analytic-Gaussian epsilon at
     ``f_r delta`` (the delta split :func:`calibrate` uses).  Returns ``inf`` for zero noise.
     """
+    return _spent(mechanism, accountant, delta, tuple(rel), tuple(scales))
+
+
+@functools.lru_cache(maxsize=1024)
+def _spent(mechanism: str, accountant: str, delta: float, rel: tuple[Release, ...], scales: tuple[float, ...]) -> float:
     if not rel:
         return 0.0
     if any(s == 0 for s in scales) or (delta == 0 and accountant != "basic"):

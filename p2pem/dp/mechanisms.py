@@ -52,16 +52,21 @@ class Block:
     name : str
         "weights", "means" or "covariances" (per EM iteration), or "init-count",
         "init-sum", "init-second" (once, for the private initialisation).
-    index : slice
+    start, stop : int
         Where the block sits in the released vector.
     l1, l2 : float
         L1 and L2 sensitivity under adding or removing one row (module docstring).
     """
 
     name: str
-    index: slice
+    start: int
+    stop: int
     l1: float
     l2: float
+
+    @property
+    def index(self) -> slice:
+        return slice(self.start, self.stop)
 
 
 def moment_sensitivities(n_features: int, bound: float) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float]]:
@@ -85,9 +90,9 @@ def em_blocks(n_components: int, n_features: int, bound: float) -> list[Block]:
     (c1, c2), (m1, m2), (s1, s2) = moment_sensitivities(d, bound)
     tri = d * (d + 1) // 2
     return [
-        Block("weights", slice(0, k), c1, c2),
-        Block("means", slice(k, k + k * d), m1, m2),
-        Block("covariances", slice(k + k * d, k + k * d + k * tri), s1, s2),
+        Block("weights", 0, k, c1, c2),
+        Block("means", k, k + k * d, m1, m2),
+        Block("covariances", k + k * d, k + k * d + k * tri, s1, s2),
     ]
 
 
@@ -96,9 +101,9 @@ def init_blocks(n_features: int, bound: float) -> list[Block]:
     d = n_features
     (c1, c2), (m1, m2), (s1, s2) = moment_sensitivities(d, bound)
     return [
-        Block("init-count", slice(0, 1), c1, c2),
-        Block("init-sum", slice(1, 1 + d), m1, m2),
-        Block("init-second", slice(1 + d, 1 + d + d * (d + 1) // 2), s1, s2),
+        Block("init-count", 0, 1, c1, c2),
+        Block("init-sum", 1, 1 + d, m1, m2),
+        Block("init-second", 1 + d, 1 + d + d * (d + 1) // 2, s1, s2),
     ]
 
 

@@ -69,30 +69,38 @@ def repair_covariances(covariances: FloatArray, method: str = "eigclamp", floor:
     if not np.all(np.isfinite(c)):
         raise ConfigError("cannot repair a covariance with non-finite entries")
     flat = c.reshape(-1, *c.shape[-2:])
-    for idx in range(flat.shape[0]):
-        a = flat[idx]
-        if np.linalg.eigvalsh(a)[0] >= floor and np.array_equal(a, a.T):
-            continue
-        a = (a + a.T) / 2
-        flat[idx] = _REPAIR[method](a, floor)
+    sym = np.all(flat == np.swapaxes(flat, -1, -2), axis=(-2, -1))
+    bad = np.flatnonzero((np.linalg.eigvalsh(flat)[:, 0] < floor) | ~sym)
+    if bad.size:
+        a = flat[bad]
+        a = (a + np.swapaxes(a, -1, -2)) / 2
+        flat[bad] = _REPAIR[method](a, floor)
     return flat.reshape(c.shape)
+
+
+_EPS = 64 * np.finfo(float).eps
 
 
 def _eigclamp(a: FloatArray, floor: float) -> FloatArray:
     lam, vec = np.linalg.eigh(a)
     # clamp a little above the floor: rebuilding V diag V^T rounds at ~eps * max|lambda|
-    lam = np.maximum(lam, floor + 64 * np.finfo(float).eps * np.max(np.abs(lam)))
-    out = (vec * lam) @ vec.T
-    return (out + out.T) / 2
+    lam = np.maximum(lam, floor + _EPS * np.max(np.abs(lam), axis=-1, keepdims=True))
+    out = (vec * lam[..., None, :]) @ np.swapaxes(vec, -1, -2)
+    return (out + np.swapaxes(out, -1, -2)) / 2
 
 
 def _diagshift(a: FloatArray, floor: float) -> FloatArray:
-    lam_min = np.linalg.eigvalsh(a)[0]
-    shift = floor - lam_min + 64 * np.finfo(float).eps * np.max(np.abs(np.diag(a)))
-    return a + shift * np.eye(a.shape[0])
+    lam_min = np.linalg.eigvalsh(a)[..., 0]
+    diag = np.diagonal(a, axis1=-2, axis2=-1)
+    shift = floor - lam_min + _EPS * np.max(np.abs(diag), axis=-1)
+    return a + shift[..., None, None] * np.eye(a.shape[-1])
 
 
 def _xi(a: FloatArray, floor: float) -> FloatArray:
+    return np.stack([_xi_one(m, floor) for m in a])
+
+
+def _xi_one(a: FloatArray, floor: float) -> FloatArray:
     diag = np.maximum(np.diag(a), floor * 2)
     off = a - np.diag(np.diag(a))
     lo, hi = 0.0, 1.0  # shrink factor: lo always works (a diagonal matrix >= 2 floor)

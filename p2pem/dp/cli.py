@@ -1,0 +1,79 @@
+"""``p2pem tradeoff SCENARIO --out DIR``: the privacy-accuracy trade-off, JSON and figure.
+
+:func:`add_commands` is called by :mod:`p2pem.cli`; like it, this module is allowed to print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from p2pem.errors import ConfigError
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register the ``tradeoff`` command."""
+    p = sub.add_parser(
+        "tradeoff",
+        help="sweep epsilon for the differentially private protocols next to the non-private ones",
+        description="Run every private protocol of the scenario (dp-central, dp-distributed) for every epsilon of "
+        "its [tradeoff] table and every seed, and every non-private protocol once per seed, on the same training "
+        "rows, node split, graph and initialisation.  Writes OUT/tradeoff.json (format p2pem-tradeoff: one record "
+        "per (protocol, epsilon, seed) with heldout_loglik, param_error against centralized EM, heldout_error of "
+        "the Bayes classifier when [tradeoff] classify names a label column, and the epsilon each accountant "
+        "certifies) and OUT/tradeoff.png (those against epsilon; non-private protocols as flat lines).",
+    )
+    p.add_argument("scenario", help="scenario TOML file, e.g. scenarios/tradeoff_parkinsons.toml")
+    p.add_argument("--out", required=True, help="output folder (created; files are written atomically)")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per (protocol, epsilon) (overrides tradeoff.n_seeds)")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_tradeoff)
+
+
+def cmd_tradeoff(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from p2pem.dp.tradeoff import TradeoffConfig, run_tradeoff, summarize, tradeoff_figure
+    from p2pem.runner import atomic_output, write_json
+    from p2pem.scenario import load_scenario
+
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.seeds is not None and args.seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
+    scenario = load_scenario(args.scenario)
+    if args.seeds is not None:
+        scenario = dataclasses.replace(scenario, tradeoff=dataclasses.replace(scenario.tradeoff or TradeoffConfig(), n_seeds=args.seeds))
+    progress = None
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        # disable=None: no bar when stderr is not a terminal (logs, CI)
+        bar = tqdm(desc="tradeoff", unit="run", file=sys.stderr, leave=False, dynamic_ncols=True, disable=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+    t0 = time.perf_counter()
+    try:
+        with atomic_output(args.out) as tmp:
+            doc = run_tradeoff(scenario, jobs=args.jobs, progress=progress)
+            write_json(tmp / "tradeoff.json", doc)
+            tradeoff_figure(doc, tmp / "tradeoff.png")
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"scenario {scenario.name}: {doc['n_train']} training rows, {doc['n_test']} held out, {doc['n_nodes']} nodes, {len(doc['runs'])} runs")
+    header = f"{'protocol':<24} {'epsilon':>8} {'held-out ll':>12} {'param err':>10} {'class err':>9}"
+    print(header)
+    print("-" * len(header))
+    for row in summarize(doc):
+        eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.3g}"
+        err = "-" if row["heldout_error"] is None else f"{row['heldout_error']:.3f}"
+        print(f"{row['protocol']:<24} {eps:>8} {row['heldout_loglik']:>12.4f} {row['param_error']:>10.2e} {err:>9}")
+    print(f"wrote {args.out}/tradeoff.json and {args.out}/tradeoff.png in {time.perf_counter() - t0:.2f} s")
+    return 0

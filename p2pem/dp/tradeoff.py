@@ -1,0 +1,349 @@
+"""The privacy-accuracy trade-off, side by side: ``p2pem tradeoff SCENARIO --out DIR``.
+
+Every private protocol of the scenario (``dp-central``, ``dp-distributed``) is run for every
+epsilon of the ``[tradeoff]`` grid and every seed; every non-private protocol once per seed
+(its ``epsilon`` is null): all on the same training rows, node split, graph and initial
+parameters, so the only differences are the protocol and its noise.
+
+* Held-out rows: a ``test_fraction`` of the prepared rows, drawn once from the scenario's
+  ``"montecarlo"`` stream before the rest is split over the nodes.
+* Common init: ``em.init`` if the scenario gives one, else the centralized initialisation of
+  the training rows (:func:`p2pem.gmm.init_from_global`), treated as public, so no budget
+  is spent on it (a private run then gives the init share of its split to the rest).
+* ``param_error``: :func:`p2pem.simulate.max_relative_difference` to centralized EM from that
+  init on the (unclipped) training rows; ``heldout_loglik``: mean log-likelihood per
+  held-out row.
+* ``classify = "column"``: the private Bayes classifier (:mod:`p2pem.dp.bayes`), one mixture
+  of ``class_components`` per class, fitted by the same protocol, epsilon and seed; its
+  held-out error is ``heldout_error``.
+
+Seed s of a protocol run is ``SeedSequence(seed, spawn_key=(4, 1, s))`` (a child of the
+``"montecarlo"`` stream), the same for every protocol and epsilon (common random numbers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from p2pem.em import EMSettings
+from p2pem.gmm import FloatArray, GMMParams, init_from_global, init_statistics, mean_loglik
+from p2pem.protocols import ProtocolSpec
+from p2pem.tomltable import Table
+
+FORMAT = "p2pem-tradeoff"
+VERSION = 1
+#: epsilon grid when the scenario gives none: 10 values from 0.1 to 100
+DEFAULT_EPSILONS = tuple(float(f"{v:.3g}") for v in np.logspace(-1, 2, 10))
+KEYS = ("epsilons", "n_seeds", "test_fraction", "classify", "class_components")
+
+
+@dataclass(frozen=True)
+class TradeoffConfig:
+    """The ``[tradeoff]`` table of a scenario.
+
+    Parameters
+    ----------
+    epsilons : tuple of float
+        The grid (each finite and > 0).
+    n_seeds : int
+        Protocol seeds per (protocol, epsilon).
+    test_fraction : float
+        Share of rows held out, in (0, 1).
+    classify : str or None
+        Label column for the Bayes classifier (CSV data only).
+    class_components : int
+        Mixture components per class.
+    """
+
+    epsilons: tuple[float, ...] = DEFAULT_EPSILONS
+    n_seeds: int = 10
+    test_fraction: float = 0.2
+    classify: str | None = None
+    class_components: int = 2
+
+
+def parse_tradeoff(sec: Table) -> TradeoffConfig:
+    """Validate a ``[tradeoff]`` table (errors name the file and the dotted key)."""
+    sec = Table(sec.where, sec.table, sec.prefix, KEYS)
+    epsilons = DEFAULT_EPSILONS
+    if sec.has("epsilons"):
+        raw = sec.require("epsilons")
+        if not (isinstance(raw, list) and raw and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw)):
+            sec.fail(f"{sec.key('epsilons')!r} must be a non-empty array of numbers > 0")
+        if any(not (math.isfinite(v) and v > 0) for v in raw):
+            sec.fail(f"{sec.key('epsilons')!r} must hold finite numbers > 0, got {raw}")
+        epsilons = tuple(sorted(float(v) for v in raw))
+    test_fraction = sec.number("test_fraction", default=0.2, positive=True)
+    if test_fraction >= 1:
+        sec.fail(f"{sec.key('test_fraction')!r} must be < 1, got {test_fraction}")
+    return TradeoffConfig(
+        epsilons=epsilons,
+        n_seeds=sec.integer("n_seeds", default=10, minimum=1),
+        test_fraction=test_fraction,
+        classify=sec.string("classify", default=None),
+        class_components=sec.integer("class_components", default=2, minimum=1),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """Everything the runs share: data, split, graph, settings, reference."""
+
+    parts: list[FloatArray]
+    X_test: FloatArray
+    graph: Any
+    settings: EMSettings
+    reference: GMMParams
+    seed: int
+    classes: FloatArray | None = None
+    class_parts: list[list[FloatArray]] | None = None
+    class_settings: list[EMSettings] | None = None
+    y_test: FloatArray | None = None
+
+
+def _stream(seed: int, *key: int) -> np.random.SeedSequence:
+    return np.random.SeedSequence(seed, spawn_key=(4, *key))
+
+
+def build_workload(scenario) -> Workload:
+    """Held-out split, node split, graph, common init and the centralized reference."""
+    from p2pem.data import split_rows
+    from p2pem.errors import ConfigError
+    from p2pem.runner import build_graph, em_settings
+    from p2pem.scenario import prepare_rows, split_prepared
+    from p2pem.simulate import run_protocol
+    from p2pem.protocols import make_protocol
+
+    cfg: TradeoffConfig = scenario.tradeoff or TradeoffConfig()
+    if scenario.em.tol != 0:
+        raise ConfigError(f"{scenario.path}: 'em.tol' must be 0 for a trade-off (private runs have a fixed number of iterations)")
+    data_rng = np.random.default_rng(scenario.streams()["data"])
+    X, labels = prepare_rows(scenario, label_column=cfg.classify, rng=data_rng)
+    order = np.random.default_rng(_stream(scenario.seed, 0)).permutation(len(X))
+    n_test = int(round(cfg.test_fraction * len(X)))
+    if n_test < 1 or len(X) - n_test < scenario.graph.n_nodes:
+        raise ConfigError(
+            f"{scenario.path}: 'tradeoff.test_fraction' = {cfg.test_fraction} leaves {n_test} held-out and "
+            f"{len(X) - n_test} training rows for {scenario.graph.n_nodes} nodes"
+        )
+    test, train = np.sort(order[:n_test]), np.sort(order[n_test:])
+    parts = split_prepared(scenario, X[train], data_rng)
+    graph = build_graph(scenario)
+    base = em_settings(scenario)
+    init = base.init or init_from_global(init_statistics(X[train]), base.n_components, base.init_seed)
+    settings = dataclasses.replace(base, init=init)
+    reference = run_protocol(parts, graph, make_protocol("centralized"), settings).params
+    work = Workload(parts, X[test], graph, settings, reference, scenario.seed)
+    if labels is None:
+        return work
+    classes = np.unique(labels[train])
+    class_rng = np.random.default_rng(_stream(scenario.seed, 2))
+    class_parts, class_settings = [], []
+    for c in classes:
+        Xc = X[train][labels[train] == c]
+        if len(Xc) < scenario.graph.n_nodes:
+            raise ConfigError(
+                f"{scenario.path}: class {c:g} of '{cfg.classify}' has {len(Xc)} training rows, fewer than the "
+                f"{scenario.graph.n_nodes} nodes (use fewer nodes)"
+            )
+        class_parts.append(split_rows(Xc, scenario.graph.n_nodes, how="even", rng=class_rng))
+        k = cfg.class_components
+        class_settings.append(
+            dataclasses.replace(base, n_components=k, init=init_from_global(init_statistics(Xc), k, base.init_seed))
+        )
+    return dataclasses.replace(work, classes=classes, class_parts=class_parts, class_settings=class_settings, y_test=labels[test])
+
+
+def is_private(spec: ProtocolSpec) -> bool:
+    from p2pem.dp.protocols import _DPBase
+
+    return isinstance(spec, _DPBase)
+
+
+def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_index: int) -> dict:
+    """One record of ``tradeoff.json``: ``spec`` at ``epsilon`` (None: non-private) with seed s."""
+    from p2pem.dp.bayes import fit_bayes
+    from p2pem.simulate import max_relative_difference, run_protocol
+
+    t0 = time.perf_counter()
+    if epsilon is not None:
+        spec = dataclasses.replace(spec, epsilon=epsilon)
+    seed = _stream(work.seed, 1, seed_index)
+    run = run_protocol(work.parts, work.graph, spec, work.settings, seed=seed)
+    record = {
+        "protocol": getattr(spec, "label", spec.name),
+        "epsilon": None if epsilon is None else float(epsilon),
+        "seed": seed_index,
+        "heldout_loglik": mean_loglik(work.X_test, run.params),
+        "param_error": max_relative_difference(run, work.reference),
+        "heldout_error": None,
+        "epsilon_spent": run.protocol_params.get("epsilon_spent"),
+    }
+    if work.class_parts is not None:
+        model = fit_bayes(work.class_parts, work.classes, work.graph, spec, work.class_settings, seed=_stream(work.seed, 3, seed_index))
+        record["heldout_error"] = model.error(work.X_test, work.y_test)
+    record["wall_s"] = time.perf_counter() - t0
+    return record
+
+
+_WORK: Workload | None = None  # the worker processes' copy (inherited by fork)
+
+
+def _task(args: tuple[ProtocolSpec, float | None, int]) -> dict:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=UserWarning)  # reported once by the parent
+        return run_one(_WORK, *args)
+
+
+def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None] | None = None) -> dict:
+    """Run the sweep of a scenario and return the ``tradeoff.json`` document.
+
+    Parameters
+    ----------
+    scenario : p2pem.scenario.Scenario
+    jobs : int
+        Worker processes (1: run here).
+    progress : callable(done, total), optional
+
+    Returns
+    -------
+    dict
+        ``{"format", "version", "scenario", ..., "runs": [record, ...]}``; a record per
+        (protocol, epsilon, seed) with ``protocol``, ``epsilon`` (null for non-private),
+        ``seed``, ``heldout_loglik``, ``param_error``, ``heldout_error`` (null without
+        ``classify``), ``epsilon_spent`` (per accountant, at the protocol's delta) and
+        ``wall_s``.
+    """
+    from p2pem.runner import protocols
+
+    global _WORK
+    cfg: TradeoffConfig = scenario.tradeoff or TradeoffConfig()
+    specs = protocols(scenario)
+    work = build_workload(scenario)
+    tasks: list[tuple[ProtocolSpec, float | None, int]] = []
+    for spec in specs:
+        grid = cfg.epsilons if is_private(spec) else (None,)
+        n_seeds = 1 if spec.name == "centralized" else cfg.n_seeds
+        tasks += [(spec, eps, s) for eps in grid for s in range(n_seeds)]
+    for spec in specs:  # fail (and warn) before the sweep: bound, tol, graph
+        if is_private(spec):
+            spec.prepare(work.settings, work.parts)
+        if spec.name != "centralized":
+            spec.validate(work.graph)
+    t0 = time.perf_counter()
+    records: list[dict] = []
+    if jobs <= 1:
+        for i, task in enumerate(tasks):
+            records.append(run_one(work, *task))
+            if progress is not None:
+                progress(i + 1, len(tasks))
+    else:
+        import multiprocessing
+
+        _WORK = work
+        try:
+            with multiprocessing.get_context("fork").Pool(jobs) as pool:
+                for i, rec in enumerate(pool.imap(_task, tasks, chunksize=max(1, len(tasks) // (8 * jobs)))):
+                    records.append(rec)
+                    if progress is not None:
+                        progress(i + 1, len(tasks))
+        finally:
+            _WORK = None
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "scenario": scenario.name,
+        "scenario_file": str(scenario.path),
+        "seed": scenario.seed,
+        "n_train": int(sum(len(p) for p in work.parts)),
+        "n_test": int(len(work.X_test)),
+        "n_nodes": len(work.parts),
+        "epsilons": list(cfg.epsilons),
+        "n_seeds": cfg.n_seeds,
+        "classify": cfg.classify,
+        "protocols": [{"protocol": getattr(s, "label", s.name), "name": s.name, "params": _json_params(s)} for s in specs],
+        "wall_s": time.perf_counter() - t0,
+        "runs": records,
+    }
+
+
+def _json_params(spec: ProtocolSpec) -> dict:
+    out = spec.params()
+    return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in out.items()}
+
+
+def summarize(doc: dict) -> list[dict]:
+    """Mean and standard deviation over seeds per (protocol, epsilon)."""
+    groups: dict[tuple[str, float | None], list[dict]] = {}
+    for r in doc["runs"]:
+        groups.setdefault((r["protocol"], r["epsilon"]), []).append(r)
+    out = []
+    for (proto, eps), runs in groups.items():
+        row: dict[str, Any] = {"protocol": proto, "epsilon": eps, "n": len(runs)}
+        for key in ("heldout_loglik", "param_error", "heldout_error"):
+            vals = [r[key] for r in runs if r[key] is not None]
+            row[key] = float(np.mean(vals)) if vals else None
+            row[key + "_std"] = float(np.std(vals)) if vals else None
+        out.append(row)
+    return out
+
+
+def tradeoff_figure(doc: dict, path: Path) -> None:
+    """Held-out log-likelihood, parameter error (and classification error) against epsilon.
+
+    Private protocols are lines with a band of +- one standard deviation over seeds; the
+    non-private ones are flat reference lines at their mean.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summarize(doc)
+    keys = [("heldout_loglik", "held-out log-likelihood per row", False), ("param_error", "max relative parameter error", True)]
+    if doc.get("classify"):
+        keys.append(("heldout_error", f"held-out error ({doc['classify']})", False))
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 4.2), squeeze=False)
+    eps_finite = [e for e in doc["epsilons"] if e is not None]
+    styles = {"centralized": ("black", "-"), "secure-sum": ("tab:gray", "--"), "pdmm-sp": ("tab:green", ":"), "federated": ("tab:brown", "-.")}
+    for ax, (key, label, log_y) in zip(axes[0], keys):
+        private = sorted({r["protocol"] for r in rows if r["epsilon"] is not None})
+        for proto in private:
+            pts = sorted((r for r in rows if r["protocol"] == proto and r["epsilon"] is not None), key=lambda r: r["epsilon"])
+            x = np.array([r["epsilon"] for r in pts])
+            y = np.array([r[key] for r in pts], dtype=float)
+            sd = np.array([r[key + "_std"] for r in pts], dtype=float)
+            (line,) = ax.plot(x, y, marker="o", ms=3, label=proto)
+            lo = np.maximum(y - sd, y * 1e-3) if log_y else y - sd
+            ax.fill_between(x, lo, y + sd, color=line.get_color(), alpha=0.15)
+        for r in rows:
+            if r["epsilon"] is None and r[key] is not None:
+                color, ls = styles.get(r["protocol"], ("tab:olive", "--"))
+                value = max(r[key], 1e-16) if log_y else r[key]
+                ax.axhline(value, color=color, ls=ls, lw=1.2, label=f"{r['protocol']} (no DP)")
+        ax.set_xscale("log")
+        if log_y:
+            ax.set_yscale("log")
+        elif key == "heldout_loglik":
+            # noisy covariances at the eigenvalue floor give log-likelihoods of -1e4 and below
+            ax.set_yscale("symlog", linthresh=10.0)
+        if eps_finite:
+            ax.set_xlim(min(eps_finite) / 1.2, max(eps_finite) * 1.2)
+        ax.set_xlabel("epsilon (whole run)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"{doc['scenario']}: {doc['n_train']} training rows on {doc['n_nodes']} nodes, {doc['n_seeds']} seeds", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -18,7 +18,7 @@ An *accountant* then turns the total (epsilon, delta) into one noise scale per r
 ``rdp``
     Renyi DP (Mironov, CSF 2017) with dp-accounting's :class:`RdpAccountant`: the noise
     multipliers ``z / sqrt(f_r)`` (Gaussian) or ``z / f_r`` (Laplace) keep the split, and
-    the common ``z`` is found by :func:`dp_accounting.calibrate_dp_mechanism`.
+    the common ``z`` is found by bisection on the accountant's epsilon.
 
 This is the composition across EM iterations of Park et al. (AISTATS 2017, Sec. 3: linear,
 zCDP and moments accounting) with the per-parameter splits of Wu et al. (DPGMM).
@@ -160,7 +160,6 @@ def _calibrate_uncached(mechanism, accountant, epsilon, delta, rel) -> list[floa
         if mechanism == "gaussian":
             return [r.block.l2 / math.sqrt(2.0 * r.share * rho) for r in rel]
         return [r.block.l1 / math.sqrt(2.0 * r.share * rho) for r in rel]
-    import dp_accounting as dpa
     from dp_accounting import rdp
 
     power = 0.5 if mechanism == "gaussian" else 1.0
@@ -169,15 +168,28 @@ def _calibrate_uncached(mechanism, accountant, epsilon, delta, rel) -> list[floa
     def scales(z: float) -> list[float]:
         return [s * z / r.share**power for s, r in zip(sens, rel)]
 
-    z = dpa.calibrate_dp_mechanism(
-        rdp.RdpAccountant,
-        lambda z: _events(mechanism, rel, scales(z)),
-        epsilon,
-        delta,
-        dpa.LowerEndpointAndGuess(1e-6, 1.0),
-        tol=1e-9,
-    )
-    return scales(z)
+    def eps_of(z: float) -> float:
+        acc = rdp.RdpAccountant()
+        acc.compose(_events(mechanism, rel, scales(z)))
+        return float(acc.get_epsilon(delta))
+
+    # bisection on log z (epsilon falls as z grows); dp-accounting's own calibrate_dp_mechanism
+    # does the same but cannot bracket the very large epsilons of the non-private limit
+    lo, hi = 1e-3, 1e3
+    for _ in range(60):
+        if eps_of(lo) > epsilon:
+            break
+        lo /= 10
+    for _ in range(60):
+        if eps_of(hi) <= epsilon:
+            break
+        hi *= 10
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if eps_of(mid) <= epsilon else (mid, hi)
+        if hi / lo - 1 < 1e-10:
+            break
+    return scales(hi)  # the side that spends at most epsilon
 
 
 def spent(mechanism: str, accountant: str, delta: float, rel: Sequence[Release], scales: Sequence[float]) -> float:

@@ -1,0 +1,327 @@
+"""Differentially private EM: limits, reproducibility, noise scale, sensitivities, accounting, repairs."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from p2pem.data import split_rows, synthetic_mixture
+from p2pem.dp import accounting, mechanisms, postprocess
+from p2pem.dp.protocols import DataBoundWarning, PrivateEM
+from p2pem.em import EMSettings
+from p2pem.errors import ConfigError
+from p2pem.gmm import GMMParams, batch_statistics, init_from_global, init_statistics, precision_cholesky
+from p2pem.protocols import make_protocol
+from p2pem.simulate import max_relative_difference, protocol_streams, run_protocol
+
+N_NODES = 8
+
+
+@pytest.fixture(scope="module")
+def problem():
+    rng = np.random.default_rng(3)
+    X, _, _ = synthetic_mixture(120, n_features=2, n_components=2, separation=4.0, rng=rng)
+    parts = split_rows(X, N_NODES, how="even", rng=rng)
+    g = nx.cycle_graph(N_NODES)
+    g.add_edges_from([(0, 4), (2, 6)])
+    init = init_from_global(init_statistics(X), 2, 7)
+    settings = EMSettings(2, max_iter=8, tol=0.0, init=init)
+    bound = float(np.ceil(np.max(np.abs(X))))
+    return parts, g, settings, bound
+
+
+def _run(problem, name, seed=0, settings=None, **params):
+    parts, g, s, bound = problem
+    params.setdefault("bound", bound)
+    return run_protocol(parts, g, make_protocol(name, params), settings or s, seed=seed)
+
+
+VARIANTS = [
+    ("dp-central", {"mechanism": "gaussian"}),
+    ("dp-central", {"mechanism": "laplace", "accountant": "basic", "delta": 0.0}),
+    ("dp-distributed", {"aggregation": "secure-sum"}),
+    ("dp-distributed", {"aggregation": "secure-sum", "mechanism": "laplace", "accountant": "zcdp"}),
+]
+
+
+@pytest.mark.parametrize("name,params", VARIANTS)
+@pytest.mark.parametrize("private_init", [False, True])
+def test_infinite_epsilon_is_centralized_em(problem, name, params, private_init):
+    parts, g, s, bound = problem
+    settings = dataclasses.replace(s, init=None, init_seed=7) if private_init else s
+    ref = run_protocol(parts, g, make_protocol("centralized"), settings)
+    run = _run(problem, name, settings=settings, epsilon=math.inf, **params)
+    assert max_relative_difference(run, ref) <= 1e-12
+
+
+def test_infinite_epsilon_over_pdmm_sp_is_as_close_as_pdmm_sp(problem):
+    parts, g, s, _ = problem
+    ref = run_protocol(parts, g, make_protocol("centralized"), s)
+    plain = run_protocol(parts, g, make_protocol("pdmm-sp"), s, seed=0)
+    run = _run(problem, "dp-distributed", epsilon=math.inf, aggregation="pdmm-sp")
+    assert max_relative_difference(run, ref) <= max(10 * max_relative_difference(plain, ref), 1e-9)
+
+
+def test_error_shrinks_with_the_noise(problem):
+    parts, g, s, _ = problem
+    ref = run_protocol(parts, g, make_protocol("centralized"), s)
+    lap = {"mechanism": "laplace", "accountant": "basic", "delta": 0.0}
+    errors = [max_relative_difference(_run(problem, "dp-central", epsilon=eps, **lap), ref) for eps in (1e6, 1e9, 1e12)]
+    # same seed and pure DP, so the noise is the same draw scaled by 1/epsilon: the error follows it down
+    assert errors[0] > errors[1] > errors[2]
+    assert errors[2] < 1e-8
+
+
+@pytest.mark.parametrize("name,params", VARIANTS)
+def test_fixed_seed_reproduces_and_another_seed_differs(problem, name, params):
+    a = _run(problem, name, seed=5, epsilon=2.0, **params)
+    b = _run(problem, name, seed=5, epsilon=2.0, **params)
+    c = _run(problem, name, seed=6, epsilon=2.0, **params)
+    for key in ("weights", "means", "covariances"):
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+    assert not np.array_equal(a.means, c.means)
+
+
+def test_message_engine_matches_vectorised_bit_for_bit(problem):
+    parts, g, s, bound = problem
+    spec = make_protocol("dp-distributed", {"epsilon": 1.0, "bound": bound})
+    a = run_protocol(parts, g, spec, s, seed=4, engine="vectorised")
+    b = run_protocol(parts, g, spec, s, seed=4, engine="messages")
+    for key in ("weights", "means", "covariances"):
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+
+
+def test_repaired_run_stays_valid_at_tiny_epsilon(problem):
+    run = _run(problem, "dp-central", epsilon=0.01, mechanism="laplace", accountant="basic", delta=0.0)
+    assert np.all(run.weights >= 0) and abs(run.weights.sum() - 1) < 1e-12
+    assert np.all(np.abs(run.means) <= problem[3])
+    precision_cholesky(run.covariances)  # positive definite
+
+
+# ----------------------------------------------------------------------------- noise
+
+
+def _bound_spec(problem, name, **params):
+    parts, g, s, bound = problem
+    spec, settings, parts = make_protocol(name, dict(params, bound=bound)).prepare(s, parts)
+    return spec, spec.topology(g), settings
+
+
+@pytest.mark.parametrize("name,extra", [("dp-central", {}), ("dp-distributed", {})])
+@pytest.mark.parametrize("mechanism,accountant,delta", [("gaussian", "rdp", 1e-5), ("laplace", "basic", 0.0)])
+def test_added_noise_has_the_calibrated_scale(problem, name, extra, mechanism, accountant, delta):
+    spec, topo, settings = _bound_spec(problem, name, epsilon=1.0, mechanism=mechanism, accountant=accountant, delta=delta, **extra)
+    k, d = 2, 2
+    values = np.zeros((N_NODES, mechanisms.em_release_size(k, d)))
+    draws = 2000
+    out = np.empty((draws, values.shape[1]))
+    for r in range(draws):
+        rngs = protocol_streams(np.random.SeedSequence(r), N_NODES)
+        out[r] = spec.aggregate(values, topo, rngs, 1).results[0] * N_NODES  # noisy sum
+    expected = mechanisms.noise_std(spec.plan.em_scale, mechanism)
+    noisy = expected > 0
+    np.testing.assert_allclose(out.std(axis=0)[noisy], expected[noisy], rtol=0.1)
+    assert np.all(out[:, ~noisy] == 0)  # log-likelihood slot and continue flag are not perturbed
+    # the shape too: Laplace has excess kurtosis 3, the Gaussian 0 (distributed shares must add up to it)
+    z = (out[:, noisy] - out[:, noisy].mean(axis=0)) / out[:, noisy].std(axis=0)
+    kurtosis = float(np.mean(z**4) - 3)
+    assert abs(kurtosis - (3.0 if mechanism == "laplace" else 0.0)) < 0.6
+
+
+def test_scales_follow_the_hand_computed_basic_composition(problem):
+    parts, g, s, bound = problem
+    eps, T, d = 2.0, s.max_iter, 2
+    spec, _, _ = _bound_spec(problem, "dp-central", epsilon=eps, mechanism="laplace", accountant="basic", delta=0.0, split="equal")
+    # public init: the init quarter is not spent, so each of weights/means/covariances gets 1/3,
+    # spread over T iterations: epsilon / (3 T) per release
+    per_release = eps / (3 * T)
+    l1 = [1.0, d * bound, bound**2 * d * (d + 1) / 2]
+    expected = np.concatenate([np.full(2, l1[0] / per_release), np.full(4, l1[1] / per_release), np.full(6, l1[2] / per_release), [0, 0]])
+    np.testing.assert_allclose(spec.plan.em_scale, expected, rtol=1e-14)
+    assert spec.accounting()["basic"] == pytest.approx(eps, rel=1e-12)
+
+
+# ----------------------------------------------------------------------- sensitivity
+
+
+def test_sensitivity_bounds_hold_and_are_attained_by_brute_force():
+    """Add or remove one row anywhere in a grid over the box: the released sums move by at most
+    the stated L1/L2 sensitivity, and by almost exactly that at a corner."""
+    B, k, d = 1.5, 2, 2
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-B, B, size=(5, d))
+    # well separated, narrow components at two corners: responsibilities become one-hot there
+    params = GMMParams(np.array([0.5, 0.5]), np.array([[B, B], [-B, -B]]), np.repeat(0.05 * np.eye(d)[None], k, axis=0))
+    hook = PrivateEM(k, d, 1, B)
+
+    def released(rows):
+        prec = precision_cholesky(params.covariances)
+        stats = batch_statistics(rows, np.zeros(1, dtype=np.intp), params.weights[None], params.means[None], prec[None])
+        return hook.encode(stats, params.means[None])[0]
+
+    base = released(X)
+    grid = np.linspace(-B, B, 7)
+    neighbours = [released(np.vstack([X, [a, b]])) for a, b in itertools.product(grid, grid)]
+    neighbours += [released(np.delete(X, i, axis=0)) for i in range(len(X))]
+    for block in mechanisms.em_blocks(k, d, B):
+        diffs = np.array([n[block.index] - base[block.index] for n in neighbours])
+        l1 = np.abs(diffs).sum(axis=1).max()
+        l2 = np.sqrt((diffs**2).sum(axis=1)).max()
+        assert l1 <= block.l1 * (1 + 1e-12) and l2 <= block.l2 * (1 + 1e-12), block.name
+        assert l1 >= 0.99 * block.l1 and l2 >= 0.99 * block.l2, block.name
+    for block in mechanisms.init_blocks(d, B):
+        diffs = np.array([init_statistics(np.vstack([X, [a, b]]))[block.index] - init_statistics(X)[block.index] for a, b in itertools.product(grid, grid)])
+        assert np.abs(diffs).sum(axis=1).max() == pytest.approx(block.l1)
+        assert np.sqrt((diffs**2).sum(axis=1)).max() == pytest.approx(block.l2)
+
+
+# ------------------------------------------------------------------------ accounting
+
+
+def _releases(T=10, split="wu", private_init=True):
+    em = mechanisms.em_blocks(3, 2, 2.0)
+    init = mechanisms.init_blocks(2, 2.0) if private_init else []
+    return accounting.releases(em, init, T, accounting.parse_split(split))
+
+
+@pytest.mark.parametrize("mechanism,acc,delta", [
+    ("gaussian", "basic", 1e-5), ("gaussian", "zcdp", 1e-5), ("gaussian", "rdp", 1e-5),
+    ("laplace", "basic", 0.0), ("laplace", "zcdp", 1e-5), ("laplace", "rdp", 1e-5),
+])
+def test_calibration_spends_exactly_the_budget(mechanism, acc, delta):
+    rel = _releases()
+    assert sum(r.count * r.share for r in rel) == pytest.approx(1.0)
+    scales = accounting.calibrate(mechanism, acc, 1.5, delta, rel)
+    assert accounting.spent(mechanism, acc, delta, rel, scales) == pytest.approx(1.5, rel=1e-6)
+
+
+def test_wu_split_gives_the_papers_shares():
+    rel = {r.block.name: r.count * r.share for r in _releases()}
+    assert rel["weights"] == pytest.approx(0.04) and rel["means"] == pytest.approx(0.16)
+    assert rel["covariances"] == pytest.approx(0.70)
+    assert rel["init-count"] + rel["init-sum"] + rel["init-second"] == pytest.approx(0.10)
+
+
+def test_rdp_agrees_with_dp_accounting_on_the_same_events():
+    import dp_accounting as dpa
+    from dp_accounting import rdp
+
+    rel = _releases(T=20)
+    scales = accounting.calibrate("gaussian", "rdp", 1.0, 1e-5, rel)
+    # splitting by sigma_r = L2_r z / sqrt(f_r) composes to one Gaussian of multiplier z per unit budget:
+    # the library's own accountant on that single event gives the same epsilon
+    z = scales[0] / rel[0].block.l2 * math.sqrt(rel[0].share)
+    acc = rdp.RdpAccountant()
+    acc.compose(dpa.GaussianDpEvent(z))
+    assert acc.get_epsilon(1e-5) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_analytic_gaussian_and_zcdp_agree_with_dp_accounting():
+    import dp_accounting as dpa
+    from dp_accounting import rdp
+
+    one = accounting.releases(mechanisms.em_blocks(1, 1, 1.0)[:1], [], 1, (1.0, 0.0, 0.0, 0.0))
+    assert accounting.calibrate("gaussian", "basic", 0.8, 1e-6, one)[0] == pytest.approx(dpa.get_sigma_gaussian(0.8, 1e-6))
+    # zCDP: Bun & Steinke's conversion is a valid upper bound on the library's tighter one
+    rho = 0.05
+    acc = rdp.RdpAccountant()
+    acc.compose(dpa.ZCDpEvent(rho))
+    library = acc.get_epsilon(1e-5)
+    ours = accounting._epsilon_for(rho, 1e-5)
+    assert library <= ours <= 1.25 * library
+
+
+def test_bad_budgets_are_rejected():
+    with pytest.raises(ConfigError, match="delta = 0"):
+        make_protocol("dp-central", {"delta": 0.0})
+    with pytest.raises(ConfigError, match="split"):
+        make_protocol("dp-central", {"split": "park"})
+    with pytest.raises(ConfigError, match="'mechanism' must be one of"):
+        make_protocol("dp-central", {"mechanism": "exponential"})
+    assert accounting.parse_split("1,1,2,0") == (1.0, 1.0, 2.0, 0.0)
+
+
+# ---------------------------------------------------------------------- the data domain
+
+
+def test_missing_bound_is_read_off_the_data_with_a_warning(problem):
+    parts, g, s, _ = problem
+    with pytest.warns(DataBoundWarning, match="NOT differentially private"):
+        run = run_protocol(parts, g, make_protocol("dp-central", {"epsilon": 1.0}), s)
+    assert run.protocol_params["bound_from_data"] is True
+
+
+def test_bound_clips_the_data(problem):
+    parts, g, s, _ = problem
+    clipped = [np.clip(p, -1.0, 1.0) for p in parts]
+    ref = run_protocol(clipped, g, make_protocol("centralized"), s)
+    # (floors off: points piled up on the box's corners give eigenvalues below the default 1e-3)
+    spec = make_protocol("dp-central", {"epsilon": math.inf, "bound": 1.0, "eig_floor": 1e-12, "weight_floor": 0.0})
+    assert sum(int(np.sum(np.abs(p) > 1.0)) for p in parts) > 20
+    run = run_protocol(parts, g, spec, s)
+    assert max_relative_difference(run, ref) <= 1e-12
+
+
+def test_private_runs_need_a_fixed_number_of_iterations(problem):
+    parts, g, s, bound = problem
+    with pytest.raises(ConfigError, match="tol = 0"):
+        run_protocol(parts, g, make_protocol("dp-central", {"bound": bound}), dataclasses.replace(s, tol=1e-6))
+
+
+# ----------------------------------------------------------------------- post-processing
+
+
+@pytest.mark.parametrize("method", postprocess.REPAIRS)
+def test_repaired_covariances_are_positive_definite_whatever_the_noise(method):
+    rng = np.random.default_rng(1)
+    d = 4
+    a = rng.normal(size=(300, d, d))
+    base = a @ np.swapaxes(a, -1, -2) / d
+    noise = rng.normal(scale=rng.choice([0.1, 10.0, 1e4], size=(300, 1, 1)), size=(300, d, d))
+    noisy = base + (noise + np.swapaxes(noise, -1, -2)) / 2
+    assert np.mean(np.linalg.eigvalsh(noisy)[:, 0] < 0) > 0.5  # mostly indefinite
+    fixed = postprocess.repair_covariances(noisy, method, 1e-3)
+    np.linalg.cholesky(fixed)
+    assert np.all(np.linalg.eigvalsh(fixed)[:, 0] >= 1e-3 * (1 - 1e-9))
+    np.testing.assert_array_equal(fixed, np.swapaxes(fixed, -1, -2))
+    good = base + 2e-3 * np.eye(d)
+    np.testing.assert_array_equal(postprocess.repair_covariances(good, method, 1e-3), good)
+
+
+def test_weights_are_clipped_smoothed_and_renormalised():
+    w = np.array([[0.7, -0.2, 0.5], [0.2, 0.3, 0.5]])
+    out = postprocess.clip_weights(w, floor=0.01)
+    np.testing.assert_allclose(out[0], np.array([0.7, 0.01, 0.5]) / 1.21)
+    np.testing.assert_array_equal(out[1], w[1])  # needed nothing: untouched
+    smooth = postprocess.clip_weights(w, floor=0.01, smoothing=1.0)
+    np.testing.assert_allclose(smooth.sum(axis=1), 1.0)
+    assert np.all(np.diff(smooth[1]) > 0) and smooth[1, 2] - smooth[1, 0] < w[1, 2] - w[1, 0]
+
+
+def test_dp_protocols_are_named_in_scenarios(tmp_path):
+    from p2pem.scenario import load_scenario
+
+    text = """seed = 1
+[data]
+source = "synthetic"
+n_samples = 60
+[graph]
+kind = "geometric"
+n_nodes = 6
+[em]
+n_components = 2
+[[protocols]]
+name = "dp-distributed"
+aggregation = "ring"
+"""
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"s.toml: protocols\[0\]: .*'aggregation' must be one of"):
+        load_scenario(path)
+    path.write_text(text.replace('"ring"', '"pdmm-sp"'))
+    assert load_scenario(path).protocols[0].name == "dp-distributed"

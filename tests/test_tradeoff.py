@@ -1,0 +1,151 @@
+"""``p2pem tradeoff`` and the private Bayes classifier."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from p2pem.cli import main
+from p2pem.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCENARIO = """
+seed = 4
+[data]
+source = "csv"
+path = "rows.csv"
+drop_columns = ["label"]
+[graph]
+kind = "edges"
+edges = [[0, 1], [1, 2], [2, 3], [3, 4], [4, 0], [0, 2]]
+[em]
+n_components = 2
+max_iter = 4
+tol = 0.0
+[tradeoff]
+epsilons = [0.5, 50.0]
+n_seeds = 2
+test_fraction = 0.25
+classify = "label"
+class_components = 1
+[[protocols]]
+name = "dp-central"
+bound = 5.0
+[[protocols]]
+name = "dp-distributed"
+mechanism = "laplace"
+accountant = "basic"
+delta = 0.0
+bound = 5.0
+[[protocols]]
+name = "secure-sum"
+[[protocols]]
+name = "centralized"
+"""
+
+
+def _scenario(tmp_path: Path, text: str = SCENARIO) -> Path:
+    rng = np.random.default_rng(0)
+    label = rng.integers(0, 2, 80)
+    X = rng.normal(size=(80, 2)) * np.where(label[:, None] == 1, 0.6, 1.0) + 2.5 * label[:, None]
+    rows = ["a,b,label"] + [f"{x:.6f},{y:.6f},{c}" for (x, y), c in zip(X, label)]
+    (tmp_path / "rows.csv").write_text("\n".join(rows) + "\n")
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+def test_tradeoff_writes_versioned_json_and_figure(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["tradeoff", str(_scenario(tmp_path)), "--out", str(out), "-q"]) == 0
+    doc = json.loads((out / "tradeoff.json").read_text())
+    assert doc["format"] == "p2pem-tradeoff" and doc["version"] == 1
+    runs = doc["runs"]
+    # 2 private protocols x 2 epsilons x 2 seeds, secure-sum x 2 seeds, centralized once
+    assert len(runs) == 2 * 2 * 2 + 2 + 1
+    assert {(r["protocol"], r["epsilon"]) for r in runs} == {
+        ("dp-central-gaussian", 0.5), ("dp-central-gaussian", 50.0),
+        ("dp-secure-sum-laplace", 0.5), ("dp-secure-sum-laplace", 50.0),
+        ("secure-sum", None), ("centralized", None),
+    }
+    for r in runs:
+        assert {"protocol", "epsilon", "seed", "heldout_loglik", "param_error", "heldout_error"} <= set(r)
+        assert 0 <= r["heldout_error"] <= 1
+    central = next(r for r in runs if r["protocol"] == "centralized")
+    assert central["param_error"] == 0.0
+    assert max(r["param_error"] for r in runs if r["protocol"] == "secure-sum") < 1e-12
+    spent = next(r for r in runs if r["protocol"] == "dp-central-gaussian")["epsilon_spent"]
+    assert spent["rdp"] == pytest.approx(0.5, rel=1e-6) and spent["basic"] > spent["rdp"]
+    assert (out / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "dp-secure-sum-laplace" in capsys.readouterr().out
+
+
+def test_tradeoff_is_reproducible_and_parallel_runs_agree(tmp_path):
+    from p2pem.dp.tradeoff import run_tradeoff
+
+    scenario = load_scenario(_scenario(tmp_path))
+    a, b = run_tradeoff(scenario), run_tradeoff(scenario, jobs=2)
+    strip = lambda doc: [{k: v for k, v in r.items() if k != "wall_s"} for r in doc["runs"]]  # noqa: E731
+    assert strip(a) == strip(b)
+    # different seeds give different noise, the same seed the same across epsilons' order
+    dp = [r for r in a["runs"] if r["protocol"] == "dp-central-gaussian" and r["epsilon"] == 0.5]
+    assert dp[0]["heldout_loglik"] != dp[1]["heldout_loglik"]
+
+
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        ("tol = 0.0", "tol = 1e-6", "'em.tol' must be 0"),
+        ("n_seeds = 2", "n_seed = 2", "unknown key 'tradeoff.n_seed'"),
+        ("epsilons = [0.5, 50.0]", "epsilons = [0.5, -1.0]", "'tradeoff.epsilons' must hold finite numbers > 0"),
+        ("test_fraction = 0.25", "test_fraction = 0.99", "leaves"),
+        ('classify = "label"', 'classify = "nope"', "nope"),
+    ],
+)
+def test_tradeoff_errors_are_one_line_and_leave_nothing(tmp_path, capsys, old, new, message):
+    out = tmp_path / "out"
+    assert old in SCENARIO
+    code = main(["tradeoff", str(_scenario(tmp_path, SCENARIO.replace(old, new))), "--out", str(out), "-q"])
+    err = capsys.readouterr().err
+    assert code != 0 and message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_bayes_classifier_is_the_gaussian_bayes_rule():
+    """One component per class, fitted without noise: the classifier is quadratic discriminant
+    analysis with maximum-likelihood covariances and class-size priors; check against scipy."""
+    from scipy.stats import multivariate_normal
+
+    from p2pem.data import split_rows
+    from p2pem.dp.bayes import fit_bayes
+    from p2pem.em import EMSettings
+    from p2pem.gmm import init_from_global, init_statistics
+    from p2pem.graphs import graph_from_edges
+    from p2pem.protocols import make_protocol
+
+    rng = np.random.default_rng(2)
+    y = rng.integers(0, 3, 150)
+    X = rng.normal(size=(150, 2)) * (1 + 0.5 * y[:, None]) + np.array([[0, 0], [2, 1], [-1, 3]])[y]
+    g = graph_from_edges([(0, 1), (1, 2), (2, 3), (3, 0), (0, 2)])
+    classes = np.unique(y)
+    parts = [split_rows(X[y == c], 4, rng=rng) for c in classes]
+    settings = [EMSettings(1, max_iter=2, tol=0.0, reg_covar=0.0, init=init_from_global(init_statistics(X[y == c]), 1, 0)) for c in classes]
+    model = fit_bayes(parts, classes, g, make_protocol("secure-sum"), settings)
+    test = rng.normal(size=(400, 2)) * 2 + 1
+    scores = np.stack(
+        [np.log(np.mean(y == c)) + multivariate_normal(X[y == c].mean(0), np.cov(X[y == c].T, bias=True)).logpdf(test) for c in classes],
+        axis=1,
+    )
+    np.testing.assert_array_equal(model.predict(test), classes[np.argmax(scores, axis=1)])
+    np.testing.assert_allclose(model.log_posterior(test), scores, rtol=1e-10)
+
+
+def test_shipped_tradeoff_scenarios_validate():
+    for name in ("tradeoff_parkinsons", "tradeoff_ais"):
+        scenario = load_scenario(ROOT / "scenarios" / f"{name}.toml")
+        assert scenario.tradeoff is not None and len(scenario.tradeoff.epsilons) == 10
+        assert {p.name for p in scenario.protocols} >= {"dp-central", "dp-distributed", "pdmm-sp", "secure-sum", "centralized"}

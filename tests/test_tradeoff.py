@@ -149,3 +149,16 @@ def test_shipped_tradeoff_scenarios_validate():
         scenario = load_scenario(ROOT / "scenarios" / f"{name}.toml")
         assert scenario.tradeoff is not None and len(scenario.tradeoff.epsilons) == 10
         assert {p.name for p in scenario.protocols} >= {"dp-central", "dp-distributed", "pdmm-sp", "secure-sum", "centralized"}
+
+
+def test_parameter_error_matches_components():
+    from p2pem.dp.tradeoff import matched_error
+    from p2pem.gmm import GMMParams
+
+    rng = np.random.default_rng(0)
+    ref = GMMParams(np.array([0.2, 0.3, 0.5]), rng.normal(size=(3, 2)), np.repeat(np.eye(2)[None], 3, axis=0) * [[[1]], [[2]], [[3]]])
+    p = [2, 0, 1]
+    swapped = GMMParams(ref.weights[p], ref.means[p], ref.covariances[p])
+    assert matched_error(swapped, ref) == 0.0
+    moved = GMMParams(swapped.weights, swapped.means + 0.1, swapped.covariances)
+    assert matched_error(moved, ref) == pytest.approx(0.1 / np.max(np.abs(ref.means)))

@@ -68,12 +68,13 @@ def cmd_tradeoff(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
     print(f"scenario {scenario.name}: {doc['n_train']} training rows, {doc['n_test']} held out, {doc['n_nodes']} nodes, {len(doc['runs'])} runs")
+    print("medians over seeds:")
     header = f"{'protocol':<24} {'epsilon':>8} {'held-out ll':>12} {'param err':>10} {'class err':>9}"
     print(header)
     print("-" * len(header))
     for row in summarize(doc):
         eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.3g}"
-        err = "-" if row["heldout_error"] is None else f"{row['heldout_error']:.3f}"
-        print(f"{row['protocol']:<24} {eps:>8} {row['heldout_loglik']:>12.4f} {row['param_error']:>10.2e} {err:>9}")
+        err = "-" if row["heldout_error"] is None else f"{row['heldout_error_median']:.3f}"
+        print(f"{row['protocol']:<24} {eps:>8} {row['heldout_loglik_median']:>12.4f} {row['param_error_median']:>10.2e} {err:>9}")
     print(f"wrote {args.out}/tradeoff.json and {args.out}/tradeoff.png in {time.perf_counter() - t0:.2f} s")
     return 0

@@ -146,6 +146,22 @@ def test_scales_follow_the_hand_computed_basic_composition(problem):
     assert spec.accounting()["basic"] == pytest.approx(eps, rel=1e-12)
 
 
+def test_gaussian_zcdp_scales_follow_bun_and_steinke(problem):
+    parts, g, s, bound = problem
+    eps, delta, T, d = 1.0, 1e-6, s.max_iter, 2
+    spec, _, _ = _bound_spec(problem, "dp-central", epsilon=eps, delta=delta, accountant="zcdp", split="wu")
+    # rho with rho + 2 sqrt(rho log(1/delta)) = epsilon, by the quadratic formula in sqrt(rho)
+    L = math.log(1 / delta)
+    root = (-2 * math.sqrt(L) + math.sqrt(4 * L + 4 * eps)) / 2
+    rho = root**2
+    assert rho + 2 * math.sqrt(rho * L) == pytest.approx(eps)
+    shares = np.array([0.04, 0.16, 0.70]) / 0.90 / T  # public init: the 10 % are spread over the rest
+    l2 = [1.0, math.sqrt(d) * bound, bound**2 * math.sqrt(d * (d + 1) / 2)]
+    sigma = [l / math.sqrt(2 * f * rho) for l, f in zip(l2, shares)]
+    expected = np.concatenate([np.full(2, sigma[0]), np.full(4, sigma[1]), np.full(6, sigma[2]), [0, 0]])
+    np.testing.assert_allclose(spec.plan.em_scale, expected, rtol=1e-12)
+
+
 # ----------------------------------------------------------------------- sensitivity
 
 

@@ -8,7 +8,8 @@ to it before anything is computed).
 Released statistics
 -------------------
 A private run releases *uncentred* sums, whose sensitivity does not depend on the current
-means (the centred sums that :mod:`p2pem.gmm` aggregates would double it)::
+means (for the centred sums that :mod:`p2pem.gmm` aggregates, |x - mu| <= 2B would double
+the means' and quadruple the covariances' sensitivity)::
 
     block          per-row contribution      L1 sensitivity        L2 sensitivity
     -------------  ------------------------  --------------------  -----------------------
@@ -137,8 +138,9 @@ def noise_share(rng: np.random.Generator, scale: FloatArray, mechanism: str, n_n
     Gaussian: N(0, scale^2 / n) per node.  Laplace: G1 - G2 with G1, G2 ~ Gamma(1/n, scale)
     independent; Laplace is infinitely divisible and the sum over n nodes of G1 - G2 is
     Gamma(1, scale) - Gamma(1, scale) = Laplace(0, scale) (Kotz, Kozubowski & Podgorski,
-    *The Laplace Distribution and Generalizations*, 2001, Prop. 2.4.1; used for distributed
-    DP by Goryczka & Xiong, IEEE TDSC 2017).  So the total noise matches the central
+    *The Laplace Distribution and Generalizations*, 2001: Laplace is infinitely divisible;
+    the construction of distributed Laplace noise in Acs & Castelluccia, "I have a DREAM!",
+    Information Hiding 2011).  So the total noise matches the central
     mechanism's exactly, whatever n.
     """
     if mechanism == "gaussian":

@@ -11,7 +11,7 @@ They differ in *who adds the noise*, which decides whom they protect against:
     any outsider sees afterwards, is (epsilon, delta)-DP.  It does **not** protect against
     the aggregator (it sees every node's statistics in the clear, as in ``federated``) nor
     against an eavesdropper on the uploads.
-``dp-distributed`` (distributed noise; Goryczka & Xiong, IEEE TDSC 2017)
+``dp-distributed`` (distributed noise generation: Dwork et al., EUROCRYPT 2006; Acs & Castelluccia 2011)
     Every node adds its own share of the noise to its statistics before they are summed by
     ``secure-sum`` or ``pdmm-sp``; the shares add up to exactly the central noise, so the
     released model has the same guarantee with no trusted party.  What protects an

@@ -106,7 +106,8 @@ def _epsilon_for(rho: float, delta: float) -> float:
     return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
 
 
-def _check(mechanism: str, accountant: str, epsilon: float, delta: float) -> None:
+def check_budget(mechanism: str, accountant: str, epsilon: float, delta: float) -> None:
+    """Raise ConfigError for an unknown accountant or a budget it cannot account for."""
     if accountant not in ACCOUNTANTS:
         raise ConfigError(f"accountant must be one of {list(ACCOUNTANTS)}, got {accountant!r}")
     if not epsilon > 0:
@@ -137,7 +138,7 @@ def calibrate(mechanism: str, accountant: str, epsilon: float, delta: float, rel
     ``epsilon = inf`` gives zero noise (the non-private limit).  Cached: a sweep calibrates
     each (epsilon, layout) once however many seeds it runs.
     """
-    _check(mechanism, accountant, epsilon, delta)
+    check_budget(mechanism, accountant, epsilon, delta)
     return list(_calibrate(mechanism, accountant, epsilon, delta, tuple(rel)))
 
 

@@ -202,7 +202,7 @@ class _DPBase(ProtocolSpec):
         who = self.name
         if not (isinstance(self.epsilon, (int, float)) and not isinstance(self.epsilon, bool) and self.epsilon > 0):
             raise ConfigError(f"{who}: epsilon must be a number > 0 (inf: no noise), got {self.epsilon!r}")
-        accounting._check(self.mechanism, self.accountant, float(self.epsilon), float(self.delta))
+        accounting.check_budget(self.mechanism, self.accountant, float(self.epsilon), float(self.delta))
         if self.bound is not None and not (math.isfinite(self.bound) and self.bound > 0):
             raise ConfigError(f"{who}: bound must be a finite number > 0, got {self.bound!r}")
         accounting.parse_split(self.split)

@@ -104,12 +104,17 @@ def test_tradeoff_is_reproducible_and_parallel_runs_agree(tmp_path):
         ("epsilons = [0.5, 50.0]", "epsilons = [0.5, -1.0]", "'tradeoff.epsilons' must hold finite numbers > 0"),
         ("test_fraction = 0.25", "test_fraction = 0.99", "leaves"),
         ('classify = "label"', 'classify = "nope"', "nope"),
+        ('name = "dp-central"\nbound = 5.0', 'name = "federated"', None),
     ],
 )
 def test_tradeoff_errors_are_one_line_and_leave_nothing(tmp_path, capsys, old, new, message):
     out = tmp_path / "out"
     assert old in SCENARIO
-    code = main(["tradeoff", str(_scenario(tmp_path, SCENARIO.replace(old, new))), "--out", str(out), "-q"])
+    text = SCENARIO.replace(old, new)
+    if message is None:  # no private protocol left
+        text = text.replace('name = "dp-distributed"\nmechanism = "laplace"\naccountant = "basic"\ndelta = 0.0\nbound = 5.0', 'name = "pdmm-sp"')
+        message = "no private protocol to sweep"
+    code = main(["tradeoff", str(_scenario(tmp_path, text)), "--out", str(out), "-q"])
     err = capsys.readouterr().err
     assert code != 0 and message in err and err.count("\n") == 1 and "Traceback" not in err
     assert not out.exists()

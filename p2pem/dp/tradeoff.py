@@ -246,6 +246,10 @@ def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None
     global _WORK
     cfg: TradeoffConfig = scenario.tradeoff or TradeoffConfig()
     specs = protocols(scenario)
+    if not any(is_private(s) for s in specs):
+        from p2pem.errors import ConfigError
+
+        raise ConfigError(f"{scenario.path}: no private protocol to sweep: add a [[protocols]] entry named dp-central or dp-distributed")
     work = build_workload(scenario)
     tasks: list[tuple[ProtocolSpec, float | None, int]] = []
     for spec in specs:

@@ -142,7 +142,7 @@ def run_protocol(
     parts = [np.ascontiguousarray(part, dtype=float) for part in parts]
     prepare = getattr(protocol, "prepare", None)
     if prepare is not None:  # a private protocol binds to the run: clipped data, calibrated noise, EM hook
-        protocol, settings, parts = prepare(settings, parts)
+        protocol, settings, parts = prepare(settings, parts, seed=seed)
     if engine not in ("vectorised", "messages"):
         raise ConfigError(f"engine must be 'vectorised' or 'messages', got {engine!r}")
     t0 = time.perf_counter()

@@ -87,9 +87,10 @@ def test_fixed_seed_reproduces_and_another_seed_differs(problem, name, params):
     assert not np.array_equal(a.means, c.means)
 
 
-def test_message_engine_matches_vectorised_bit_for_bit(problem):
+@pytest.mark.parametrize("name", ["dp-distributed", "dp-central"])
+def test_message_engine_matches_vectorised_bit_for_bit(problem, name):
     parts, g, s, bound = problem
-    spec = make_protocol("dp-distributed", {"epsilon": 1.0, "bound": bound})
+    spec = make_protocol(name, {"epsilon": 1.0, "bound": bound})
     a = run_protocol(parts, g, spec, s, seed=4, engine="vectorised")
     b = run_protocol(parts, g, spec, s, seed=4, engine="messages")
     for key in ("weights", "means", "covariances"):

@@ -46,7 +46,7 @@ from p2pem.errors import ConfigError, ProtocolError
 from p2pem.gmm import FloatArray, init_stats_size, unpack_statistics
 from p2pem.messages import Message
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology
-from p2pem.protocols.exact import Federated, SecureSum, fsum_average
+from p2pem.protocols.exact import Federated, SecureSum, ServerNode, UploadNode, fsum_average
 from p2pem.protocols.pdmm import PdmmSP
 
 if TYPE_CHECKING:
@@ -213,10 +213,13 @@ class _DPBase(ProtocolSpec):
 
     # -- binding to a run ----------------------------------------------------------------
 
-    def prepare(self, settings: EMSettings, parts: list[FloatArray]) -> tuple[_DPBase, EMSettings, list[FloatArray]]:
+    def prepare(
+        self, settings: EMSettings, parts: list[FloatArray], *, seed: int | np.random.SeedSequence = 0
+    ) -> tuple[_DPBase, EMSettings, list[FloatArray]]:
         """Bind to a run: clip the data to the public box, calibrate the noise, hook the EM.
 
-        Called by :func:`p2pem.simulate.run_protocol` before anything runs.
+        Called by :func:`p2pem.simulate.run_protocol` (with the run's protocol ``seed``)
+        before anything runs.  The bound spec serves that one run.
 
         Raises
         ------
@@ -257,6 +260,10 @@ class _DPBase(ProtocolSpec):
         )
         bound_spec = copy.copy(self)
         object.__setattr__(bound_spec, "plan", plan)
+        from p2pem.simulate import protocol_streams
+
+        # the aggregator's stream: the one the vectorised engine hands over as rngs[n]
+        object.__setattr__(bound_spec, "aggregator_rng", protocol_streams(seed, len(parts))[-1])
         hook = PrivateEM(k, d, len(parts), bound, self.weight_floor, self.smoothing, self.covariance_repair, self.eig_floor)
         return bound_spec, dataclasses.replace(settings, privacy=hook), clipped
 
@@ -290,19 +297,23 @@ class DPCentral(_DPBase):
     """``dp-central``: a trusted aggregator sums the exact statistics and adds the noise.
 
     Protects the released model against everyone but the aggregator (module docstring).
-    The aggregator's randomness is the extra protocol stream (``rngs[n]``), which
-    synchronous protocols leave unused.  Vectorised engine only: the message-level engine
-    has no randomness for its server.
+    The aggregator's randomness is the extra protocol stream (``rngs[n]``, which synchronous
+    protocols leave unused); the message-level server draws from the same stream, so both
+    engines give the same bits.
     """
 
     name: str = field(init=False, default="dp-central")
+    aggregator_rng: Union[np.random.Generator, None] = field(init=False, default=None, repr=False, compare=False)
 
     @property
     def label(self) -> str:
         return f"dp-central-{self.mechanism}"
 
     def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
-        raise ConfigError("dp-central runs in the vectorised engine only (its trusted aggregator is not a node)")
+        return UploadNode(ctx, iteration)
+
+    def server_aggregation(self, topology: Topology, iteration: int) -> Aggregation:
+        return NoisyServer(self, topology.n_nodes, iteration)
 
     def aggregate(self, values, topology, rngs, iteration, *, record=False) -> AggregateOutcome:
         plan = self._plan()
@@ -361,6 +372,25 @@ class DPDistributed(_DPBase):
         out = super().params()
         out["aggregation"] = self.aggregation
         return out
+
+
+class NoisyServer(ServerNode):
+    """``dp-central``'s trusted aggregator: sums the uploads exactly, adds the noise once."""
+
+    def __init__(self, spec: DPCentral, n_nodes: int, iteration: int) -> None:
+        super().__init__(n_nodes, iteration)
+        self.spec = spec
+
+    def receive(self, msg: Message) -> list[Message]:
+        out = super().receive(msg)
+        if not self.done:
+            return out
+        plan = self.spec._plan()
+        rng = self.spec.aggregator_rng
+        if rng is None:
+            raise ProtocolError(f"{self.spec.label}: the aggregator has no random stream (call prepare())")
+        self.result = self.result + mechanisms.noise(rng, plan.scale(self.iteration), plan.mechanism) / self.n
+        return [dataclasses.replace(m, payload=self.result.copy()) for m in out]
 
 
 class NoisyNode(Aggregation):

@@ -160,7 +160,7 @@ class NoisePlan:
 
 
 @dataclass(frozen=True)
-class _DPBase(ProtocolSpec):
+class DPProtocol(ProtocolSpec):
     """Parameters shared by both private protocols (see the module docstring).
 
     Parameters
@@ -215,7 +215,7 @@ class _DPBase(ProtocolSpec):
 
     def prepare(
         self, settings: EMSettings, parts: list[FloatArray], *, seed: int | np.random.SeedSequence = 0
-    ) -> tuple[_DPBase, EMSettings, list[FloatArray]]:
+    ) -> tuple[DPProtocol, EMSettings, list[FloatArray]]:
         """Bind to a run: clip the data to the public box, calibrate the noise, hook the EM.
 
         Called by :func:`p2pem.simulate.run_protocol` (with the run's protocol ``seed``)
@@ -293,7 +293,7 @@ class _DPBase(ProtocolSpec):
 
 
 @dataclass(frozen=True)
-class DPCentral(_DPBase):
+class DPCentral(DPProtocol):
     """``dp-central``: a trusted aggregator sums the exact statistics and adds the noise.
 
     Protects the released model against everyone but the aggregator (module docstring).
@@ -327,7 +327,7 @@ class DPCentral(_DPBase):
 
 
 @dataclass(frozen=True)
-class DPDistributed(_DPBase):
+class DPDistributed(DPProtocol):
     """``dp-distributed``: every node adds its noise share, ``aggregation`` sums (module docstring).
 
     Parameters
@@ -428,4 +428,4 @@ class NoisyNode(Aggregation):
         return out
 
 
-__all__ = ["DPCentral", "DPDistributed", "DataBoundWarning", "NoisePlan", "PrivateEM"]
+__all__ = ["DPCentral", "DPDistributed", "DPProtocol", "DataBoundWarning", "NoisePlan", "PrivateEM"]

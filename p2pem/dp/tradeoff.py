@@ -163,9 +163,9 @@ def build_workload(scenario) -> Workload:
 
 
 def is_private(spec: ProtocolSpec) -> bool:
-    from p2pem.dp.protocols import _DPBase
+    from p2pem.dp.protocols import DPProtocol
 
-    return isinstance(spec, _DPBase)
+    return isinstance(spec, DPProtocol)
 
 
 def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_index: int) -> dict:

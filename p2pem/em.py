@@ -159,7 +159,7 @@ class EMState:
             total = stats[:, 0]
             for j in range(1, k):
                 total = total + stats[:, j]
-            self.loglik.append(stats[:, -1] / total)
+            self.loglik.append(stats[:, -1] / total if s.privacy is None else np.full(self.n_parts, np.nan))
             self.finished = True
             return
         if s.privacy is not None:
@@ -167,6 +167,7 @@ class EMState:
         w, m, c, ll = batch_m_step(stats, self.means, s.reg_covar, iteration=self.iteration)
         if s.privacy is not None:
             w, m, c = s.privacy.repair(w, m, c)
+            ll = np.full_like(ll, np.nan)  # a private run releases no log-likelihood
         self._set_params(w, m, c)
         self.loglik.append(ll)
         self.n_iter += 1

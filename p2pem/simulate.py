@@ -66,7 +66,7 @@ class RunResult:
         return {
             "protocol": self.protocol,
             "protocol_params": self.protocol_params,
-            "loglik": list(self.loglik),
+            "loglik": [None if v != v else v for v in self.loglik],  # NaN (not released: private runs) -> null
             "weights": self.weights.tolist(),
             "means": self.means.tolist(),
             "covariances": self.covariances.tolist(),

@@ -104,6 +104,16 @@ def test_repaired_run_stays_valid_at_tiny_epsilon(problem):
     precision_cholesky(run.covariances)  # positive definite
 
 
+def test_private_runs_release_no_log_likelihood(problem):
+    import json
+
+    run = _run(problem, "dp-distributed", epsilon=1.0)
+    assert len(run.loglik) == run.n_iter + 1 and all(math.isnan(v) for v in run.loglik)
+    doc = json.loads(json.dumps(run.to_json(), allow_nan=False))
+    assert doc["loglik"] == [None] * (run.n_iter + 1)
+    assert doc["protocol_params"]["epsilon_spent"]["rdp"] == pytest.approx(1.0, rel=1e-6)
+
+
 # ----------------------------------------------------------------------------- noise
 
 

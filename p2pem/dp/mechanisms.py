@@ -28,7 +28,7 @@ neighbouring data sets by brute force).  These are the usual bounds for bounded 
 Roth 2014, Sec. 3.3); Park et al. (2017, Sec. 4) instead bound the sensitivity of the
 M-step outputs, which needs a lower bound on the counts.
 
-The log-likelihood entry is not released (a private run reports 0 there) and the continue
+The log-likelihood entry is not released (it carries 0; a private run reports NaN) and the continue
 flag is data independent, because a private run has ``tol = 0``.
 """
 

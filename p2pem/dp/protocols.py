@@ -26,7 +26,7 @@ The data domain is public: features are clipped to ``[-bound, bound]``.  A bound
 data is not private; it is done only when ``bound`` is not given, with a
 :class:`DataBoundWarning`.  Private runs need ``tol = 0`` (a fixed number of iterations, so the
 budget can be split over them; the stopping decision would otherwise leak) and release no
-log-likelihood (their ``loglik`` entries are 0).
+log-likelihood (their ``loglik`` entries are NaN, null in ``result.json``).
 """
 
 from __future__ import annotations

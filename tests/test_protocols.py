@@ -249,3 +249,42 @@ def test_secure_sum_ring_follows_a_changed_graph():
     g.remove_edge(first[0], first[1])
     ring = SecureSum().topology(g).ring
     assert sorted(ring) == list(range(6)) and all(g.has_edge(ring[i], ring[(i + 1) % 6]) for i in range(6))
+
+
+def test_array_api_engine_agrees_with_the_cpu_engine():
+    # the portable code path (what device = "cuda" runs on CuPy) on the strict reference namespace
+    pytest.importorskip("array_api_strict")
+    g = geometric_graph(60, seed=4)
+    topo = Topology.from_graph(g)
+    s = np.random.default_rng(6).normal(size=(60, 5)) + 2.0
+    cpu = PdmmSP().aggregate(s, topo, protocol_streams(2, 60), 1)
+    strict = PdmmSP(device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1)
+    assert strict.rounds == cpu.rounds and strict.converged
+    assert isinstance(strict.results, np.ndarray)
+    np.testing.assert_allclose(strict.results, cpu.results, rtol=1e-9, atol=0)
+    with pytest.raises(ConfigError, match="device"):
+        PdmmSP(device="tpu")
+    with pytest.raises(ConfigError, match="trace"):
+        PdmmSP(device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1, record=True)
+
+
+def test_heavy_ball_needs_sync_and_theta_one():
+    with pytest.raises(ConfigError, match="heavy-ball"):
+        PdmmSP(accel="heavy-ball", theta=0.5)
+    with pytest.raises(ConfigError, match="heavy-ball"):
+        PdmmSP(accel="heavy-ball", mode="async")
+    assert not PdmmSP(theta=0.5).accelerated and not PdmmSP(mode="async").accelerated
+    with pytest.raises(ConfigError, match="momentum"):
+        PdmmSP(momentum=1.0)
+
+
+def test_heavy_ball_needs_fewer_rounds_than_plain_pdmm():
+    g = geometric_graph(300, seed=1)
+    topo = Topology.from_graph(g)
+    s = np.random.default_rng(3).normal(size=(300, 4)) + 1.0
+    plain = PdmmSP(accel="none").aggregate(s, topo, protocol_streams(0, 300), 1)
+    fast = PdmmSP().aggregate(s, topo, protocol_streams(0, 300), 1)
+    assert fast.converged and plain.converged
+    assert fast.rounds < 0.75 * plain.rounds
+    for out in (plain, fast):
+        assert np.max(np.abs(out.results - s.mean(0))) <= 1e-9 * np.max(np.abs(s.mean(0)))

@@ -23,11 +23,24 @@ whole self-stopping aggregation (set-up and stopping test included), each divide
 time of one sparse matrix-vector product ``Topology.adjacency @ x`` with x of shape (n, p):
 the same edges, the least any round has to do.  Goal of issue 2: within 2x.
 
+(c) Rounds against lower bounds (``--part c``, default n = 1 000 and 10 000, ``--bound-sizes``).
+On one geometric graph per size, inputs N(3, 1) with p = 8 columns, one aggregation of
+``pdmm-sp`` with its defaults (heavy ball) and with ``accel = "none"`` (plain PDMM with
+c = auto: the default before issue 10), both self-stopping.  Against, on the same graph and
+measured in the same run:
+
+* the diameter D: no rule can stop before information has crossed the graph;
+* Chebyshev-accelerated gossip (Golub-Varga semi-iteration on I - gamma L_g, L_g the
+  Metropolis Laplacian, exact extreme eigenvalues) from the *same start*: PDMM's first
+  broadcast x(1), shifted to the true mean (gossip keeps its start's mean), counted to the
+  final error that the heavy-ball run reached; and from the non-private start x = s.
+
 Usage::
 
     .venv/bin/python sim/bench_consensus.py                        # (a) and (b), defaults
     .venv/bin/python sim/bench_consensus.py --part a --seeds 10 --dim 3
     .venv/bin/python sim/bench_consensus.py --part b --sizes 80,1000 --json /tmp/consensus.json
+    .venv/bin/python sim/bench_consensus.py --part c --bound-sizes 1000
 
 Not a test: nothing is asserted; timings depend on the machine and its load (printed).
 BLAS is limited to one thread.
@@ -49,7 +62,7 @@ from p2pem.gmm import stats_size
 from p2pem.graphs import geometric_graph
 from p2pem.protocols import PdmmSP
 from p2pem.protocols.base import Topology
-from p2pem.protocols.pdmm import auto_c
+from p2pem.protocols.pdmm import auto_c, metropolis_weights
 from p2pem.simulate import protocol_streams
 from _common import print_table
 
@@ -233,9 +246,79 @@ def part_b(args) -> dict:
     return {"p": p, "sizes": out}
 
 
+def chebyshev_gossip_rounds(topo, x0, mean, target, max_rounds=20000) -> int | None:
+    """Rounds of Chebyshev semi-iteration on M = I - gamma L_g from x0 until max|x - mean|/max|mean| <= target.
+
+    gamma = 2 / (lambda_2 + lambda_max), rho = (lambda_max - lambda_2) / (lambda_max + lambda_2),
+    x(k+1) = w(k+1) M x(k) + (1 - w(k+1)) x(k-1), w1 = 1, w2 = 2 / (2 - rho^2),
+    w(k+1) = 1 / (1 - rho^2 w(k) / 4) (Golub & Varga 1961).  Round 1 is x0 itself, as PDMM's round 1
+    is its first broadcast.
+    """
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+
+    W = topo.weighted_adjacency(metropolis_weights(topo))
+    lap = (sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W).tocsr()
+    lmax = float(spla.eigsh(lap, k=1, which="LA", return_eigenvectors=False)[0])
+    lam2 = float(spla.eigsh(lap.tocsc(), k=2, sigma=-1e-3, which="LM", return_eigenvectors=False).max())
+    gamma, rho = 2.0 / (lam2 + lmax), (lmax - lam2) / (lmax + lam2)
+    scale = np.max(np.abs(mean))
+
+    def err(x):
+        return np.max(np.abs(x - mean)) / scale
+
+    prev, x = x0, x0 - gamma * (lap @ x0)
+    if err(x0) <= target:
+        return 1
+    w = 1.0
+    for k in range(2, max_rounds + 1):
+        if err(x) <= target:
+            return k
+        w = 2.0 / (2.0 - rho**2) if k == 2 else 1.0 / (1.0 - rho**2 * w / 4.0)
+        prev, x = x, w * (x - gamma * (lap @ x)) + (1.0 - w) * prev
+    return None
+
+
+def part_c(args) -> dict:
+    p = 8
+    print(f"\n(c) rounds of one self-stopping aggregation against lower bounds on the same graph (p = {p})")
+    rows, out = [], []
+    for n in args.bound_sizes:
+        g = geometric_graph(n, seed=0)
+        topo = Topology.from_graph(g)
+        values = np.random.default_rng(1).standard_normal((n, p)) + 3.0
+        mean = values.mean(axis=0)
+        runs = {}
+        for key, spec in (("heavy-ball", PdmmSP()), ("plain", PdmmSP(accel="none"))):
+            agg = spec.aggregate(values, topo, protocol_streams(0, n), 1)
+            runs[key] = (int(agg.rounds), float(np.max(np.abs(agg.results - mean)) / np.max(np.abs(mean))), agg.converged)
+        first = PdmmSP(tol=0.0, max_iter=1).aggregate(values, topo, protocol_streams(0, n), 1).results
+        target = runs["heavy-ball"][1]
+        cheb_same = chebyshev_gossip_rounds(topo, first - first.mean(axis=0) + mean, mean, target)
+        cheb_plain = chebyshev_gossip_rounds(topo, values, mean, target)
+        hb, plain = runs["heavy-ball"], runs["plain"]
+        ecc = topo.eccentricity
+        rows.append([f"{n:,}", str(topo.diameter), f"{int(ecc.min())}", f"{plain[0]} ({plain[1]:.1e})",
+                     f"{hb[0]} ({hb[1]:.1e})", f"{hb[0] / plain[0]:.2f}", str(cheb_same), f"{hb[0] / cheb_same:.2f}",
+                     str(cheb_plain), f"{hb[0] / topo.diameter:.1f}"])
+        out.append({"n": n, "p": p, "diameter_bound": topo.diameter, "min_eccentricity_bound": int(ecc.min()),
+                    "plain_rounds": plain[0], "plain_error": plain[1], "plain_converged": plain[2],
+                    "heavy_ball_rounds": hb[0], "heavy_ball_error": hb[1], "heavy_ball_converged": hb[2],
+                    "chebyshev_same_start_rounds": cheb_same, "chebyshev_data_start_rounds": cheb_plain})
+        print(f"  n = {n:,} done", flush=True)
+    print_table(["n", "D bound", "radius bound", "plain PDMM (err)", "heavy ball (err)", "ratio", "Chebyshev, same start",
+                 "ratio", "Chebyshev, from s", "rounds / D"], rows)
+    print("plain PDMM: accel = 'none', c auto (the default before issue 10); heavy ball: the default now; err: max "
+          "relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip on the "
+          "Metropolis Laplacian to the heavy-ball run's error, from PDMM's perturbed first broadcast (same start) and "
+          "from the data (no perturbation: not private).  Ratios: heavy-ball rounds / the column to their left.")
+    return {"sizes": out}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("a", "b", "both"), default="both")
+    parser.add_argument("--part", choices=("a", "b", "c", "both", "all"), default="all",
+                        help="which part: a, b, c, both (= a and b) or all (default)")
     parser.add_argument("--n", type=int, default=20, help="(a) nodes per graph (default 20)")
     parser.add_argument("--seeds", type=int, default=5, help="(a) graph/input seeds 0..N-1 (default 5)")
     parser.add_argument("--dim", type=int, default=1, help="(a) entries per node's input (default 1: scalar)")
@@ -243,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="(a) fixed step sizes, comma-separated ('auto' is always added)")
     parser.add_argument("--sizes", type=lambda s: [int(v) for v in s.split(",")], default=[80, 1000, 10000],
                         help="(b) graph sizes, comma-separated (default 80,1000,10000)")
+    parser.add_argument("--bound-sizes", type=lambda s: [int(v) for v in s.split(",")], default=[1000, 10000],
+                        help="(c) graph sizes, comma-separated (default 1000,10000)")
     parser.add_argument("--p", type=int, default=None, help="(b) columns per node (default: K=3, d=2 EM vector, 20)")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to this JSON file")
     args = parser.parse_args(argv)
@@ -252,10 +337,12 @@ def main(argv: list[str] | None = None) -> int:
           f"(shared machine: timings are indicative); BLAS threads limited to 1")
     result: dict = {"cpus": len(os.sched_getaffinity(0)), "load_average": os.getloadavg()[0]}
     with threadpool_limits(limits=1):
-        if args.part in ("a", "both"):
+        if args.part in ("a", "both", "all"):
             result["convergence"] = part_a(args)
-        if args.part in ("b", "both"):
+        if args.part in ("b", "both", "all"):
             result["per_round"] = part_b(args)
+        if args.part in ("c", "all"):
+            result["lower_bounds"] = part_c(args)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
         print(f"\nwrote {args.json}")

@@ -80,7 +80,8 @@ def geometric_edges(
     rng: np.random.Generator | None = None,
     max_tries: int = 1000,
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """The arrays behind :func:`geometric_graph`: (positions (n, 2), edges (m, 2) with i < j, radius).
+    """The arrays behind :func:`geometric_graph`: (positions (n, 2), edges (m, 2) with i < j in no
+    particular order, radius).
 
     The same draws as :func:`geometric_graph` for the same seed, without building a networkx
     graph: at 10^6 nodes (35 million edges) a networkx graph needs tens of GB, these arrays
@@ -108,7 +109,7 @@ def geometric_edges(
         pairs = cKDTree(pos).query_pairs(r, output_type="ndarray").astype(np.int64)
         adj = sp.coo_matrix((np.ones(len(pairs), dtype=np.int8), (pairs[:, 0], pairs[:, 1])), shape=(n_nodes, n_nodes))
         if connected_components(adj, directed=False, return_labels=False) == 1:
-            return pos, pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))], r
+            return pos, pairs, r
     raise GraphError(f"no connected geometric graph with {n_nodes} nodes and radius {r:.3g} in {max_tries} draws: increase the radius")
 
 

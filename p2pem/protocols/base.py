@@ -38,40 +38,58 @@ def _csr_from_lists(neighbours: Sequence[Sequence[int]]) -> tuple[np.ndarray, np
     return indptr, indices
 
 
-def eccentricity_bounds(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray | None:
+def _unit_csr(indptr: np.ndarray, indices: np.ndarray):
+    import scipy.sparse as sp
+
+    n = indptr.size - 1
+    return sp.csr_matrix((np.ones(indices.size, dtype=np.int8), indices, indptr), shape=(n, n))
+
+
+def _bfs(adj, v: int) -> np.ndarray:
+    from scipy.sparse.csgraph import shortest_path
+
+    return shortest_path(adj, unweighted=True, indices=[v])[0]
+
+
+def double_sweep(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hop distances from the two ends b, c of a long shortest path (BFS 0 -> b -> c).
+
+    The classic double sweep: dist(b, c) is a lower bound on the diameter, usually close to
+    it.  Disconnected graphs give infinite distances.
+    """
+    adj = _unit_csr(indptr, indices)
+    db = _bfs(adj, int(np.argmax(_bfs(adj, 0))))
+    if not np.all(np.isfinite(db)):
+        return db, db
+    return db, _bfs(adj, int(np.argmax(db)))
+
+
+def eccentricity_bounds(indptr: np.ndarray, indices: np.ndarray, sweep=None) -> np.ndarray | None:
     """Per-node upper bounds on the eccentricity (exact up to 2000 nodes); None when disconnected.
 
     Up to 2000 nodes all shortest paths are computed, so the values are the eccentricities.
-    Larger graphs use three breadth-first sweeps: a double sweep finds a long shortest path
-    b - c, its middle node m, and then ecc(i) <= dist(i, m) + ecc(m) for every node (triangle
-    inequality), and likewise for b and c; the smallest of the three bounds is kept.  The
-    largest bound is at most 2 ecc(m).  O(n + m) time and memory.
+    Larger graphs use the :func:`double_sweep` (given as ``sweep`` if already computed) and
+    one more BFS from the middle node m of the path b - c it finds: ecc(i) <= dist(i, l) +
+    ecc(l) for each landmark l in {b, c, m} (triangle inequality), and the smallest of the
+    three bounds is kept.  The largest bound is at most 2 ecc(m).  O(n + m) time and memory.
     """
-    import scipy.sparse as sp
     from scipy.sparse.csgraph import shortest_path
 
     n = indptr.size - 1
-    adj = sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(n, n))
-
-    def bfs(v: int) -> np.ndarray:
-        return shortest_path(adj, unweighted=True, indices=[v])[0]
-
-    d0 = bfs(0)
-    if not np.all(np.isfinite(d0)):
-        return None
+    adj = _unit_csr(indptr, indices)
     if n <= 2000:
-        return np.max(shortest_path(adj, unweighted=True), axis=1).astype(np.int64)
-    b = int(np.argmax(d0))
-    db = bfs(b)
-    c = int(np.argmax(db))
-    lower = int(db[c])
-    dc = bfs(c)
+        dist = shortest_path(adj, unweighted=True)
+        if not np.all(np.isfinite(dist)):
+            return None
+        return np.max(dist, axis=1).astype(np.int64)
+    db, dc = double_sweep(indptr, indices) if sweep is None else sweep
+    if not np.all(np.isfinite(db)):
+        return None
+    lower = int(np.max(db))
     on_path = np.flatnonzero((db + dc) == lower)
     middle = int(on_path[np.argmin(np.abs(db[on_path] - lower / 2))])
-    # ecc(i) <= dist(i, l) + ecc(l) for each landmark l swept; the middle node gives the
-    # best bound near the centre, the path's ends near the rim
     bound = np.full(n, np.inf)
-    for dist in (db, dc, bfs(middle)):
+    for dist in (db, dc, _bfs(adj, middle)):
         bound = np.minimum(bound, dist + np.max(dist))
     return bound.astype(np.int64)
 
@@ -148,18 +166,22 @@ class Topology:
 
         O(m log m) in NumPy; raises ProtocolError when the graph is disconnected.
         """
+        import scipy.sparse as sp
+
         edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-        src = np.concatenate([edges[:, 0], edges[:, 1]])
-        dst = np.concatenate([edges[:, 1], edges[:, 0]])
-        order = np.lexsort((dst, src))
-        src, dst = src[order], dst[order]
-        indptr = np.zeros(n_nodes + 1, dtype=np.int64)
-        np.cumsum(np.bincount(src, minlength=n_nodes), out=indptr[1:])
-        ecc = eccentricity_bounds(indptr, dst)
-        if ecc is None:
-            raise ProtocolError("the graph is disconnected")
-        topo = cls(n_nodes, diameter=int(np.max(ecc)), ring=ring, indptr=indptr, indices=dst)
-        topo.__dict__["eccentricity"] = ecc
+        rows = np.concatenate([edges[:, 0], edges[:, 1]])
+        cols = np.concatenate([edges[:, 1], edges[:, 0]])
+        # CSR conversion is a counting sort by row in C; then columns sorted within rows
+        adj = sp.csr_matrix((np.ones(rows.size, dtype=np.int8), (rows, cols)), shape=(n_nodes, n_nodes))
+        del rows, cols
+        adj.sort_indices()
+        indptr, indices = adj.indptr.astype(np.int64), adj.indices.astype(np.int64)
+        if adj.nnz != 2 * len(edges) or np.any(indices == np.repeat(np.arange(n_nodes), np.diff(indptr))):
+            raise ProtocolError("edges must be listed once each, without self-loops")
+        del adj
+        topo = cls(n_nodes, diameter=0, ring=ring, indptr=indptr, indices=indices)
+        ecc = topo.eccentricity
+        topo.diameter = int(np.max(ecc))
         return topo
 
     @cached_property
@@ -170,12 +192,18 @@ class Topology:
         return tuple(tuple(ind[ptr[i] : ptr[i + 1]]) for i in range(self.n_nodes))
 
     @cached_property
+    def sweep(self) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`double_sweep` distances (cached: the eccentricity bounds and pdmm-sp's eigensolver start share them)."""
+        return double_sweep(self._indptr, self._indices)
+
+    @cached_property
     def eccentricity(self) -> np.ndarray:
         """Per-node upper bounds on the eccentricity, never above ``diameter`` (see :func:`eccentricity_bounds`).
 
         pdmm-sp's stopping rule waits ecc(i) rather than the diameter at node i (public, like the graph).
         """
-        ecc = eccentricity_bounds(self._indptr, self._indices)
+        sweep = self.sweep if self.n_nodes > 2000 else None
+        ecc = eccentricity_bounds(self._indptr, self._indices, sweep)
         if ecc is None:
             raise ProtocolError("the graph is disconnected")
         return np.minimum(ecc, self.diameter) if self.diameter > 0 else ecc

@@ -1,8 +1,9 @@
 """Benchmark: pdmm-sp consensus on its own: rounds to 1e-10 MSE per step size c, and per-round cost.
 
-(a) Convergence.  On 20-node geometric graphs (``geometric_graph(20, seed=s)``, several seeds)
+(a) Convergence of plain PDMM (``accel = "none"``) per step size, and of the heavy-ball default.  On 20-node geometric graphs (``geometric_graph(20, seed=s)``, several seeds)
 every node holds a vector drawn N(0, 1) (``--dim`` entries, default 1).  For each step size c
-in {0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0} and ``auto`` (:func:`p2pem.protocols.pdmm.auto_c`),
+in {0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0} and ``auto`` (:func:`p2pem.protocols.pdmm.auto_c`), plus the
+heavy-ball default (row ``heavy-ball``, theta = 1 only),
 for theta = 1 (PDMM) and theta = 0.5 (averaged PDMM / ADMM), and for two initial-dual standard
 deviations (the protocol default ``PdmmSP().perturbation_std`` = 100, the private setting, and
 0, plain PDMM), the batch path ``PdmmSP.aggregate`` is run with ``tol=0`` and a fixed number
@@ -120,7 +121,7 @@ def part_a(args) -> dict:
         topo = Topology.from_graph(g)
         values = np.random.default_rng(1000 + s).standard_normal((args.n, args.dim))
         graphs.append((s, topo, values))
-    cs = [*args.c, "auto"]
+    cs = [*args.c, "auto", "heavy-ball"]
     print(f"(a) rounds to MSE <= {TARGET_MSE:g} on {args.n}-node geometric graphs, seeds {seeds[0]}..{seeds[-1]}, "
           f"inputs N(0,1) of dimension {args.dim}; initial dual std {default_std:g} (protocol default) and 0")
     print(f"    reference: the authors' MATLAB reaches it in about {MATLAB_ROUNDS} rounds at c = 0.1-0.2 (issue 2)")
@@ -135,9 +136,13 @@ def part_a(args) -> dict:
     for theta in THETAS:
         rows = []
         for c in cs:
+            if c == "heavy-ball" and theta != 1.0:
+                continue  # heavy ball is defined for theta = 1 only
             row = [str(c)]
             for std in stds:
-                spec = PdmmSP(c=c, theta=theta, perturbation_std=std)
+                # the c grid and "auto" study plain PDMM; "heavy-ball" is the default iteration
+                spec = (PdmmSP(perturbation_std=std) if c == "heavy-ball"
+                        else PdmmSP(c=c, theta=theta, perturbation_std=std, accel="none"))
                 firsts, stays, stop_rounds, final_mse, hit_max = [], [], [], [], 0
                 for s, topo, values in graphs:
                     first, stay = rounds_to_target(spec, values, topo, s)
@@ -279,6 +284,17 @@ def chebyshev_gossip_rounds(topo, x0, mean, target, max_rounds=20000) -> int | N
     return None
 
 
+def old_auto_c(topo) -> float:
+    """The step size ``c = "auto"`` had before issue 10: 1/sqrt(lambda_2 lambda_max), unit Laplacian, shift-invert."""
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+
+    lap = (sp.diags(topo.degrees.astype(float)) - topo.adjacency).tocsc()
+    lmax = float(spla.eigsh(lap, k=1, which="LA", return_eigenvectors=False)[0])
+    lam2 = float(spla.eigsh(lap, k=2, sigma=-1e-3, which="LM", return_eigenvectors=False).max())
+    return 1.0 / (lam2 * lmax) ** 0.5
+
+
 def part_c(args) -> dict:
     p = 8
     print(f"\n(c) rounds of one self-stopping aggregation against lower bounds on the same graph (p = {p})")
@@ -289,29 +305,37 @@ def part_c(args) -> dict:
         values = np.random.default_rng(1).standard_normal((n, p)) + 3.0
         mean = values.mean(axis=0)
         runs = {}
-        for key, spec in (("heavy-ball", PdmmSP()), ("plain", PdmmSP(accel="none"))):
-            agg = spec.aggregate(values, topo, protocol_streams(0, n), 1)
+        before = Topology(n, diameter=topo.diameter, indptr=np.append(topo.row_start, topo.dst.size), indices=topo.dst)
+        before.__dict__["eccentricity"] = np.full(n, topo.diameter)  # the old rule: every node waits D
+        for key, spec, tp in (("heavy-ball", PdmmSP(), topo), ("plain", PdmmSP(accel="none"), topo),
+                              ("before", PdmmSP(accel="none", c=old_auto_c(topo)), before)):
+            agg = spec.aggregate(values, tp, protocol_streams(0, n), 1)
             runs[key] = (int(agg.rounds), float(np.max(np.abs(agg.results - mean)) / np.max(np.abs(mean))), agg.converged)
         first = PdmmSP(tol=0.0, max_iter=1).aggregate(values, topo, protocol_streams(0, n), 1).results
         target = runs["heavy-ball"][1]
         cheb_same = chebyshev_gossip_rounds(topo, first - first.mean(axis=0) + mean, mean, target)
         cheb_plain = chebyshev_gossip_rounds(topo, values, mean, target)
-        hb, plain = runs["heavy-ball"], runs["plain"]
+        hb, plain, old = runs["heavy-ball"], runs["plain"], runs["before"]
         ecc = topo.eccentricity
-        rows.append([f"{n:,}", str(topo.diameter), f"{int(ecc.min())}", f"{plain[0]} ({plain[1]:.1e})",
-                     f"{hb[0]} ({hb[1]:.1e})", f"{hb[0] / plain[0]:.2f}", str(cheb_same), f"{hb[0] / cheb_same:.2f}",
+        rows.append([f"{n:,}", str(topo.diameter), f"{int(ecc.min())}", f"{old[0]} ({old[1]:.1e})",
+                     f"{plain[0]} ({plain[1]:.1e})", f"{hb[0]} ({hb[1]:.1e})", f"{hb[0] / old[0]:.2f}",
+                     str(cheb_same), f"{hb[0] / cheb_same:.2f}",
                      str(cheb_plain), f"{hb[0] / topo.diameter:.1f}"])
         out.append({"n": n, "p": p, "diameter_bound": topo.diameter, "min_eccentricity_bound": int(ecc.min()),
+                    "before_rounds": old[0], "before_error": old[1], "before_converged": old[2],
                     "plain_rounds": plain[0], "plain_error": plain[1], "plain_converged": plain[2],
                     "heavy_ball_rounds": hb[0], "heavy_ball_error": hb[1], "heavy_ball_converged": hb[2],
                     "chebyshev_same_start_rounds": cheb_same, "chebyshev_data_start_rounds": cheb_plain})
         print(f"  n = {n:,} done", flush=True)
-    print_table(["n", "D bound", "radius bound", "plain PDMM (err)", "heavy ball (err)", "ratio", "Chebyshev, same start",
+    print_table(["n", "D bound", "radius bound", "before (err)", "plain PDMM (err)", "heavy ball (err)", "ratio",
+                 "Chebyshev, same start",
                  "ratio", "Chebyshev, from s", "rounds / D"], rows)
-    print("plain PDMM: accel = 'none', c auto (the default before issue 10); heavy ball: the default now; err: max "
-          "relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip on the "
+    print("before: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max) by shift-invert, every "
+          "node waiting the diameter bound D to stop); plain PDMM: accel = 'none' with the new stopping rule; heavy "
+          "ball: the default now; err: max relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip on the "
           "Metropolis Laplacian to the heavy-ball run's error, from PDMM's perturbed first broadcast (same start) and "
-          "from the data (no perturbation: not private).  Ratios: heavy-ball rounds / the column to their left.")
+          "from the data (no perturbation: not private).  Ratios: heavy-ball rounds / 'before', and / Chebyshev from the "
+          "same start.")
     return {"sizes": out}
 
 

@@ -3,7 +3,7 @@
 Subspace perturbation hides each node's value behind initial duals of large standard deviation
 sigma; in exact arithmetic the primal still converges to the exact average whatever sigma is
 ("no accuracy trade-off").  In float64 the part of the duals in H-perp never decays, so every
-x_i is computed as (s_i - u_i) / (1 + c d_i) with |u_i| ~ sigma: the rounding error of that
+x_i is computed as (s_i - u_i) / N_i (N_i = 1 + c d_i, or 2 / (1 - beta) for heavy ball) with |u_i| ~ sigma: the rounding error of that
 difference, roughly eps * sigma relative to the data scale, is a floor no number of rounds
 removes.  This script maps it.
 

@@ -135,6 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--em-n", type=int, default=100_000, help="(b) nodes of the end-to-end EM run (0 skips)")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
+    if args.device == "cuda":
+        try:
+            import cupy
+
+            cupy.cuda.runtime.getDeviceCount()
+        except Exception as exc:  # no CuPy, no driver or no GPU: nothing to measure here
+            print(f"no CUDA device available ({type(exc).__name__}: {exc}); nothing measured "
+                  "(install the gpu extra on a CUDA machine, or try --device array-api-strict)")
+            return 0
     print(f"device {args.device}; cpus {len(os.sched_getaffinity(0))}, load average {os.getloadavg()[0]:.2f}")
     result: dict = {"device": args.device}
     with threadpool_limits(limits=1):

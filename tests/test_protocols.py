@@ -288,3 +288,13 @@ def test_heavy_ball_needs_fewer_rounds_than_plain_pdmm():
     assert fast.rounds < 0.75 * plain.rounds
     for out in (plain, fast):
         assert np.max(np.abs(out.results - s.mean(0))) <= 1e-9 * np.max(np.abs(s.mean(0)))
+
+
+def test_cuda_device_without_cupy_is_a_clear_error():
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed")
+    g = geometric_graph(12, seed=5)
+    with pytest.raises(ConfigError, match=r"needs CuPy: pip install 'p2pem\[gpu\]'"):
+        PdmmSP(device="cuda").aggregate(np.ones((12, 2)), Topology.from_graph(g), protocol_streams(0, 12), 1)

@@ -96,11 +96,11 @@ def sums_update(u, v, x, nb_sum, two_c, two_cd, theta: float, w=None):
     component that never converges, are still there implicitly: tests run the per-edge
     recursion beside this one.)  Node and batch engine both call this function.
 
-    Heavy-ball mode passes ``nb_sum`` = sum_j c_ij x_j, ``two_c`` = 2, ``two_cd`` = K and the
+    Heavy-ball mode passes ``nb_sum`` = sum_j 2 c_ij x_j, ``two_c`` = 1, ``two_cd`` = K and the
     node-local term ``w`` (module docstring): u_i <- v_i - 2 sum_j c_ij x_j - w_i x_i,
     v_i <- u_i + K x_i.
     """
-    u_new = v - two_c * nb_sum
+    u_new = v - nb_sum if two_c == 1.0 else v - two_c * nb_sum
     if w is not None:
         u_new = u_new - w * x
     v_new = u + two_cd * x
@@ -246,9 +246,9 @@ def heavy_ball_params(topology: Topology) -> tuple[float, float]:
 class StepParams:
     """The public per-round coefficients of one node or, as arrays, of all nodes.
 
-    ``weights`` c_ij per directed edge (None: all equal to ``c``, plain PDMM), ``denom`` the
-    primal's divisor, ``two_c``, ``two_cd`` and ``w`` as :func:`sums_update` takes them,
-    ``degree`` the divisor of the neighbour mean in :func:`settled`.
+    ``weights`` 2 c_ij per directed edge (None: plain PDMM, all c_ij equal to ``c``), ``denom``
+    the primal's divisor, ``two_c``, ``two_cd`` and ``w`` as :func:`sums_update` takes them,
+    ``degree`` the divisor of the (weighted) neighbour sum in :func:`settled`.
     """
 
     c: float
@@ -277,13 +277,15 @@ def step_params(spec: PdmmSP, topology: Topology, node: int | None = None) -> St
         c, beta = spec.step_parameters(topology)
         dst = topology.dst[lo:hi]
         src_deg = deg_all[topology.src[lo:hi]]
-        weights = c / np.maximum(src_deg, deg_all[dst])
+        # 2 c_ij: the factor 2 of the update rides in the product (exact: a power of two), which
+        # saves one pass over the (n, p) block per round; the neighbour mean is unchanged
+        weights = (2.0 * c) / np.maximum(src_deg, deg_all[dst])
         if node is None:
-            wdeg = topology.weighted_adjacency(weights) @ np.ones((topology.n_nodes, 1))
+            wdeg2 = topology.weighted_adjacency(weights) @ np.ones((topology.n_nodes, 1))
         else:
-            wdeg = float(neighbour_sum(weights[:, None])[0])
+            wdeg2 = float(neighbour_sum(weights[:, None])[0])
         k = 2.0 * (1.0 + beta) / (1.0 - beta)
-        return StepParams(c, beta, weights, 2.0 / (1.0 - beta), 2.0, k, k - 2.0 * wdeg, wdeg)
+        return StepParams(c, beta, weights, 2.0 / (1.0 - beta), 1.0, k, k - wdeg2, wdeg2)
     c = spec.step_size(topology)
     return StepParams(c, None, None, 1.0 + c * deg, 2.0 * c, (2.0 * c) * deg, None, deg)
 

@@ -301,7 +301,7 @@ def old_auto_c(topo) -> float:
 def part_c(args) -> dict:
     p = 8
     print(f"\n(c) rounds of one self-stopping aggregation against lower bounds on the same graph (p = {p})")
-    rows, out = [], []
+    rows, out, alt_rows = [], [], []
     for n in args.bound_sizes:
         g = geometric_graph(n, seed=0)
         topo = Topology.from_graph(g)
@@ -310,8 +310,11 @@ def part_c(args) -> dict:
         runs = {}
         before = Topology(n, diameter=topo.diameter, indptr=np.append(topo.row_start, topo.dst.size), indices=topo.dst)
         before.__dict__["eccentricity"] = np.full(n, topo.diameter)  # the old rule: every node waits D
+        alternatives = (("plain c=1/sqrt(mean degree)", PdmmSP(accel="none", c=1.0 / float(np.sqrt(topo.degrees.mean())))),
+                        ("plain theta=0.9", PdmmSP(accel="none", theta=0.9)))
         for key, spec, tp in (("heavy-ball", PdmmSP(), topo), ("plain", PdmmSP(accel="none"), topo),
-                              ("before", PdmmSP(accel="none", c=old_auto_c(topo)), before)):
+                              ("before", PdmmSP(accel="none", c=old_auto_c(topo)), before),
+                              *((k, sp_, topo) for k, sp_ in alternatives)):
             agg = spec.aggregate(values, tp, protocol_streams(0, n), 1)
             runs[key] = (int(agg.rounds), float(np.max(np.abs(agg.results - mean)) / np.max(np.abs(mean))), agg.converged)
         first = PdmmSP(tol=0.0, max_iter=1).aggregate(values, topo, protocol_streams(0, n), 1).results
@@ -329,6 +332,9 @@ def part_c(args) -> dict:
                     "plain_rounds": plain[0], "plain_error": plain[1], "plain_converged": plain[2],
                     "heavy_ball_rounds": hb[0], "heavy_ball_error": hb[1], "heavy_ball_converged": hb[2],
                     "chebyshev_same_start_rounds": cheb_same, "chebyshev_data_start_rounds": cheb_plain})
+        out[-1]["alternatives"] = {k: {"rounds": runs[k][0], "error": runs[k][1], "converged": runs[k][2]}
+                                   for k, _ in alternatives}
+        alt_rows.append([f"{n:,}", *(f"{runs[k][0]} ({runs[k][1]:.1e})" for k, _ in alternatives)])
         print(f"  n = {n:,} done", flush=True)
     print_table(["n", "D bound", "radius bound", "before (err)", "plain PDMM (err)", "heavy ball (err)", "ratio",
                  "Chebyshev, same start",
@@ -339,6 +345,8 @@ def part_c(args) -> dict:
           "Metropolis Laplacian to the heavy-ball run's error, from PDMM's perturbed first broadcast (same start) and "
           "from the data (no perturbation: not private).  Ratios: heavy-ball rounds / 'before', and / Chebyshev from the "
           "same start.")
+    print("\nother step-size rules for plain PDMM on the same runs (rounds, error), new stopping rule:")
+    print_table(["n", "c = 1/sqrt(mean degree)", "c auto, theta = 0.9"], alt_rows)
     return {"sizes": out}
 
 

@@ -45,17 +45,20 @@ neighbours are at most ``tol * max|x_i(t)|`` (infinity norms).  A counter
 g_i(t) = 1 + min(g_i(t-1), min_j g_j(t-1)) while settled (0 otherwise) rides on the
 broadcasts; by induction g_i(t) >= k iff every node j at distance delta < k was settled in all
 rounds t - k + 1 .. t - delta.  With e_i a public upper bound on i's eccentricity
-(``Topology.eccentricity``), g_i(t) >= e_i + 1 therefore means every node was settled in
-round t - e_i (and since), and node i fixes ``stop_at = t + e_i`` and floods it (the minimum
+(``Topology.eccentricity``), g_i(t) >= e_i + 1 therefore means every node j was settled in
+rounds t - e_i .. t - dist(i, j) (all of them at least in round t - e_i), and node i fixes ``stop_at = t + e_i`` and floods it (the minimum
 of proposals): a proposal made at node i in round t reaches every node by round t + e_i, so
 all nodes know the smallest proposal by the round it names and stop together (or at
 ``max_iter``).  Using e_i instead of the diameter D lets the central nodes decide first: the
 overhead after the last node settles falls from about 2D rounds to about twice the radius.
+
+Engines.  :class:`PdmmNode` is the per-node state machine (simulator and deployment);
+:meth:`PdmmSP.aggregate` runs all nodes at once with the same update functions, on NumPy
+(bit-identical to the nodes) or, with ``device``, on another array-API namespace (CuPy).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from dataclasses import dataclass, field

@@ -308,7 +308,7 @@ def part_c(args) -> dict:
         values = np.random.default_rng(1).standard_normal((n, p)) + 3.0
         mean = values.mean(axis=0)
         runs = {}
-        before = Topology(n, diameter=topo.diameter, indptr=np.append(topo.row_start, topo.dst.size), indices=topo.dst)
+        before = Topology(n, diameter=topo.diameter, indptr=topo.indptr, indices=topo.dst)
         before.__dict__["eccentricity"] = np.full(n, topo.diameter)  # the old rule: every node waits D
         alternatives = (("plain c=1/sqrt(mean degree)", PdmmSP(accel="none", c=1.0 / float(np.sqrt(topo.degrees.mean())))),
                         ("plain theta=0.9", PdmmSP(accel="none", theta=0.9)))

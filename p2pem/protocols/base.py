@@ -221,6 +221,11 @@ class Topology:
         return self._indices
 
     @property
+    def indptr(self) -> np.ndarray:
+        """CSR row pointer: node i's edges are ``indptr[i]:indptr[i + 1]``."""
+        return self._indptr
+
+    @cached_property
     def row_start(self) -> np.ndarray:
         return self._indptr[:-1]
 

@@ -484,14 +484,15 @@ class PdmmSP(ProtocolSpec):
         xp, sparse = _namespace(self.device)
         t_ = topology
         n, p = values.shape
-        prm = step_params(self, t_)
+        prm = _cached(t_, ("steps", self.accelerated, self.c, self.momentum, self.theta), lambda: step_params(self, t_))
         theta = self.theta
         trace: list[Message] | None = [] if record else None
         worst = int(np.argmin(np.max(np.abs(values), axis=1))) if n else 0
         check_precision(self, values[worst], worst)
         z = np.empty((t_.dst.size, p))
+        bounds = t_.indptr.tolist()
         for i in range(n):
-            lo, hi = t_.row_start[i], t_.row_start[i] + t_.degrees[i]
+            lo, hi = bounds[i], bounds[i + 1]
             z[lo:hi] = rngs[i].normal(0.0, self.perturbation_std, size=(hi - lo, p))
         if record:
             src = t_.src
@@ -502,7 +503,7 @@ class PdmmSP(ProtocolSpec):
         u = np.add.reduceat(sign * z, starts, axis=0)
         v = np.add.reduceat(sign * z[t_.reverse], starts, axis=0)
         del z
-        matrix = t_.adjacency if prm.weights is None else t_.weighted_adjacency(prm.weights)
+        matrix = t_.adjacency if prm.weights is None else _cached(t_, ("matrix", prm.c, prm.beta), lambda: t_.weighted_adjacency(prm.weights))
         product = _Product(matrix, xp, sparse)
 
         def dev(a):

@@ -270,7 +270,7 @@ def step_params(spec: PdmmSP, topology: Topology, node: int | None = None) -> St
     Computed elementwise from public data in the same way for one node and for all, so the
     two engines round identically.
     """
-    deg_all = topology.degrees.astype(float)
+    deg_all = _cached(topology, "degrees_float", lambda: topology.degrees.astype(float))
     if node is None:
         lo, hi, deg = 0, topology.dst.size, deg_all[:, None]
     else:

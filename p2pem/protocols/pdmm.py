@@ -503,8 +503,9 @@ class PdmmSP(ProtocolSpec):
         u = np.add.reduceat(sign * z, starts, axis=0)
         v = np.add.reduceat(sign * z[t_.reverse], starts, axis=0)
         del z
-        matrix = t_.adjacency if prm.weights is None else _cached(t_, ("matrix", prm.c, prm.beta), lambda: t_.weighted_adjacency(prm.weights))
-        product = _Product(matrix, xp, sparse)
+        # the product's matrix (on the device) is built once per topology and step parameters
+        product = _cached(t_, ("product", self.device, prm.c, prm.beta), lambda: _Product(
+            t_.adjacency if prm.weights is None else t_.weighted_adjacency(prm.weights), xp, sparse))
 
         def dev(a):
             return a if not isinstance(a, np.ndarray) else xp.asarray(a)

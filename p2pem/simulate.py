@@ -18,6 +18,7 @@ message traces.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -115,6 +116,7 @@ def run_protocol(
     engine: str = "vectorised",
     record_trace: bool = False,
     progress: Progress | None = None,
+    device: str | None = None,
 ) -> RunResult:
     """Fit one GMM to the union of ``parts`` with ``protocol`` over ``graph``.
 
@@ -133,6 +135,9 @@ def run_protocol(
     record_trace : bool
         Keep every message in ``RunResult.trace`` (for the leakage analysis).
     progress : callable(iteration, max_iter), optional
+    device : {"cpu", "cuda", "array-api-strict"}, optional
+        Run the vectorised engine's consensus there (protocols with a ``device`` parameter,
+        i.e. ``pdmm-sp``; the others ignore it); None keeps the protocol's own setting.
 
     Returns
     -------
@@ -145,6 +150,8 @@ def run_protocol(
         protocol, settings, parts = prepare(settings, parts, seed=seed)
     if engine not in ("vectorised", "messages"):
         raise ConfigError(f"engine must be 'vectorised' or 'messages', got {engine!r}")
+    if device is not None and hasattr(protocol, "device"):
+        protocol = dataclasses.replace(protocol, device=device)
     t0 = time.perf_counter()
     if isinstance(protocol, Centralized):
         state = fit_centralized(np.vstack(parts), settings)

@@ -1,8 +1,9 @@
 """Benchmark: pdmm-sp consensus on its own: rounds to 1e-10 MSE per step size c, and per-round cost.
 
-(a) Convergence.  On 20-node geometric graphs (``geometric_graph(20, seed=s)``, several seeds)
+(a) Convergence of plain PDMM (``accel = "none"``) per step size, and of the heavy-ball default.  On 20-node geometric graphs (``geometric_graph(20, seed=s)``, several seeds)
 every node holds a vector drawn N(0, 1) (``--dim`` entries, default 1).  For each step size c
-in {0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0} and ``auto`` (:func:`p2pem.protocols.pdmm.auto_c`),
+in {0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0} and ``auto`` (:func:`p2pem.protocols.pdmm.auto_c`), plus the
+heavy-ball default (row ``heavy-ball``, theta = 1 only),
 for theta = 1 (PDMM) and theta = 0.5 (averaged PDMM / ADMM), and for two initial-dual standard
 deviations (the protocol default ``PdmmSP().perturbation_std`` = 100, the private setting, and
 0, plain PDMM), the batch path ``PdmmSP.aggregate`` is run with ``tol=0`` and a fixed number
@@ -20,14 +21,29 @@ actually uses and the final MSE (largest over the seeds).
 what one EM iteration averages), the marginal time of one consensus round (from two runs with
 ``tol=0`` and different round counts, so set-up is excluded) and the time per round of one
 whole self-stopping aggregation (set-up and stopping test included), each divided by the
-time of one sparse matrix-vector product ``Topology.adjacency @ x`` with x of shape (n, p):
-the same edges, the least any round has to do.  Goal of issue 2: within 2x.
+time of one sparse matrix-vector product ``W @ x`` with x of shape (n, p) and W the heavy-ball
+edge weights: the same product, the least any round has to do.  Goal of issue 2: within 2x.
+
+(c) Rounds against lower bounds (``--part c``, default n = 1 000 and 10 000, ``--bound-sizes``).
+On one geometric graph per size, inputs N(3, 1) with p = 8 columns, one self-stopping
+aggregation each of: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max)
+by shift-invert, every node waiting the diameter bound to stop: emulated by setting every
+eccentricity bound to D), plain PDMM (``accel = "none"``) with the new stopping rule, and the
+heavy-ball default.  Against, on the same graph and
+measured in the same run:
+
+* the diameter D: no rule can stop before information has crossed the graph;
+* Chebyshev-accelerated gossip (Golub-Varga semi-iteration on I - gamma L_g, L_g the
+  Metropolis Laplacian, exact extreme eigenvalues) from the *same start*: PDMM's first
+  broadcast x(1), shifted to the true mean (gossip keeps its start's mean), counted to the
+  final error that the heavy-ball run reached; and from the non-private start x = s.
 
 Usage::
 
     .venv/bin/python sim/bench_consensus.py                        # (a) and (b), defaults
     .venv/bin/python sim/bench_consensus.py --part a --seeds 10 --dim 3
     .venv/bin/python sim/bench_consensus.py --part b --sizes 80,1000 --json /tmp/consensus.json
+    .venv/bin/python sim/bench_consensus.py --part c --bound-sizes 1000
 
 Not a test: nothing is asserted; timings depend on the machine and its load (printed).
 BLAS is limited to one thread.
@@ -49,7 +65,7 @@ from p2pem.gmm import stats_size
 from p2pem.graphs import geometric_graph
 from p2pem.protocols import PdmmSP
 from p2pem.protocols.base import Topology
-from p2pem.protocols.pdmm import auto_c
+from p2pem.protocols.pdmm import auto_c, heavy_ball_params, metropolis_weights
 from p2pem.simulate import protocol_streams
 from _common import print_table
 
@@ -107,7 +123,7 @@ def part_a(args) -> dict:
         topo = Topology.from_graph(g)
         values = np.random.default_rng(1000 + s).standard_normal((args.n, args.dim))
         graphs.append((s, topo, values))
-    cs = [*args.c, "auto"]
+    cs = [*args.c, "auto", "heavy-ball"]
     print(f"(a) rounds to MSE <= {TARGET_MSE:g} on {args.n}-node geometric graphs, seeds {seeds[0]}..{seeds[-1]}, "
           f"inputs N(0,1) of dimension {args.dim}; initial dual std {default_std:g} (protocol default) and 0")
     print(f"    reference: the authors' MATLAB reaches it in about {MATLAB_ROUNDS} rounds at c = 0.1-0.2 (issue 2)")
@@ -122,9 +138,13 @@ def part_a(args) -> dict:
     for theta in THETAS:
         rows = []
         for c in cs:
+            if c == "heavy-ball" and theta != 1.0:
+                continue  # heavy ball is defined for theta = 1 only
             row = [str(c)]
             for std in stds:
-                spec = PdmmSP(c=c, theta=theta, perturbation_std=std)
+                # the c grid and "auto" study plain PDMM; "heavy-ball" is the default iteration
+                spec = (PdmmSP(perturbation_std=std) if c == "heavy-ball"
+                        else PdmmSP(c=c, theta=theta, perturbation_std=std, accel="none"))
                 firsts, stays, stop_rounds, final_mse, hit_max = [], [], [], [], 0
                 for s, topo, values in graphs:
                     first, stay = rounds_to_target(spec, values, topo, s)
@@ -190,16 +210,17 @@ def spmv_time(a, x) -> tuple[float, float]:
 
 def part_b(args) -> dict:
     p = args.p if args.p is not None else stats_size(3, 2) + 1
-    print(f"\n(b) cost of one consensus round against one sparse product adjacency @ x, x of shape (n, {p}); "
-          f"pdmm-sp defaults (c auto, theta 1, std {PdmmSP().perturbation_std:g})")
+    print(f"\n(b) cost of one consensus round against one sparse product W @ x (the heavy-ball edge weights), x of "
+          f"shape (n, {p}); pdmm-sp defaults (heavy ball, std {PdmmSP().perturbation_std:g}); c: heavy ball's scale")
     rows, out = [], []
     for n in args.sizes:
         g = geometric_graph(n, seed=0)
         topo = Topology.from_graph(g)
-        c = auto_c(topo)
+        c, beta = heavy_ball_params(topo)
         values = np.random.default_rng(1).standard_normal((n, p))
         x = np.ascontiguousarray(values)
-        spmv_wall, spmv_cpu = spmv_time(topo.adjacency, x)
+        # the product a heavy-ball round does: weights c / max(d_i, d_j)
+        spmv_wall, spmv_cpu = spmv_time(topo.weighted_adjacency(c * metropolis_weights(topo)), x)
         rngs = lambda: protocol_streams(0, n)  # noqa: E731
         # the marginal cost of a round: two fixed-length runs, difference over the extra rounds
         short = 10
@@ -233,9 +254,106 @@ def part_b(args) -> dict:
     return {"p": p, "sizes": out}
 
 
+def chebyshev_gossip_rounds(topo, x0, mean, target, max_rounds=20000) -> int | None:
+    """Rounds of Chebyshev semi-iteration on M = I - gamma L_g from x0 until max|x - mean|/max|mean| <= target.
+
+    gamma = 2 / (lambda_2 + lambda_max), rho = (lambda_max - lambda_2) / (lambda_max + lambda_2),
+    x(k+1) = w(k+1) M x(k) + (1 - w(k+1)) x(k-1), w1 = 1, w2 = 2 / (2 - rho^2),
+    w(k+1) = 1 / (1 - rho^2 w(k) / 4) (Golub & Varga 1961).  Round 1 is x0 itself, as PDMM's round 1
+    is its first broadcast.
+    """
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+
+    W = topo.weighted_adjacency(metropolis_weights(topo))
+    lap = (sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W).tocsr()
+    lmax = float(spla.eigsh(lap, k=1, which="LA", return_eigenvectors=False)[0])
+    lam2 = float(spla.eigsh(lap.tocsc(), k=2, sigma=-1e-3, which="LM", return_eigenvectors=False).max())
+    gamma, rho = 2.0 / (lam2 + lmax), (lmax - lam2) / (lmax + lam2)
+    scale = np.max(np.abs(mean))
+
+    def err(x):
+        return np.max(np.abs(x - mean)) / scale
+
+    prev, x = x0, x0 - gamma * (lap @ x0)
+    if err(x0) <= target:
+        return 1
+    w = 1.0
+    for k in range(2, max_rounds + 1):
+        if err(x) <= target:
+            return k
+        w = 2.0 / (2.0 - rho**2) if k == 2 else 1.0 / (1.0 - rho**2 * w / 4.0)
+        prev, x = x, w * (x - gamma * (lap @ x)) + (1.0 - w) * prev
+    return None
+
+
+def old_auto_c(topo) -> float:
+    """The step size ``c = "auto"`` had before issue 10: 1/sqrt(lambda_2 lambda_max), unit Laplacian, shift-invert."""
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+
+    lap = (sp.diags(topo.degrees.astype(float)) - topo.adjacency).tocsc()
+    lmax = float(spla.eigsh(lap, k=1, which="LA", return_eigenvectors=False)[0])
+    lam2 = float(spla.eigsh(lap, k=2, sigma=-1e-3, which="LM", return_eigenvectors=False).max())
+    return 1.0 / (lam2 * lmax) ** 0.5
+
+
+def part_c(args) -> dict:
+    p = 8
+    print(f"\n(c) rounds of one self-stopping aggregation against lower bounds on the same graph (p = {p})")
+    rows, out, alt_rows = [], [], []
+    for n in args.bound_sizes:
+        g = geometric_graph(n, seed=0)
+        topo = Topology.from_graph(g)
+        values = np.random.default_rng(1).standard_normal((n, p)) + 3.0
+        mean = values.mean(axis=0)
+        runs = {}
+        before = Topology(n, diameter=topo.diameter, indptr=topo.indptr, indices=topo.dst)
+        before.__dict__["eccentricity"] = np.full(n, topo.diameter)  # the old rule: every node waits D
+        alternatives = (("plain c=1/sqrt(mean degree)", PdmmSP(accel="none", c=1.0 / float(np.sqrt(topo.degrees.mean())))),
+                        ("plain theta=0.9", PdmmSP(accel="none", theta=0.9)))
+        for key, spec, tp in (("heavy-ball", PdmmSP(), topo), ("plain", PdmmSP(accel="none"), topo),
+                              ("before", PdmmSP(accel="none", c=old_auto_c(topo)), before),
+                              *((k, sp_, topo) for k, sp_ in alternatives)):
+            agg = spec.aggregate(values, tp, protocol_streams(0, n), 1)
+            runs[key] = (int(agg.rounds), float(np.max(np.abs(agg.results - mean)) / np.max(np.abs(mean))), agg.converged)
+        first = PdmmSP(tol=0.0, max_iter=1).aggregate(values, topo, protocol_streams(0, n), 1).results
+        target = runs["heavy-ball"][1]
+        cheb_same = chebyshev_gossip_rounds(topo, first - first.mean(axis=0) + mean, mean, target)
+        cheb_plain = chebyshev_gossip_rounds(topo, values, mean, target)
+        hb, plain, old = runs["heavy-ball"], runs["plain"], runs["before"]
+        ecc = topo.eccentricity
+        rows.append([f"{n:,}", str(topo.diameter), f"{int(ecc.min())}", f"{old[0]} ({old[1]:.1e})",
+                     f"{plain[0]} ({plain[1]:.1e})", f"{hb[0]} ({hb[1]:.1e})", f"{hb[0] / old[0]:.2f}",
+                     str(cheb_same), f"{hb[0] / cheb_same:.2f}",
+                     str(cheb_plain), f"{hb[0] / topo.diameter:.1f}"])
+        out.append({"n": n, "p": p, "diameter_bound": topo.diameter, "min_eccentricity_bound": int(ecc.min()),
+                    "before_rounds": old[0], "before_error": old[1], "before_converged": old[2],
+                    "plain_rounds": plain[0], "plain_error": plain[1], "plain_converged": plain[2],
+                    "heavy_ball_rounds": hb[0], "heavy_ball_error": hb[1], "heavy_ball_converged": hb[2],
+                    "chebyshev_same_start_rounds": cheb_same, "chebyshev_data_start_rounds": cheb_plain})
+        out[-1]["alternatives"] = {k: {"rounds": runs[k][0], "error": runs[k][1], "converged": runs[k][2]}
+                                   for k, _ in alternatives}
+        alt_rows.append([f"{n:,}", *(f"{runs[k][0]} ({runs[k][1]:.1e})" for k, _ in alternatives)])
+        print(f"  n = {n:,} done", flush=True)
+    print_table(["n", "D bound", "radius bound", "before (err)", "plain PDMM (err)", "heavy ball (err)", "ratio",
+                 "Chebyshev, same start",
+                 "ratio", "Chebyshev, from s", "rounds / D"], rows)
+    print("before: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max) by shift-invert, every "
+          "node waiting the diameter bound D to stop); plain PDMM: accel = 'none' with the new stopping rule; heavy "
+          "ball: the default now; err: max relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip on the "
+          "Metropolis Laplacian to the heavy-ball run's error, from PDMM's perturbed first broadcast (same start) and "
+          "from the data (no perturbation: not private).  Ratios: heavy-ball rounds / 'before', and / Chebyshev from the "
+          "same start.")
+    print("\nother step-size rules for plain PDMM on the same runs (rounds, error), new stopping rule:")
+    print_table(["n", "c = 1/sqrt(mean degree)", "c auto, theta = 0.9"], alt_rows)
+    return {"sizes": out}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("a", "b", "both"), default="both")
+    parser.add_argument("--part", choices=("a", "b", "c", "both", "all"), default="all",
+                        help="which part: a, b, c, both (= a and b) or all (default)")
     parser.add_argument("--n", type=int, default=20, help="(a) nodes per graph (default 20)")
     parser.add_argument("--seeds", type=int, default=5, help="(a) graph/input seeds 0..N-1 (default 5)")
     parser.add_argument("--dim", type=int, default=1, help="(a) entries per node's input (default 1: scalar)")
@@ -243,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="(a) fixed step sizes, comma-separated ('auto' is always added)")
     parser.add_argument("--sizes", type=lambda s: [int(v) for v in s.split(",")], default=[80, 1000, 10000],
                         help="(b) graph sizes, comma-separated (default 80,1000,10000)")
+    parser.add_argument("--bound-sizes", type=lambda s: [int(v) for v in s.split(",")], default=[1000, 10000],
+                        help="(c) graph sizes, comma-separated (default 1000,10000)")
     parser.add_argument("--p", type=int, default=None, help="(b) columns per node (default: K=3, d=2 EM vector, 20)")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to this JSON file")
     args = parser.parse_args(argv)
@@ -252,10 +372,12 @@ def main(argv: list[str] | None = None) -> int:
           f"(shared machine: timings are indicative); BLAS threads limited to 1")
     result: dict = {"cpus": len(os.sched_getaffinity(0)), "load_average": os.getloadavg()[0]}
     with threadpool_limits(limits=1):
-        if args.part in ("a", "both"):
+        if args.part in ("a", "both", "all"):
             result["convergence"] = part_a(args)
-        if args.part in ("b", "both"):
+        if args.part in ("b", "both", "all"):
             result["per_round"] = part_b(args)
+        if args.part in ("c", "all"):
+            result["lower_bounds"] = part_c(args)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
         print(f"\nwrote {args.json}")

@@ -99,3 +99,33 @@ def test_degree_report_names_nodes():
     rep = degree_report(nx.Graph([(0, 1), (1, 2), (2, 0), (2, 3), (3, 0)]))
     assert rep.degrees == (3, 2, 3, 2)
     assert "min 2 (node 1, 3)" in rep.summary()
+
+
+def test_eccentricity_bounds_are_upper_bounds_and_exact_on_small_graphs():
+    import networkx as nx
+
+    from p2pem.protocols.base import Topology, eccentricity_bounds
+
+    small = geometric_graph(200, seed=2)
+    topo = Topology.from_graph(small)
+    exact = nx.eccentricity(small)
+    assert topo.eccentricity.tolist() == [exact[i] for i in range(200)]
+    assert topo.diameter == max(exact.values())
+    big = geometric_graph(2500, seed=2)
+    bt = Topology.from_graph(big)
+    ptr, ind = bt.row_start.tolist() + [bt.dst.size], bt.dst
+    bounds = eccentricity_bounds(np.asarray(ptr), ind)
+    for v in (0, 1, 1234, 2499):
+        assert bounds[v] >= nx.eccentricity(big, v)
+    assert bt.diameter == bounds.max()
+    assert eccentricity_bounds(np.array([0, 1, 2, 2, 2]), np.array([1, 0])) is None  # nodes 2, 3 isolated
+
+
+def test_topology_from_edges_matches_from_graph():
+    from p2pem.protocols.base import Topology
+
+    g = geometric_graph(150, seed=7)
+    a = Topology.from_graph(g)
+    b = Topology.from_edges(150, np.array(list(g.edges())))
+    assert a.neighbours == b.neighbours == tuple(tuple(sorted(g.neighbors(i))) for i in range(150))
+    assert a.diameter == b.diameter and (a.eccentricity == b.eccentricity).all()

@@ -25,17 +25,51 @@ def _edge_matrices(topo: Topology):
     return C, P
 
 
-def _per_edge_pdmm(z0, s, C, P, c, theta, rounds):
-    """Textbook PDMM with one dual per directed edge: x = (s - C^T z)/(1 + c d), z <- (1-th) z + th P (z + 2c C x)."""
+def _per_edge_pdmm(z0, s, C, P, c, theta, rounds, *, weights=None, beta=None):
+    """Textbook PDMM with one dual per directed edge: x = (s - C^T z)/(1 + c d), z <- (1-th) z + th P (z + 2c C x).
+
+    With ``weights`` (c_ij per directed edge) and ``beta``: the heavy-ball variant of the
+    pdmm module docstring, the same per-edge update with c_ij plus a node-local pair (a, b)
+    with a <- b - w x, b <- a + w x, and x = (s - C^T z - a) / N.
+    """
     d = np.abs(C).sum(0)
     z = z0.copy()
     xs, zs = [], [z.copy()]
+    if weights is None:
+        for _ in range(rounds):
+            x = (s - C.T @ z) / (1 + c * d)[:, None]
+            z = (1 - theta) * z + theta * (P @ (z + 2 * c * (C @ x)))
+            xs.append(x)
+            zs.append(z.copy())
+        return xs, zs
+    wdeg = np.abs(C).T @ weights
+    k = 2 * (1 + beta) / (1 - beta)
+    w = (k - 2 * wdeg)[:, None]
+    a = np.zeros_like(s)
+    b = np.zeros_like(s)
     for _ in range(rounds):
-        x = (s - C.T @ z) / (1 + c * d)[:, None]
-        z = (1 - theta) * z + theta * (P @ (z + 2 * c * (C @ x)))
+        x = (s - C.T @ z - a) * (1 - beta) / 2
+        z = P @ (z + 2 * weights[:, None] * (C @ x))
+        a, b = b - w * x, a + w * x
         xs.append(x)
         zs.append(z.copy())
     return xs, zs
+
+
+def _subspace(C, P):
+    """Projections onto H = span(C) + span(PC) and onto H-perp."""
+    M = np.hstack([C, P @ C])
+    Q, _ = np.linalg.qr(M)
+    Q = Q[:, : np.linalg.matrix_rank(M)]
+    return (lambda z: Q @ (Q.T @ z)), (lambda z: z - Q @ (Q.T @ z))
+
+
+def _primal_by_round(trace, shape):
+    primal = {}
+    for m in trace:
+        if m.kind == "primal":
+            primal.setdefault(m.round, np.zeros(shape))[m.sender] = m.payload
+    return primal
 
 
 @pytest.mark.parametrize("theta", [1.0, 0.5])
@@ -44,26 +78,19 @@ def test_pdmm_sp_matches_per_edge_reference_and_h_perp_never_converges(theta):
     topo = Topology.from_graph(g)
     rng = np.random.default_rng(0)
     s = rng.normal(size=(12, 3))
-    spec = PdmmSP(c=0.3, theta=theta, perturbation_std=10.0, tol=0.0, max_iter=400)
+    spec = PdmmSP(c=0.3, theta=theta, perturbation_std=10.0, tol=0.0, max_iter=400, accel="none")
     out = spec.aggregate(s, topo, protocol_streams(1, 12), 1, record=True)
     # the initial duals the protocol really drew, read from its message trace
     z0 = np.stack([m.payload for m in out.trace if m.kind == "dual-init"])
     C, P = _edge_matrices(topo)
     xs, zs = _per_edge_pdmm(z0, s, C, P, 0.3, theta, 400)
-    primal = {}
-    for m in out.trace:
-        if m.kind == "primal":
-            primal.setdefault(m.round, np.zeros_like(s))[m.sender] = m.payload
+    primal = _primal_by_round(out.trace, s.shape)
     for t in (1, 2, 10, 100, 400):
         np.testing.assert_allclose(primal[t], xs[t - 1], rtol=0, atol=1e-9)
     # the primal converges to the exact average ...
     assert np.max(np.abs(out.results - s.mean(0))) < 1e-10
     # ... while the part of the duals in H-perp, H = span(C) + span(PC), never converges
-    Q, _ = np.linalg.qr(np.hstack([C, P @ C]))
-    rank = np.linalg.matrix_rank(np.hstack([C, P @ C]))
-    Q = Q[:, :rank]
-    perp = lambda z: z - Q @ (Q.T @ z)  # noqa: E731
-    h = lambda z: Q @ (Q.T @ z)  # noqa: E731
+    h, perp = _subspace(C, P)
     start = np.linalg.norm(perp(zs[0]))
     assert start > 1.0  # std 10 duals do have a large H-perp part
     late = [np.linalg.norm(perp(zs[t])) for t in range(300, 401)]
@@ -78,6 +105,43 @@ def test_pdmm_sp_matches_per_edge_reference_and_h_perp_never_converges(theta):
         np.testing.assert_allclose(perp(zs[400]), 0.5 * (perp(zs[0]) + P @ perp(zs[0])), atol=1e-9)
     # the H part converges (differences two rounds apart vanish)
     assert np.linalg.norm(h(zs[400]) - h(zs[398])) < 1e-8 * start
+
+
+def test_heavy_ball_matches_per_edge_reference_and_keeps_the_h_perp_part():
+    g = geometric_graph(12, seed=5)
+    topo = Topology.from_graph(g)
+    s = np.random.default_rng(0).normal(size=(12, 3))
+    spec = PdmmSP(perturbation_std=10.0, tol=0.0, max_iter=200)
+    assert spec.accelerated
+    c, beta = spec.step_parameters(topo)
+    assert 0 < beta < 1
+    out = spec.aggregate(s, topo, protocol_streams(1, 12), 1, record=True)
+    z0 = np.stack([m.payload for m in out.trace if m.kind == "dual-init"])
+    C, P = _edge_matrices(topo)
+    deg = topo.degrees.astype(float)
+    weights = c / np.maximum(deg[topo.src], deg[topo.dst])
+    xs, _ = _per_edge_pdmm(z0, s, C, P, c, 1.0, 200, weights=weights, beta=beta)
+    primal = _primal_by_round(out.trace, s.shape)
+    for t in (1, 2, 10, 100, 200):
+        np.testing.assert_allclose(primal[t], xs[t - 1], rtol=0, atol=1e-9)
+    assert np.max(np.abs(out.results - s.mean(0))) < 1e-10
+    # the x recurrence is heavy ball on the weighted Laplacian: x(t+2) = (1+b) x(t+1) - (1-b) L_c x(t+1) - b x(t)
+    W = topo.weighted_adjacency(weights).toarray()
+    L = np.diag(W.sum(1)) - W
+    np.testing.assert_allclose(xs[7], (1 + beta) * xs[6] - (1 - beta) * L @ xs[6] - beta * xs[5], atol=1e-9)
+    # the H-perp part of the initial duals never reaches the primal and never converges: by
+    # linearity its response is the run from (s = 0, z0 = its H-perp part)
+    h, perp = _subspace(C, P)
+    zp = perp(z0)
+    assert np.linalg.norm(zp) > 1.0
+    xs_p, zs_p = _per_edge_pdmm(zp, np.zeros_like(s), C, P, c, 1.0, 200, weights=weights, beta=beta)
+    assert max(np.max(np.abs(x)) for x in xs_p) < 1e-9
+    for t in (0, 1, 150, 199):
+        np.testing.assert_allclose(zs_p[t + 1], P @ zs_p[t], atol=1e-9)
+    assert np.linalg.norm(zs_p[200] - zs_p[199]) > 0.1 * np.linalg.norm(zp)
+    xs_h, _ = _per_edge_pdmm(h(z0), s, C, P, c, 1.0, 200, weights=weights, beta=beta)
+    for t in (0, 50, 199):
+        np.testing.assert_allclose(xs_h[t], xs[t], atol=1e-9)
 
 
 def test_pdmm_sp_stops_by_itself_at_the_same_round_everywhere():
@@ -185,3 +249,52 @@ def test_secure_sum_ring_follows_a_changed_graph():
     g.remove_edge(first[0], first[1])
     ring = SecureSum().topology(g).ring
     assert sorted(ring) == list(range(6)) and all(g.has_edge(ring[i], ring[(i + 1) % 6]) for i in range(6))
+
+
+def test_array_api_engine_agrees_with_the_cpu_engine():
+    # the portable code path (what device = "cuda" runs on CuPy) on the strict reference namespace
+    pytest.importorskip("array_api_strict")
+    g = geometric_graph(60, seed=4)
+    topo = Topology.from_graph(g)
+    s = np.random.default_rng(6).normal(size=(60, 5)) + 2.0
+    cpu = PdmmSP().aggregate(s, topo, protocol_streams(2, 60), 1)
+    strict = PdmmSP(device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1)
+    assert strict.rounds == cpu.rounds and strict.converged
+    assert isinstance(strict.results, np.ndarray)
+    np.testing.assert_allclose(strict.results, cpu.results, rtol=1e-9, atol=0)
+    with pytest.raises(ConfigError, match="device"):
+        PdmmSP(device="tpu")
+    with pytest.raises(ConfigError, match="trace"):
+        PdmmSP(device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1, record=True)
+
+
+def test_heavy_ball_needs_sync_and_theta_one():
+    with pytest.raises(ConfigError, match="heavy-ball"):
+        PdmmSP(accel="heavy-ball", theta=0.5)
+    with pytest.raises(ConfigError, match="heavy-ball"):
+        PdmmSP(accel="heavy-ball", mode="async")
+    assert not PdmmSP(theta=0.5).accelerated and not PdmmSP(mode="async").accelerated
+    with pytest.raises(ConfigError, match="momentum"):
+        PdmmSP(momentum=1.0)
+
+
+def test_heavy_ball_needs_fewer_rounds_than_plain_pdmm():
+    g = geometric_graph(300, seed=1)
+    topo = Topology.from_graph(g)
+    s = np.random.default_rng(3).normal(size=(300, 4)) + 1.0
+    plain = PdmmSP(accel="none").aggregate(s, topo, protocol_streams(0, 300), 1)
+    fast = PdmmSP().aggregate(s, topo, protocol_streams(0, 300), 1)
+    assert fast.converged and plain.converged
+    assert fast.rounds < 0.75 * plain.rounds
+    for out in (plain, fast):
+        assert np.max(np.abs(out.results - s.mean(0))) <= 1e-9 * np.max(np.abs(s.mean(0)))
+
+
+def test_cuda_device_without_cupy_is_a_clear_error():
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed")
+    g = geometric_graph(12, seed=5)
+    with pytest.raises(ConfigError, match=r"needs CuPy: pip install 'p2pem\[gpu\]'"):
+        PdmmSP(device="cuda").aggregate(np.ones((12, 2)), Topology.from_graph(g), protocol_streams(0, 12), 1)

@@ -152,3 +152,17 @@ def test_bad_inputs_are_one_line_errors():
         run_protocol(good, nx.path_graph(4), PdmmSP(), EMSettings(2))
     with pytest.raises(ConfigError, match="n_components"):
         EMSettings(0)
+
+
+def test_device_engine_agrees_with_cpu_engine(parkinsons):
+    # device = "cuda" runs this code path on CuPy; array-api-strict checks its portability here
+    pytest.importorskip("array_api_strict")
+    parts, g, settings, seed = parkinsons
+    short = dataclasses.replace(settings, max_iter=3)
+    cpu = run_protocol(parts, g, PdmmSP(), short, seed=seed)
+    strict = run_protocol(parts, g, PdmmSP(), short, seed=seed, device="array-api-strict")
+    assert strict.protocol_params["device"] == "array-api-strict"
+    assert strict.consensus_iterations == cpu.consensus_iterations
+    assert max_relative_difference(strict, cpu) <= 1e-9
+    with pytest.raises(ConfigError, match="device"):
+        run_protocol(parts, g, PdmmSP(), short, seed=seed, device="tpu")

@@ -27,79 +27,207 @@ if TYPE_CHECKING:  # networkx and scipy.sparse load lazily: a node process needs
     import scipy.sparse as sp
 
 
+def _csr_from_lists(neighbours: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, indices) of adjacency lists, without a Python loop per edge."""
+    from itertools import chain
+
+    counts = np.fromiter((len(nb) for nb in neighbours), dtype=np.int64, count=len(neighbours))
+    indptr = np.zeros(len(neighbours) + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    indices = np.fromiter(chain.from_iterable(neighbours), dtype=np.int64, count=int(indptr[-1]))
+    return indptr, indices
+
+
+def _unit_csr(indptr: np.ndarray, indices: np.ndarray):
+    import scipy.sparse as sp
+
+    n = indptr.size - 1
+    return sp.csr_matrix((np.ones(indices.size, dtype=np.int8), indices, indptr), shape=(n, n))
+
+
+def _bfs(adj, v: int) -> np.ndarray:
+    from scipy.sparse.csgraph import shortest_path
+
+    return shortest_path(adj, unweighted=True, indices=[v])[0]
+
+
+def double_sweep(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hop distances from the two ends b, c of a long shortest path (BFS 0 -> b -> c).
+
+    The classic double sweep: dist(b, c) is a lower bound on the diameter, usually close to
+    it.  Disconnected graphs give infinite distances.
+    """
+    adj = _unit_csr(indptr, indices)
+    db = _bfs(adj, int(np.argmax(_bfs(adj, 0))))
+    if not np.all(np.isfinite(db)):
+        return db, db
+    return db, _bfs(adj, int(np.argmax(db)))
+
+
+def eccentricity_bounds(indptr: np.ndarray, indices: np.ndarray, sweep=None) -> np.ndarray | None:
+    """Per-node upper bounds on the eccentricity (exact up to 2000 nodes); None when disconnected.
+
+    Up to 2000 nodes all shortest paths are computed, so the values are the eccentricities.
+    Larger graphs use the :func:`double_sweep` (given as ``sweep`` if already computed) and
+    one more BFS from the middle node m of the path b - c it finds: ecc(i) <= dist(i, l) +
+    ecc(l) for each landmark l in {b, c, m} (triangle inequality), and the smallest of the
+    three bounds is kept.  The largest bound is at most 2 ecc(m).  O(n + m) time and memory.
+    """
+    from scipy.sparse.csgraph import shortest_path
+
+    n = indptr.size - 1
+    adj = _unit_csr(indptr, indices)
+    if n <= 2000:
+        dist = shortest_path(adj, unweighted=True)
+        if not np.all(np.isfinite(dist)):
+            return None
+        return np.max(dist, axis=1).astype(np.int64)
+    db, dc = double_sweep(indptr, indices) if sweep is None else sweep
+    if not np.all(np.isfinite(db)):
+        return None
+    lower = int(np.max(db))
+    on_path = np.flatnonzero((db + dc) == lower)
+    middle = int(on_path[np.argmin(np.abs(db[on_path] - lower / 2))])
+    bound = np.full(n, np.inf)
+    for dist in (db, dc, _bfs(adj, middle)):
+        bound = np.minimum(bound, dist + np.max(dist))
+    return bound.astype(np.int64)
+
+
 def diameter_bound(neighbours: Sequence[Sequence[int]]) -> int | None:
     """The diameter of the graph given by its adjacency lists for up to 2000 nodes, else a
     tight upper bound; None when the graph is disconnected.
 
-    Larger graphs use two breadth-first sweeps: from the middle node m of a longest shortest
-    path found by a double sweep, diameter <= 2 ecc(m); on geometric graphs that is within a
-    few hops of the exact value and costs three BFS instead of n.  pdmm-sp's stopping rule
-    only needs an upper bound (it waits that many rounds for flags to flood).  The roster of
-    a deployment is checked with this same function, so both sides agree on the bound.
+    The largest of :func:`eccentricity_bounds`: exact up to 2000 nodes; above, at most 2 ecc(m)
+    for the middle node m of a longest shortest path found by a double sweep, at the cost of
+    four BFS instead of n.  pdmm-sp's
+    stopping rule only needs upper bounds.  The roster of a deployment is checked with this
+    same function, so both sides agree on the bound.
     """
-    import scipy.sparse as sp
-    from scipy.sparse.csgraph import shortest_path
-
-    n = len(neighbours)
-    indptr = np.concatenate([[0], np.cumsum([len(nb) for nb in neighbours])])
-    indices = np.array([j for nb in neighbours for j in nb], dtype=np.int64)
-    adj = sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(n, n))
-
-    def bfs(v: int) -> np.ndarray:
-        return shortest_path(adj, unweighted=True, indices=[v])[0]
-
-    d0 = bfs(0)
-    if not np.all(np.isfinite(d0)):
-        return None
-    if n <= 2000:
-        return int(np.max(shortest_path(adj, unweighted=True)))
-    b = int(np.argmax(d0))
-    db = bfs(b)
-    c = int(np.argmax(db))
-    lower = int(db[c])
-    dc = bfs(c)
-    on_path = np.flatnonzero((db + dc) == lower)
-    middle = int(on_path[np.argmin(np.abs(db[on_path] - lower / 2))])
-    return max(lower, 2 * int(np.max(bfs(middle))))
+    ecc = eccentricity_bounds(*_csr_from_lists(neighbours))
+    return None if ecc is None else int(np.max(ecc))
 
 
-@dataclass(frozen=True, eq=False)
 class Topology:
     """Public facts about the graph that every node may know (from the roster).
 
     Directed edges ``(i, j)`` are numbered in lexicographic order, so a node's outgoing edges
-    are contiguous and sorted by neighbour: the order every per-node sum runs in.
+    are contiguous and sorted by neighbour: the order every per-node sum runs in.  Held as
+    CSR arrays (``row_start``, ``dst``); the tuple-of-tuples ``neighbours`` is built only when
+    asked for, so a topology of 10^6 nodes built with :meth:`from_edges` costs O(m) memory in
+    NumPy arrays, not Python objects.
+
+    Parameters
+    ----------
+    n_nodes : int
+    neighbours : tuple of tuples of int, optional
+        Sorted adjacency lists (give these or ``indptr`` and ``indices``).
+    diameter : int
+        A public upper bound on the diameter (pdmm-sp's stopping rule).
+    ring : tuple of int, optional
+        A Hamiltonian cycle (secure-sum).
+    indptr, indices : numpy arrays, optional
+        CSR adjacency with sorted column indices per row.
     """
 
-    n_nodes: int
-    neighbours: tuple[tuple[int, ...], ...]
-    diameter: int
-    ring: tuple[int, ...] | None = None
+    def __init__(
+        self,
+        n_nodes: int,
+        neighbours: Sequence[Sequence[int]] | None = None,
+        diameter: int = 0,
+        ring: Sequence[int] | None = None,
+        *,
+        indptr: np.ndarray | None = None,
+        indices: np.ndarray | None = None,
+    ) -> None:
+        self.n_nodes = int(n_nodes)
+        self.diameter = int(diameter)
+        self.ring = None if ring is None else tuple(ring)
+        if neighbours is not None:
+            self.__dict__["neighbours"] = tuple(tuple(nb) for nb in neighbours)
+            indptr, indices = _csr_from_lists(self.neighbours)
+        elif indptr is None or indices is None:
+            raise ProtocolError("Topology needs neighbours or indptr and indices")
+        self._indptr = np.asarray(indptr, dtype=np.int64)
+        self._indices = np.asarray(indices, dtype=np.int64)
+
+    def __repr__(self) -> str:
+        return f"Topology(n_nodes={self.n_nodes}, directed_edges={self._indices.size}, diameter={self.diameter})"
 
     @classmethod
     def from_graph(cls, g: nx.Graph, *, ring: list[int] | None = None) -> Topology:
         n = g.number_of_nodes()
-        nbrs = tuple(tuple(sorted(int(v) for v in g.neighbors(i))) for i in range(n))
-        diameter = diameter_bound(nbrs)
-        if diameter is None:
+        edges = np.array(list(g.edges()), dtype=np.int64).reshape(-1, 2)
+        return cls.from_edges(n, edges, ring=ring)
+
+    @classmethod
+    def from_edges(cls, n_nodes: int, edges: np.ndarray, *, ring: list[int] | None = None) -> Topology:
+        """From an (m, 2) array of undirected edges over ``0..n-1`` (each edge once, no loops).
+
+        O(m log m) in NumPy; raises ProtocolError when the graph is disconnected.
+        """
+        import scipy.sparse as sp
+
+        edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+        rows = np.concatenate([edges[:, 0], edges[:, 1]])
+        cols = np.concatenate([edges[:, 1], edges[:, 0]])
+        # CSR conversion is a counting sort by row in C; then columns sorted within rows
+        adj = sp.csr_matrix((np.ones(rows.size, dtype=np.int8), (rows, cols)), shape=(n_nodes, n_nodes))
+        del rows, cols
+        adj.sort_indices()
+        indptr, indices = adj.indptr.astype(np.int64), adj.indices.astype(np.int64)
+        if adj.nnz != 2 * len(edges) or np.any(indices == np.repeat(np.arange(n_nodes), np.diff(indptr))):
+            raise ProtocolError("edges must be listed once each, without self-loops")
+        del adj
+        topo = cls(n_nodes, diameter=0, ring=ring, indptr=indptr, indices=indices)
+        ecc = topo.eccentricity
+        topo.diameter = int(np.max(ecc))
+        return topo
+
+    @cached_property
+    def neighbours(self) -> tuple[tuple[int, ...], ...]:
+        """Sorted adjacency lists (built on first use from the CSR arrays)."""
+        ind = self._indices.tolist()
+        ptr = self._indptr.tolist()
+        return tuple(tuple(ind[ptr[i] : ptr[i + 1]]) for i in range(self.n_nodes))
+
+    @cached_property
+    def sweep(self) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`double_sweep` distances (cached: the eccentricity bounds and pdmm-sp's eigensolver start share them)."""
+        return double_sweep(self._indptr, self._indices)
+
+    @cached_property
+    def eccentricity(self) -> np.ndarray:
+        """Per-node upper bounds on the eccentricity, never above ``diameter`` (see :func:`eccentricity_bounds`).
+
+        pdmm-sp's stopping rule waits ecc(i) rather than the diameter at node i (public, like the graph).
+        """
+        sweep = self.sweep if self.n_nodes > 2000 else None
+        ecc = eccentricity_bounds(self._indptr, self._indices, sweep)
+        if ecc is None:
             raise ProtocolError("the graph is disconnected")
-        return cls(n_nodes=n, neighbours=nbrs, diameter=diameter, ring=None if ring is None else tuple(ring))
+        return np.minimum(ecc, self.diameter) if self.diameter > 0 else ecc
 
     @cached_property
     def degrees(self) -> np.ndarray:
-        return np.array([len(nb) for nb in self.neighbours], dtype=np.int64)
+        return np.diff(self._indptr)
 
     @cached_property
     def src(self) -> np.ndarray:
         return np.repeat(np.arange(self.n_nodes), self.degrees)
 
-    @cached_property
+    @property
     def dst(self) -> np.ndarray:
-        return np.array([j for nb in self.neighbours for j in nb], dtype=np.int64)
+        return self._indices
+
+    @property
+    def indptr(self) -> np.ndarray:
+        """CSR row pointer: node i's edges are ``indptr[i]:indptr[i + 1]``."""
+        return self._indptr
 
     @cached_property
     def row_start(self) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(self.degrees)[:-1]])
+        return self._indptr[:-1]
 
     @cached_property
     def reverse(self) -> np.ndarray:
@@ -116,10 +244,14 @@ class Topology:
     @cached_property
     def adjacency(self) -> sp.csr_matrix:
         """n x n 0/1 adjacency in CSR with sorted columns: ``adjacency @ x`` sums neighbours in id order."""
+        return self.weighted_adjacency(np.ones(self.dst.size))
+
+    def weighted_adjacency(self, weights: np.ndarray) -> sp.csr_matrix:
+        """n x n CSR matrix with ``weights`` (one per directed edge, in edge order) as entries."""
         import scipy.sparse as sp
 
         n = self.n_nodes
-        return sp.csr_matrix((np.ones(self.src.size), self.dst, np.append(self.row_start, self.src.size)), shape=(n, n))
+        return sp.csr_matrix((weights, self.dst, self._indptr), shape=(n, n))
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,17 +14,51 @@ only x_i, and each node tracks both z_{i|j} and z_{j|i} of its edges itself.  Th
 z^(0) in H-perp (the orthogonal complement of span(C) + span(PC)) never converges, which hides
 s_i in x_i, while x converges to the exact average because x depends on z only through H.
 
+Heavy-ball acceleration (``accel = "heavy-ball"``, the default in sync mode with theta = 1).
+Summing the dual updates shows that PDMM's primal obeys a three-term recurrence of the
+heavy-ball type, (1 + c d_i) x(t+2) = 2c sum_j x_j(t+1) + (1 - c d_i) x(t), whose momentum
+is tied to c, so one parameter cannot reach the optimal heavy-ball rate.  We add a node-local
+term w_i to the dual sums and weight the edges (c_ij = c / max(d_i, d_j), symmetric)::
+
+    x_i  <- (s_i - u_i) / N,                       N = 2 / (1 - beta)
+    u_i  <- v_i - 2 sum_j c_ij x_j - w_i x_i,       w_i = K - 2 sum_j c_ij,  K = 2 (1 + beta) / (1 - beta)
+    v_i  <- u_i + K x_i
+
+Then x(t+2) = (1 + beta) x(t+1) - (1 - beta) L_c x(t+1) - beta x(t) exactly, Polyak's heavy
+ball on the weighted Laplacian L_c (step alpha = (1 - beta) c), and with beta and alpha from
+L_c's extreme eigenvalues its rate is Chebyshev's, (sqrt(kappa) - 1) / (sqrt(kappa) + 1).
+The per-edge duals still follow PDMM's update z_{j|i} <- z_{i|j} + 2 c_ij B_{i|j} x_i (the
+w_i terms are a node-local accumulator beside them), so their H-perp part still flips with P
+forever and never converges; sum_i (u_i + v_i) is conserved and N x(t+1) + (N - K) x(t) sums
+to 2 sum_i s_i, so the fixed point is the exact average.  What a node reveals is unchanged:
+x_i(1), x_i(2) expose s_i - u_i(0) and s_i - v_i(0) (hidden by the duals of an honest edge),
+and every later x_i is a function of earlier broadcasts.
+
+Messages.  ``dual-init`` (round 0, encrypted, one per directed edge: z_{i|j}); then one
+``primal`` broadcast per round t >= 1 with payload x_i(t) and ``meta = (g, stop_at)``: the
+settled counter g_i(t - 1) and the stop round known to i before round t (``NEVER`` = 2**62
+while none), both integers >= 0 (async mode: ``meta = (g, stop_flag)``).
+
 Stopping (evaluated by each node on what it sees): node i is *locally settled* in round t when
-both its own change |x_i(t) - x_i(t-1)| and its disagreement with every neighbour are at most
-``tol * max|x_i(t)|`` (infinity norms).  A counter g_i(t) = 1 + min(g_i(t-1), min_j g_j(t-1))
-while settled (0 otherwise) rides on the broadcasts; g_i >= D + 1 (D the graph diameter, public)
-means every node settled recently.  The node then fixes ``stop_at = t + D`` and floods it, so
-every node stops at the same round, or at ``max_iter`` at the latest.
+both its own change |x_i(t) - x_i(t-1)| and its disagreement with the (weighted) mean of its
+neighbours are at most ``tol * max|x_i(t)|`` (infinity norms).  A counter
+g_i(t) = 1 + min(g_i(t-1), min_j g_j(t-1)) while settled (0 otherwise) rides on the
+broadcasts; by induction g_i(t) >= k iff every node j at distance delta < k was settled in all
+rounds t - k + 1 .. t - delta.  With e_i a public upper bound on i's eccentricity
+(``Topology.eccentricity``), g_i(t) >= e_i + 1 therefore means every node j was settled in
+rounds t - e_i .. t - dist(i, j) (all of them at least in round t - e_i), and node i fixes ``stop_at = t + e_i`` and floods it (the minimum
+of proposals): a proposal made at node i in round t reaches every node by round t + e_i, so
+all nodes know the smallest proposal by the round it names and stop together (or at
+``max_iter``).  Using e_i instead of the diameter D lets the central nodes decide first: the
+overhead after the last node settles falls from about 2D rounds to about twice the radius.
+
+Engines.  :class:`PdmmNode` is the per-node state machine (simulator and deployment);
+:meth:`PdmmSP.aggregate` runs all nodes at once with the same update functions, on NumPy
+(bit-identical to the nodes) or, with ``device``, on another array-API namespace (CuPy).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -51,7 +85,7 @@ def dual_update(z: np.ndarray, z_other: np.ndarray, coef: np.ndarray, x_other: n
     return (1.0 - theta) * z + theta * (z_other + coef * x_other)
 
 
-def sums_update(u, v, x, nb_sum, two_c, two_cd, theta: float):
+def sums_update(u, v, x, nb_sum, two_c, two_cd, theta: float, w=None):
     """The synchronous PDMM round on per-node dual sums (no per-edge state needed).
 
     With u_i = sum_j B_{i|j} z_{i|j} and v_i = sum_j B_{i|j} z_{j|i}, summing the dual update
@@ -64,64 +98,254 @@ def sums_update(u, v, x, nb_sum, two_c, two_cd, theta: float):
     is the same iterate as with per-edge duals.  (The per-edge parts, including the H-perp
     component that never converges, are still there implicitly: tests run the per-edge
     recursion beside this one.)  Node and batch engine both call this function.
+
+    Heavy-ball mode passes ``nb_sum`` = sum_j 2 c_ij x_j, ``two_c`` = 1, ``two_cd`` = K and the
+    node-local term ``w`` (module docstring): u_i <- v_i - 2 sum_j c_ij x_j - w_i x_i,
+    v_i <- u_i + K x_i.
     """
+    u_new = v - nb_sum if two_c == 1.0 else v - two_c * nb_sum
+    if w is not None:
+        u_new = u_new - w * x
+    v_new = u + two_cd * x
     if theta == 1.0:
-        return v - two_c * nb_sum, u + two_cd * x
-    return (1.0 - theta) * u + theta * (v - two_c * nb_sum), (1.0 - theta) * v + theta * (u + two_cd * x)
+        return u_new, v_new
+    return (1.0 - theta) * u + theta * u_new, (1.0 - theta) * v + theta * v_new
 
 
-def settled(x, x_prev, nb_sum, degree, tol: float):
-    """Local stopping test of node i: max(|x_i - x_i_prev|, |x_i - mean_j x_j|) <= tol max|x_i|.
+def settled(x, x_prev, nb_sum, degree, tol: float, xp=np):
+    """Local stopping test of node i: max(|x_i - x_i_prev|, |x_i - nb_sum_i / degree_i|) <= tol max|x_i|.
 
-    Infinity norms over the vector.  When every node passes, x is (close to) harmonic on the
-    graph, i.e. (close to) constant on a connected graph: consensus.  The gap term is only
-    computed when some node's change already passes (the answer is the same, it is cheaper).
+    Infinity norms over the vector; ``nb_sum / degree`` is the (weighted) mean of the
+    neighbours.  When every node passes, x is (close to) harmonic on the graph, i.e. (close
+    to) constant on a connected graph: consensus.  The gap term is only computed when some
+    node's change already passes (the answer is the same, it is cheaper).  ``xp`` is the
+    array namespace (NumPy for a node).
     """
-    threshold = tol * np.max(np.abs(x), axis=-1)
-    ok = np.max(np.abs(x - x_prev), axis=-1) <= threshold
-    if not np.any(ok):
+    threshold = tol * xp.max(xp.abs(x), axis=-1)
+    ok = xp.max(xp.abs(x - x_prev), axis=-1) <= threshold
+    if not bool(xp.any(ok)):
         return ok
-    return ok & (np.max(np.abs(x - nb_sum / degree), axis=-1) <= threshold)
+    return ok & (xp.max(xp.abs(x - nb_sum / degree), axis=-1) <= threshold)
 
 
-def neighbour_sum(x_nb: np.ndarray) -> np.ndarray:
-    """sum_j x_j in neighbour order, starting from zero: the order of a CSR product's row."""
+def neighbour_sum(x_nb: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """sum_j (c_ij) x_j in neighbour order, starting from zero: the order of a CSR product's row."""
     acc = np.zeros(x_nb.shape[1:])
-    for row in x_nb:
-        acc += row
+    if weights is None:
+        for row in x_nb:
+            acc += row
+    else:
+        for w, row in zip(weights, x_nb):
+            acc += w * row
     return acc
 
 
 _ZERO = np.zeros(1, dtype=np.intp)
 
 
-def auto_c(topology: Topology) -> float:
-    """Step size c from the graph alone (public): 1 / sqrt(lambda_2 * lambda_max) of the Laplacian.
+LAMBDA2_MARGIN = 0.98
 
-    A common heuristic for ADMM-type consensus, it balances the slowest and the fastest
-    modes; ``sim/bench_consensus.py`` compares it with a grid of fixed values.  Cached by
-    the graph's adjacency lists, so repeated runs on the same graph pay for it once.
+
+def laplacian_extremes(topology: Topology, weights: np.ndarray) -> tuple[float, float]:
+    """(lambda_2, lambda_max) of the weighted Laplacian with edge ``weights`` (in edge order).
+
+    Up to 400 nodes a dense eigendecomposition.  Above, LOBPCG (O(m) per iteration, no
+    factorisation, unlike shift-invert), fixed starts so every node
+    computes the same values on the same platform (the heavy-ball rate depends on
+    sqrt(kappa), so a percent in kappa is half a percent in rounds):
+
+    * lambda_max (relative residual 1e-2), raised by the residual norm (the Ritz value is a lower bound, and heavy ball
+      is stable only up to lambda_max + lambda_2) and capped by Gershgorin's 2 max_i sum_j c_ij;
+    * lambda_2 (relative residual 1e-3) with the constant vector deflated, started from the hop distances to the two
+      ends of a long shortest path (a double BFS sweep): smooth along the graph's longest
+      direction, like the Fiedler vector, so it converges in tens of iterations.  The
+      Ritz value errs high by about 1 %.
+
+    ``sim/bench_scaling.py`` measures both against shift-invert and reports the rounds impact.
     """
-    return _auto_c(topology.neighbours)
-
-
-@functools.lru_cache(maxsize=16)
-def _auto_c(neighbours: tuple[tuple[int, ...], ...]) -> float:
-    topology = Topology(n_nodes=len(neighbours), neighbours=neighbours, diameter=0)
-    n = topology.n_nodes
     import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
 
-    adj = sp.csr_matrix((np.ones(topology.src.size), (topology.src, topology.dst)), shape=(n, n))
-    lap = sp.diags(topology.degrees.astype(float)) - adj
+    n = topology.n_nodes
+    W = topology.weighted_adjacency(weights)
+    wdeg = np.asarray(W.sum(axis=1)).ravel()
+    lap = (sp.diags(wdeg) - W).tocsr()
     if n <= 400:
         ev = np.linalg.eigvalsh(lap.toarray())
-        lam2, lmax = ev[1], ev[-1]
-    else:
-        import scipy.sparse.linalg as spla
+        return float(ev[1]), float(ev[-1])
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lobpcg warns when it stops at maxiter; the bounds below still hold
+        top, vec = spla.lobpcg(lap, rng.standard_normal((n, 2)), largest=True, tol=1e-2, maxiter=500)
+        k = int(np.argmax(top))
+        resid = float(np.linalg.norm(lap @ vec[:, k] - top[k] * vec[:, k]) / np.linalg.norm(vec[:, k]))
+        lmax = min(float(top[k]) + resid, 2.0 * float(wdeg.max()))
 
-        lmax = spla.eigsh(lap, k=1, which="LA", return_eigenvectors=False)[0]
-        lam2 = spla.eigsh(lap, k=2, sigma=-1e-3, which="LM", return_eigenvectors=False).max()
-    return float(1.0 / math.sqrt(lam2 * lmax))
+        db, dc = topology.sweep
+        start = np.column_stack([db - dc, db + dc])
+        low, _ = spla.lobpcg(lap, start, Y=np.ones((n, 1)), largest=False, tol=1e-3, maxiter=2000)
+    return LAMBDA2_MARGIN * float(np.min(low)), lmax
+
+
+def _cached(topology: Topology, key: str, compute):
+    cache = topology.__dict__.setdefault("_pdmm_cache", {})
+    if key not in cache:
+        cache[key] = compute()
+    return cache[key]
+
+
+def _round_sig(value: float, digits: int = 6) -> float:
+    """Round to ``digits`` significant digits, so nodes whose eigensolvers differ in the last
+    bits (other BLAS) still agree on the public step parameters."""
+    return float(f"{value:.{digits - 1}e}")
+
+
+def auto_c(topology: Topology) -> float:
+    """Plain PDMM's step size from the graph alone (public): 1 / sqrt(lambda_2 * lambda_max) of the Laplacian.
+
+    A common heuristic for ADMM-type consensus, it balances the slowest and the fastest
+    modes; ``sim/bench_consensus.py`` compares it with a grid of fixed values.  Cached on the
+    topology object.
+    """
+
+    def compute() -> float:
+        lam2, lmax = laplacian_extremes(topology, np.ones(topology.dst.size))
+        return _round_sig(1.0 / math.sqrt(lam2 * lmax))
+
+    return _cached(topology, "auto_c", compute)
+
+
+def metropolis_weights(topology: Topology) -> np.ndarray:
+    """1 / max(d_i, d_j) per directed edge (i, j): symmetric, and sum_j <= 1 at every node."""
+    deg = topology.degrees.astype(float)
+    return 1.0 / np.maximum(deg[topology.src], deg[topology.dst])
+
+
+def metropolis_extremes(topology: Topology) -> tuple[float, float]:
+    """(lambda_2, lambda_max) of the Metropolis Laplacian (:func:`laplacian_extremes`), cached on the topology."""
+    return _cached(topology, "metropolis", lambda: laplacian_extremes(topology, metropolis_weights(topology)))
+
+
+def heavy_ball_params(topology: Topology) -> tuple[float, float]:
+    """(c, beta) of the heavy-ball variant: Polyak's optimal parameters on the Metropolis Laplacian.
+
+    With lambda_2, lambda_max of L_g (g_ij = 1 / max(d_i, d_j)) and kappa = lambda_max / lambda_2:
+    alpha = 4 / (sqrt(lambda_max) + sqrt(lambda_2))^2, beta = ((sqrt(kappa) - 1) / (sqrt(kappa) + 1))^2
+    (Polyak 1964), and c = alpha / (1 - beta), so that the primal recurrence of the module
+    docstring is heavy ball with step alpha on L_g.  Both rounded to 6 significant digits.
+    """
+
+    def compute() -> tuple[float, float]:
+        lam2, lmax = metropolis_extremes(topology)
+        kappa = lmax / lam2
+        beta = ((math.sqrt(kappa) - 1.0) / (math.sqrt(kappa) + 1.0)) ** 2
+        alpha = 4.0 / (math.sqrt(lmax) + math.sqrt(lam2)) ** 2
+        return _round_sig(alpha / (1.0 - beta)), _round_sig(beta)
+
+    return _cached(topology, "heavy_ball", compute)
+
+
+@dataclass(frozen=True)
+class StepParams:
+    """The public per-round coefficients of one node or, as arrays, of all nodes.
+
+    ``weights`` 2 c_ij per directed edge (None: plain PDMM, all c_ij equal to ``c``), ``denom``
+    the primal's divisor, ``two_c``, ``two_cd`` and ``w`` as :func:`sums_update` takes them,
+    ``degree`` the divisor of the (weighted) neighbour sum in :func:`settled`.
+    """
+
+    c: float
+    beta: float | None
+    weights: np.ndarray | None
+    denom: object
+    two_c: float
+    two_cd: object
+    w: object
+    degree: object
+
+
+def step_params(spec: PdmmSP, topology: Topology, node: int | None = None) -> StepParams:
+    """The coefficients of node ``node``'s update, or of all nodes (``node=None``) as column arrays.
+
+    Computed elementwise from public data in the same way for one node and for all, so the
+    two engines round identically.
+    """
+    deg_all = _cached(topology, "degrees_float", lambda: topology.degrees.astype(float))
+    if node is None:
+        lo, hi, deg = 0, topology.dst.size, deg_all[:, None]
+    else:
+        lo, hi = int(topology.row_start[node]), int(topology.row_start[node] + topology.degrees[node])
+        deg = float(deg_all[node])
+    if spec.accelerated:
+        c, beta = spec.step_parameters(topology)
+        dst = topology.dst[lo:hi]
+        src_deg = deg_all[topology.src[lo:hi]]
+        # 2 c_ij: the factor 2 of the update rides in the product (exact: a power of two), which
+        # saves one pass over the (n, p) block per round; the neighbour mean is unchanged
+        weights = (2.0 * c) / np.maximum(src_deg, deg_all[dst])
+        if node is None:
+            wdeg2 = topology.weighted_adjacency(weights) @ np.ones((topology.n_nodes, 1))
+        else:
+            wdeg2 = float(neighbour_sum(weights[:, None])[0])
+        k = 2.0 * (1.0 + beta) / (1.0 - beta)
+        return StepParams(c, beta, weights, 2.0 / (1.0 - beta), 1.0, k, k - wdeg2, wdeg2)
+    c = spec.step_size(topology)
+    return StepParams(c, None, None, 1.0 + c * deg, 2.0 * c, (2.0 * c) * deg, None, deg)
+
+
+def _namespace(device: str):
+    """(array namespace, sparse module) for ``device``."""
+    if device == "cpu":
+        import scipy.sparse
+
+        # NumPy itself has everything the engine calls (asarray, abs, max, any); the compat
+        # wrapper would only add call overhead, which dominates rounds at small n
+        return np, scipy.sparse
+    if device == "cuda":
+        try:
+            import array_api_compat
+            import cupy
+            import cupyx.scipy.sparse
+        except ImportError as exc:  # pragma: no cover - needs the gpu extra
+            raise ConfigError("pdmm-sp: device = 'cuda' needs CuPy: pip install 'p2pem[gpu]'") from exc
+        return array_api_compat.array_namespace(cupy.empty(0)), cupyx.scipy.sparse
+    if device == "array-api-strict":
+        try:
+            import array_api_strict
+        except ImportError as exc:
+            raise ConfigError("pdmm-sp: device = 'array-api-strict' needs the array-api-strict package") from exc
+        return array_api_strict, None
+    raise ConfigError(f"pdmm-sp: device must be 'cpu', 'cuda' or 'array-api-strict', got {device!r}")
+
+
+def _to_host(a) -> np.ndarray:
+    if isinstance(a, np.ndarray):
+        return a
+    if hasattr(a, "get"):  # CuPy
+        return a.get()
+    return np.from_dlpack(a)
+
+
+class _Product:
+    """``matrix @ x`` on the engine's device: SciPy / CuPy CSR, or via NumPy for array-api-strict.
+
+    array-api-strict has no sparse matrices; its arrays go through SciPy and back, so the rest
+    of the engine still runs on the strict namespace and non-portable code fails in tests.
+    """
+
+    def __init__(self, matrix, xp, sparse) -> None:
+        self.xp = xp
+        if sparse is None:
+            self.matrix = matrix
+            self.host = True
+        else:
+            self.host = False
+            self.matrix = matrix if sparse.__name__ == "scipy.sparse" else sparse.csr_matrix(matrix)
+
+    def __call__(self, x):
+        if self.host:
+            return self.xp.asarray(self.matrix @ np.from_dlpack(x))
+        return self.matrix @ x
 
 
 @dataclass(frozen=True)
@@ -133,7 +357,9 @@ class PdmmSP(ProtocolSpec):
     mode : {"sync", "async"}
         Synchronous rounds, or one uniformly random node wakes per tick.
     c : float or "auto"
-        PDMM step size; "auto" derives it from the (public) graph, see :func:`auto_c`.
+        Step size.  Plain PDMM: the penalty c of every edge, "auto" = :func:`auto_c`.
+        Heavy ball: the scale of the edge weights c_ij = c / max(d_i, d_j), "auto" =
+        :func:`heavy_ball_params`.
     theta : float
         1 for PDMM, 0.5 for averaged PDMM (ADMM).
     perturbation_std : float
@@ -146,6 +372,17 @@ class PdmmSP(ProtocolSpec):
     encrypt_duals : bool
         Send the initial duals encrypted (the protocol).  False is an *insecure* variant kept
         only as a labelled comparison for the leakage analysis.
+    accel : {"auto", "heavy-ball", "none"}
+        "heavy-ball": the accelerated iteration of the module docstring (sync, theta = 1
+        only); "none": plain PDMM; "auto" (default): heavy ball where it applies, else plain.
+    momentum : float or "auto"
+        Heavy ball's beta in [0, 1); "auto" from the graph (:func:`heavy_ball_params`).
+    device : {"cpu", "cuda", "array-api-strict"}
+        Where the vectorised engine runs: "cpu" (NumPy/SciPy; bit-identical to the
+        message-level engine), "cuda" (CuPy, float64, needs ``p2pem[gpu]``; agrees with the
+        CPU to about 1e-12 relative, summation order differs), "array-api-strict" (a test
+        device: the portable code path on the strict reference namespace).  The
+        message-level engine and deployments always run on the CPU.
     """
 
     mode: Literal["sync", "async"] = "sync"
@@ -155,6 +392,9 @@ class PdmmSP(ProtocolSpec):
     tol: Union[float, None] = None
     max_iter: int = 5000
     encrypt_duals: bool = True
+    accel: Literal["auto", "heavy-ball", "none"] = "auto"
+    momentum: Union[float, str] = "auto"
+    device: Literal["cpu", "cuda", "array-api-strict"] = "cpu"
     name: str = field(init=False, default="pdmm-sp")
     exact: bool = field(init=False, default=False)
 
@@ -177,6 +417,22 @@ class PdmmSP(ProtocolSpec):
             raise ConfigError(f"pdmm-sp: max_iter must be a positive integer, got {self.max_iter!r}")
         if not isinstance(self.encrypt_duals, bool):
             raise ConfigError(f"pdmm-sp: encrypt_duals must be true or false, got {self.encrypt_duals!r}")
+        if self.accel not in ("auto", "heavy-ball", "none"):
+            raise ConfigError(f"pdmm-sp: accel must be 'auto', 'heavy-ball' or 'none', got {self.accel!r}")
+        if self.accel == "heavy-ball" and (self.asynchronous or self.theta != 1.0):
+            raise ConfigError("pdmm-sp: accel = 'heavy-ball' needs mode = 'sync' and theta = 1 (use accel = 'none')")
+        if isinstance(self.momentum, str):
+            if self.momentum != "auto":
+                raise ConfigError(f"pdmm-sp: momentum must be a number in [0, 1) or 'auto', got {self.momentum!r}")
+        elif not (_is_number(self.momentum) and 0 <= self.momentum < 1):
+            raise ConfigError(f"pdmm-sp: momentum must be a number in [0, 1) or 'auto', got {self.momentum!r}")
+        if self.device not in ("cpu", "cuda", "array-api-strict"):
+            raise ConfigError(f"pdmm-sp: device must be 'cpu', 'cuda' or 'array-api-strict', got {self.device!r}")
+
+    @property
+    def accelerated(self) -> bool:
+        """Whether the heavy-ball iteration runs (``accel`` resolved)."""
+        return self.accel == "heavy-ball" or (self.accel == "auto" and not self.asynchronous and self.theta == 1.0)
 
     @property
     def stop_tol(self) -> float:
@@ -199,7 +455,15 @@ class PdmmSP(ProtocolSpec):
         require_cycle(g)
 
     def step_size(self, topology: Topology) -> float:
+        """Plain PDMM's c (see :meth:`step_parameters` for the heavy-ball pair)."""
         return auto_c(topology) if self.c == "auto" else float(self.c)
+
+    def step_parameters(self, topology: Topology) -> tuple[float, float]:
+        """Heavy ball's (c, beta): from the graph where "auto", else as given."""
+        if self.c != "auto" and self.momentum != "auto":
+            return float(self.c), float(self.momentum)
+        c, beta = heavy_ball_params(topology)
+        return (c if self.c == "auto" else float(self.c)), (beta if self.momentum == "auto" else float(self.momentum))
 
     def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
         return PdmmNode(self, ctx, iteration)
@@ -207,33 +471,49 @@ class PdmmSP(ProtocolSpec):
     # -- the batch path -------------------------------------------------------------------
 
     def aggregate(self, values, topology, rngs, iteration, *, record=False) -> AggregateOutcome:
+        """All nodes at once on ``device``: the same arithmetic as :class:`PdmmNode`, in the same order.
+
+        The vector work (primal, sparse product, dual sums, settle test) runs on the array
+        namespace of ``device``; the initial duals (drawn from the per-node generators) and
+        the integer stopping counters stay on the host.
+        """
         if self.asynchronous:
             raise NotImplementedError("asynchronous pdmm-sp runs only at message level")
+        if record and self.device != "cpu":
+            raise ConfigError("pdmm-sp: recording a message trace needs device = 'cpu'")
+        xp, sparse = _namespace(self.device)
         t_ = topology
         n, p = values.shape
-        c = self.step_size(t_)
+        prm = _cached(t_, ("steps", self.accelerated, self.c, self.momentum, self.theta), lambda: step_params(self, t_))
         theta = self.theta
-        diam = t_.diameter
         trace: list[Message] | None = [] if record else None
         worst = int(np.argmin(np.max(np.abs(values), axis=1))) if n else 0
         check_precision(self, values[worst], worst)
-        z = np.empty((t_.src.size, p))
+        z = np.empty((t_.dst.size, p))
+        bounds = t_.indptr.tolist()
         for i in range(n):
-            lo, hi = t_.row_start[i], t_.row_start[i] + t_.degrees[i]
+            lo, hi = bounds[i], bounds[i + 1]
             z[lo:hi] = rngs[i].normal(0.0, self.perturbation_std, size=(hi - lo, p))
         if record:
-            for d in range(t_.src.size):
-                trace.append(Message(int(t_.src[d]), (int(t_.dst[d]),), iteration, 0, "dual-init", z[d].copy(), self.encrypt_duals))
+            src = t_.src
+            for d in range(t_.dst.size):
+                trace.append(Message(int(src[d]), (int(t_.dst[d]),), iteration, 0, "dual-init", z[d].copy(), self.encrypt_duals))
         dst, starts = t_.dst, t_.row_start
-        adjacency = t_.adjacency
-        degree = t_.degrees.astype(float)[:, None]
         sign = t_.sign[:, None]
         u = np.add.reduceat(sign * z, starts, axis=0)
         v = np.add.reduceat(sign * z[t_.reverse], starts, axis=0)
         del z
-        denom = (1.0 + c * t_.degrees.astype(float))[:, None]
-        two_c = 2.0 * c
-        two_cd = (two_c * t_.degrees.astype(float))[:, None]
+        # the product's matrix (on the device) is built once per topology and step parameters
+        product = _cached(t_, ("product", self.device, prm.c, prm.beta), lambda: _Product(
+            t_.adjacency if prm.weights is None else t_.weighted_adjacency(prm.weights), xp, sparse))
+
+        def dev(a):
+            return a if not isinstance(a, np.ndarray) else xp.asarray(a)
+
+        u, v, s_dev = dev(u), dev(v), dev(np.ascontiguousarray(values, dtype=float))
+        denom, two_cd, w, degree = dev(prm.denom), dev(prm.two_cd), dev(prm.w), dev(prm.degree)
+        two_c = prm.two_c
+        ecc = t_.eccentricity
         zeros = np.zeros(n, dtype=np.int64)  # never written to: g_new may alias it
         g = zeros
         stop_at = np.full(n, NEVER, dtype=np.int64)
@@ -242,21 +522,21 @@ class PdmmSP(ProtocolSpec):
         t = 0
         while True:
             t += 1
-            x = (values - u) / denom
+            x = (s_dev - u) / denom
             if record:
                 for i in range(n):
                     trace.append(Message(i, t_.neighbours[i], iteration, t, "primal", x[i].copy(), False, (int(g[i]), int(stop_at[i]))))
-            nb_sum = adjacency @ x
+            nb_sum = product(x)
             # the floods below are skipped while there is nothing to flood (same result, cheaper)
             stop_in = np.minimum(stop_at, np.minimum.reduceat(stop_at[dst], starts)) if flooding else stop_at
             g_new = zeros
             if x_prev is not None:
-                ok = settled(x, x_prev, nb_sum, degree, self.stop_tol)
+                ok = _to_host(settled(x, x_prev, nb_sum, degree, self.stop_tol, xp))
                 if ok.any():
                     g_new = np.where(ok, 1 + np.minimum(g, np.minimum.reduceat(g[dst], starts)), 0)
-                    trigger = g_new >= diam + 1
+                    trigger = g_new >= ecc + 1
                     if trigger.any():
-                        stop_in = np.where(trigger, np.minimum(stop_in, t + diam), stop_in)
+                        stop_in = np.where(trigger, np.minimum(stop_in, t + ecc), stop_in)
                         flooding = True
             if t >= stop_in[0] or t >= self.max_iter:
                 # stop_at is flooded, so at the stopping round every node holds the same value
@@ -265,12 +545,12 @@ class PdmmSP(ProtocolSpec):
                 converged = bool(t >= stop_in[0])
                 break
             g, stop_at = g_new, stop_in
-            u, v = sums_update(u, v, x, nb_sum, two_c, two_cd, theta)
+            u, v = sums_update(u, v, x, nb_sum, two_c, two_cd, theta, w)
             x_prev = x
-        n_edges = t_.src.size
+        n_edges = t_.dst.size
         messages = n_edges + n * t
         nbytes = n_edges * 8 * p + n * t * (8 * p + 16)
-        return AggregateOutcome(x, t, messages, nbytes, converged, trace)
+        return AggregateOutcome(_to_host(x), t, messages, nbytes, converged, trace)
 
 
 class PrecisionWarning(UserWarning):
@@ -311,17 +591,20 @@ class PdmmNode(Aggregation):
         self.nbrs = ctx.neighbours
         self.index = {j: k for k, j in enumerate(self.nbrs)}
         i = ctx.node_id
-        self.c = spec.step_size(ctx.topology)
         sign_out = np.array([1.0 if i < j else -1.0 for j in self.nbrs])
-        self.coef_in = (2.0 * self.c) * (-sign_out)[:, None]  # 2 c B_{j|i}
-        self.coef_out = (2.0 * self.c) * sign_out[:, None]  # 2 c B_{i|j}
         self.sign_out = sign_out
-        self.denom = 1.0 + self.c * float(len(self.nbrs))
-        self.two_c = 2.0 * self.c
-        self.two_cd = self.two_c * float(len(self.nbrs))
+        if spec.asynchronous:
+            self.c = spec.step_size(ctx.topology)
+            self.coef_in = (2.0 * self.c) * (-sign_out)[:, None]  # 2 c B_{j|i}
+            self.coef_out = (2.0 * self.c) * sign_out[:, None]  # 2 c B_{i|j}
+            self.denom = 1.0 + self.c * float(len(self.nbrs))
+        else:
+            self.prm = step_params(spec, ctx.topology, i)
+            self.denom = self.prm.denom
         self.u: np.ndarray | None = None  # sum_j B_{i|j} z_{i|j}   (synchronous mode)
         self.v: np.ndarray | None = None  # sum_j B_{i|j} z_{j|i}
         self.diam = ctx.topology.diameter
+        self.ecc = int(ctx.topology.eccentricity[i])
         self.z_own: np.ndarray | None = None  # z_{i|j}, one row per neighbour
         self.z_nb: np.ndarray | None = None  # z_{j|i}
         self._inits: dict[int, np.ndarray] = {}
@@ -412,16 +695,16 @@ class PdmmNode(Aggregation):
         t = self.round
         box = self._round_msgs.pop(t)
         msgs = [box[j] for j in self.nbrs]
-        nb_sum = neighbour_sum(np.stack([np.asarray(m.payload, dtype=float) for m in msgs]))
+        nb_sum = neighbour_sum(np.stack([np.asarray(m.payload, dtype=float) for m in msgs]), self.prm.weights)
         g_nb = min(m.meta[0] for m in msgs)
         stop_at = min(self.stop_at, min(m.meta[1] for m in msgs))
         x = self.x
         if self.x_prev is None:
             g_new = 0
         else:
-            g_new = 1 + min(self.g, g_nb) if settled(x, self.x_prev, nb_sum, float(len(self.nbrs)), self.spec.stop_tol) else 0
-        if g_new >= self.diam + 1:
-            stop_at = min(stop_at, t + self.diam)
+            g_new = 1 + min(self.g, g_nb) if settled(x, self.x_prev, nb_sum, self.prm.degree, self.spec.stop_tol) else 0
+        if g_new >= self.ecc + 1:
+            stop_at = min(stop_at, t + self.ecc)
         if t >= stop_at or t >= self.spec.max_iter:
             self.done = True
             self.converged = t >= stop_at
@@ -429,7 +712,8 @@ class PdmmNode(Aggregation):
             self.rounds = t
             return []
         self.g, self.stop_at = g_new, stop_at
-        self.u, self.v = sums_update(self.u, self.v, x, nb_sum, self.two_c, self.two_cd, self.spec.theta)
+        prm = self.prm
+        self.u, self.v = sums_update(self.u, self.v, x, nb_sum, prm.two_c, prm.two_cd, self.spec.theta, prm.w)
         self.x_prev = x
         return self._broadcast_next()
 

@@ -232,6 +232,10 @@ class Codec:
     node_id : int, optional
         This node's id; needed together with ``identity``.  A codec without both is
         an observer: it can :meth:`parse` envelopes but not authenticate them.
+    launch : bytes, default b""
+        Nonce of this launch of the run (fresh per ``p2pem deploy``), bound into every tag:
+        an envelope from an earlier launch of the same run (a retained message still on
+        the broker, a recorded replay) does not authenticate in this one.
 
     Raises
     ------
@@ -259,8 +263,13 @@ class Codec:
         *,
         identity: Identity | None = None,
         node_id: int | None = None,
+        launch: bytes = b"",
     ) -> None:
         self.run_id = validate_run_id(run_id)
+        if not isinstance(launch, bytes) or len(launch) > 64:
+            raise ConfigError("the launch nonce must be at most 64 bytes")
+        self.launch = launch
+        self._domain = _MAC_DOMAIN + (bytes([len(launch)]) + launch if launch else b"")
         self._run_bytes = run_id.encode("utf-8")
         self.roster: dict[int, PublicIdentity] = dict(roster)
         if (identity is None) != (node_id is None):
@@ -317,7 +326,7 @@ class Codec:
         else:
             body = plain
         authenticated = _LEN.pack(len(header)) + header + body
-        tags = [mac(self._edge_key(r, role="receiver"), _MAC_DOMAIN, authenticated) for r in msg.receivers]
+        tags = [mac(self._edge_key(r, role="receiver"), self._domain, authenticated) for r in msg.receivers]
         return b"".join([authenticated, *tags])
 
     def _pack(self, msg: Message) -> tuple[bytes, bytes]:
@@ -422,11 +431,11 @@ class Codec:
         k = env.receivers.index(self.node_id)
         key = self._edge_key(env.sender, role="sender")
         try:
-            check_mac(key, env.tags[k * MAC_SIZE : (k + 1) * MAC_SIZE], _MAC_DOMAIN, env.authenticated)
+            check_mac(key, env.tags[k * MAC_SIZE : (k + 1) * MAC_SIZE], self._domain, env.authenticated)
         except CryptoError:
             raise ForgedMessage(
                 f"message claiming to be from {who} does not authenticate under the key of edge "
-                f"{key.pair} (forged or altered in transit)"
+                f"{key.pair} in this launch (forged, altered in transit, or from an earlier launch)"
             ) from None
         # Checks of what an authenticated sender wrote come after the tag, so that the
         # reason names a sender who really sent it.

@@ -29,6 +29,10 @@ class OutOfRound(ProtocolError):
     """A message for an aggregation this node has already finished (stale, replayed or reordered)."""
 
 
+class EMFailed(ProtocolError):
+    """The network average of an aggregation is unusable (not finite, or the M-step fails on it)."""
+
+
 class Node:
     """One party: its private rows, its EM state and the protocol's per-node state machine.
 
@@ -55,6 +59,8 @@ class Node:
         self.unconverged: list[int] = []
         self.sent_messages = 0
         self.sent_bytes = 0
+        #: Check queued messages of the next aggregation when it begins (set by a deployment).
+        self.validate = False
 
     @property
     def done(self) -> bool:
@@ -85,6 +91,18 @@ class Node:
             return []
         return self._count(self.agg.receive(msg)) + self._maybe_advance()
 
+    def check(self, msg: Message) -> None:
+        """Raise :class:`~p2pem.protocols.base.ProtocolViolation` if ``msg`` cannot come from an honest peer.
+
+        A deployment calls it for every authenticated message before :meth:`receive`.
+        Messages of the current aggregation are checked by its state machine now; those of
+        the next one are checked when it begins (:meth:`receive` keeps them until then),
+        before any of them is folded in.  Stale messages are left to :meth:`receive`
+        (:class:`OutOfRound`, harmless).
+        """
+        if self.agg is not None and not self.done and msg.iteration == self.iteration:
+            self.agg.check(msg)
+
     def wake(self) -> list[Message]:
         """One asynchronous activation (pdmm-sp in async mode)."""
         if self.done or self.agg is None:
@@ -110,7 +128,11 @@ class Node:
         value = self.em.contribution()[0]
         self.agg = self.protocol.node_aggregation(self.ctx, self.em.iteration)
         out = self._count(self.agg.start(value))
-        for msg in self._pending.pop(self.em.iteration, []):
+        pending = self._pending.pop(self.em.iteration, [])
+        if self.validate:
+            for msg in pending:
+                self.agg.check(msg)
+        for msg in pending:
             out += self._count(self.agg.receive(msg))
         return out + self._maybe_advance()
 
@@ -124,7 +146,14 @@ class Node:
         self.rounds[self.em.iteration] = agg.rounds
         if not agg.converged:
             self.unconverged.append(self.em.iteration)
-        self.em.absorb(np.asarray(agg.result, dtype=float))
+        result = np.asarray(agg.result, dtype=float)
+        if not np.all(np.isfinite(result)):
+            raise EMFailed(f"node {self.node_id}: the network average of EM iteration {self.em.iteration} is not finite")
+        try:
+            self.em.absorb(result)
+        except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
+            # finite but absurd averages (a member lying about its statistics) can break the M-step
+            raise EMFailed(f"node {self.node_id}: EM iteration {self.em.iteration} failed on the network average ({exc})") from None
         if self.em.finished:
             self.agg = None
             return []

@@ -226,6 +226,12 @@ class Roster:
     def where(self) -> str:
         return str(self.path) if self.path is not None else "roster"
 
+    @property
+    def n_features(self) -> int | None:
+        """Columns every node's data must have (``em.n_features``; None in rosters written without it)."""
+        value = self.em.get("n_features")
+        return None if value is None else int(value)
+
     # -- what a node builds from it -----------------------------------------------------
 
     def topology(self):
@@ -276,8 +282,12 @@ class Roster:
     # -- building and files --------------------------------------------------------------
 
     @classmethod
-    def build(cls, run_id: str, graph, settings, spec, keys: Sequence[Any], *, ring: Sequence[int] | None = None) -> Roster:
+    def build(
+        cls, run_id: str, graph, settings, spec, keys: Sequence[Any], *, ring: Sequence[int] | None = None, n_features: int | None = None
+    ) -> Roster:
         """Roster for ``graph`` (nodes ``0..n-1``), EM ``settings``, protocol ``spec`` and public ``keys``.
+
+        ``n_features`` (the data's column count) lets every node check its data file at load.
 
         Raises
         ------
@@ -300,6 +310,8 @@ class Roster:
             "reg_covar": float(settings.reg_covar),
             "init_seed": int(settings.init_seed),
         }
+        if n_features is not None:
+            em["n_features"] = int(n_features)
         if settings.init is not None:
             em["init"] = {k: np.asarray(v).tolist() for k, v in settings.init.as_dict().items()}
         protocol = {"name": spec.name, **spec.params()}
@@ -366,7 +378,7 @@ class Roster:
         n = topo.integer("n_nodes", minimum=2)
         diameter = topo.integer("diameter", minimum=1)
         ring = topo.int_list("ring", default=None)
-        em_t = top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "init_seed", "init"))
+        em_t = top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "init_seed", "n_features", "init"))
         em: dict[str, Any] = {
             "n_components": em_t.integer("n_components", minimum=1),
             "max_iter": em_t.integer("max_iter", minimum=0),
@@ -374,6 +386,8 @@ class Roster:
             "reg_covar": em_t.number("reg_covar", minimum=0.0),
             "init_seed": em_t.integer("init_seed", minimum=0),
         }
+        if "n_features" in em_t.table:
+            em["n_features"] = em_t.integer("n_features", minimum=1)
         if "init" in em_t.table:
             init_t = em_t.section("init", ("weights", "means", "covariances"))
             em["init"] = {k: init_t.require(k) for k in ("weights", "means", "covariances")}

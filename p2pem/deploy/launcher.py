@@ -89,7 +89,7 @@ class Kit:
     broker_host: str
     broker_port: int
     max_node_spread: float = MAX_NODE_SPREAD
-    seeded: bool = True
+    seeded: bool = False
 
     @property
     def roster_path(self) -> Path:
@@ -160,7 +160,7 @@ class Kit:
             broker_host=doc["broker_host"],
             broker_port=int(doc["broker_port"]),
             max_node_spread=float(doc.get("max_node_spread", MAX_NODE_SPREAD)),
-            seeded=bool(doc.get("seeded", True)),
+            seeded=bool(doc.get("seeded", False)),
         )
 
     def set_broker(self, host: str, port: int) -> Kit:
@@ -196,11 +196,16 @@ def _pick_protocol(scenario, protocol: str | None):
     return spec
 
 
-def deploy_settings(scenario) -> tuple[Timeouts, float, tuple[str, int] | None]:
-    """Timeouts, max node spread and broker address from a scenario's ``[deploy]`` table."""
+def deploy_settings(scenario, overrides: dict[str, float] | None = None) -> tuple[Timeouts, float, tuple[str, int] | None]:
+    """Timeouts, max node spread and broker address from a scenario's ``[deploy]`` table.
+
+    ``overrides`` (e.g. ``--timeout`` on the command line) replace keys of the table before
+    the derived defaults (heartbeat, reconnect_timeout) are computed, and every key given
+    reaches the node configs.
+    """
     from p2pem.deploy.config import parse_broker_address
 
-    table = dict(scenario.deploy)
+    table = {**dict(scenario.deploy), **(overrides or {})}
     timeouts = Timeouts.from_mapping(table, f"{scenario.path}: deploy")
     spread = float(table.get("max_node_spread", MAX_NODE_SPREAD))
     broker = None
@@ -219,7 +224,7 @@ def prepare_kit(
     broker: tuple[str, int],
     protocol: str | None = None,
     run_id: str | None = None,
-    seeded: bool = True,
+    seeded: bool = False,
     timeouts: Timeouts | None = None,
     max_node_spread: float | None = None,
 ) -> Kit:
@@ -236,9 +241,11 @@ def prepare_kit(
         Which of the scenario's protocols to deploy; default the first.
     run_id : str, optional
         Default ``<scenario name>-<random>``.
-    seeded : bool, default True
-        Write the scenario seed into every node config so that the protocol noise equals
-        ``p2pem simulate``'s (reproducible, *not private*); False draws it from OS entropy.
+    seeded : bool, default False
+        INSECURE, for tests and reproductions only: write the scenario seed into every node
+        config so that the protocol noise (initial duals) equals ``p2pem simulate``'s;
+        anyone holding the scenario file then recovers every node's statistics from the
+        broker traffic.  By default every node draws its secrets from the OS's entropy.
     timeouts : Timeouts, optional
         Default: the scenario's ``[deploy]`` table.
     max_node_spread : float, optional
@@ -278,12 +285,17 @@ def prepare_kit(
     if passwd is None:
         raise ConfigError("mosquitto_passwd not found; install mosquitto (e.g. apt-get install mosquitto) to write the broker's password file")
 
+    if seeded:
+        log.warning(
+            "INSECURE REPRODUCIBLE SEED: the nodes' protocol noise is drawn from the scenario seed; "
+            "whoever has the scenario file can undo the privacy noise (use only for tests)"
+        )
     root.mkdir(exist_ok=True)
     (root / "nodes").mkdir()
     broker_dir = root / "broker"
     broker_dir.mkdir()
     identities = [Identity.generate() for _ in range(n)]
-    roster = Roster.build(run_id, graph, settings, spec, [ident.public for ident in identities])
+    roster = Roster.build(run_id, graph, settings, spec, [ident.public for ident in identities], n_features=int(parts[0].shape[1]))
     roster.save(root / "roster.toml")
     write_broker_auth(broker_dir, run_id, n, executable=passwd)
     host, port = broker
@@ -471,12 +483,15 @@ class Deployment:
         self.started_at = 0.0
         self.started_unix = 0.0
         self.exit_times: dict[int, float] = {}
+        #: Fresh per launch and bound into every envelope, so a second launch of the same kit
+        #: never accepts the first one's (e.g. retained) messages.
+        self.launch = secrets.token_bytes(16)
 
     def command(self, i: int) -> list[str]:
         cmd = [self.python, "-m", "p2pem"]
         if self.verbose:
             cmd.append("-" + "v" * self.verbose)
-        cmd += ["node", "--config", str(self.kit.config_path(i)), "--progress", "--exit-with-parent"]
+        cmd += ["node", "--config", str(self.kit.config_path(i)), "--progress", "--exit-with-parent", "--launch", self.launch.hex()]
         return [*(self.wrap(i) if self.wrap is not None else ()), *cmd]
 
     def start(self) -> None:
@@ -621,7 +636,9 @@ def run_deployment(
     finally:
         dep.terminate()
     wall = time.perf_counter() - t0
-    return collect_results(kit, codes, wall, exit_times=dep.exit_times, launched_unix=dep.started_unix)
+    doc = collect_results(kit, codes, wall, exit_times=dep.exit_times, launched_unix=dep.started_unix)
+    doc["deployment"]["launch"] = dep.launch.hex()
+    return doc
 
 
 def collect_results(
@@ -753,6 +770,7 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
         "broker": f"{kit.broker_host}:{kit.broker_port}",
         "n_processes": kit.n_nodes,
         "seeded": kit.seeded,
+        "secrets": "INSECURE: protocol noise from the scenario seed (reproducible, not private)" if kit.seeded else "OS entropy",
         "wall_s": wall,
         "startup_s": max(online) if online else None,  # launch -> last node online
         "run_s": max(run_s) if run_s else None,
@@ -806,7 +824,7 @@ def deploy(
     broker: tuple[str, int] | None = None,
     listen: str = "127.0.0.1",
     run_id: str | None = None,
-    seeded: bool = True,
+    seeded: bool = False,
     timeouts: Timeouts | None = None,
     progress: Callable[[DeployProgress], None] | None = None,
     on_broker: Callable[[Any], None] | None = None,

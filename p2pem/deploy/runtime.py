@@ -48,11 +48,13 @@ the culprit node(s) and the EM iteration and protocol round (see :class:`Timeout
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import math
 import os
 import signal
+import struct
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
@@ -62,17 +64,18 @@ from typing import Any
 import numpy as np
 
 from p2pem.codec import Codec, InvalidMessage, NotAddressed, ReplayedMessage, ReplayGuard
-from p2pem.crypto import Identity
+from p2pem.crypto import CryptoError, Identity
 from p2pem.deploy.config import NodeConfig, Roster, load_node_data
 from p2pem.errors import ConfigError, DataError, P2pemError, ProtocolError, TransportError
 from p2pem.messages import Message
-from p2pem.node import Node, OutOfRound
+from p2pem.node import EMFailed, Node, OutOfRound
 from p2pem.protocols import NodeContext
-from p2pem.transports.mqtt import (
+from p2pem.protocols.base import ProtocolViolation, check_vector
+from p2pem.transports.base import (
     ConnectionLost,
     Incoming,
+    Link,
     LinkTimeout,
-    MqttLink,
     parse_topic,
     subscriptions_for,
     topic_for,
@@ -81,7 +84,10 @@ from p2pem.transports.mqtt import (
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "AbortReason",
     "BrokerLost",
+    "Disagreement",
+    "PeerViolation",
     "Interrupted",
     "NeighbourSilent",
     "NodeRuntime",
@@ -90,15 +96,61 @@ __all__ = [
     "run_node",
 ]
 
-#: Iteration number of control messages (hello, bye, abort); the Node never sees them.
+#: Iteration number of control messages (hello, final, bye, abort); the Node never sees them.
 CONTROL = -1
-HELLO, BYE, ABORT = "hello", "bye", "abort"
+HELLO, FINAL, BYE, ABORT = "hello", "final", "bye", "abort"
+#: Largest relative difference between two neighbours' final models that counts as agreement
+#: (consensus stops at a relative tolerance of 1e-10; EM amplifies it a little).
+AGREEMENT_RTOL = 1e-6
+_ABORT_DOMAIN = b"p2pem/abort/v1\x00"
 #: How many (iteration, round) groups of sent envelopes are kept for re-publishing.  A
 #: neighbour is at most one round behind, so the last two suffice; one more for safety.
 RECENT_GROUPS = 3
 
-# abort reasons (first meta field of an abort message)
-SILENT, STALLED, OFFLINE, BROKER, PROTOCOL, INTERRUPTED, MISMATCH = 1, 2, 3, 4, 5, 6, 7
+
+
+class AbortReason(enum.IntEnum):
+    """Why a run stopped: the first meta field of an abort message."""
+
+    SILENT = 1
+    STALLED = 2
+    OFFLINE = 3
+    BROKER = 4
+    PROTOCOL = 5
+    INTERRUPTED = 6
+    MISMATCH = 7
+    VIOLATION = 8
+    DISAGREE = 9
+    INTERNAL = 10
+
+
+SILENT, STALLED, OFFLINE, BROKER, PROTOCOL, INTERRUPTED, MISMATCH = (
+    AbortReason.SILENT, AbortReason.STALLED, AbortReason.OFFLINE, AbortReason.BROKER,
+    AbortReason.PROTOCOL, AbortReason.INTERRUPTED, AbortReason.MISMATCH,
+)
+
+
+class PeerViolation(ProtocolError):
+    """An authenticated neighbour sent what no honest node sends; it is named as the culprit."""
+
+    def __init__(self, node_id: int, culprit: int, text: str) -> None:
+        self.culprit = int(culprit)
+        super().__init__(f"node {node_id}: {text}")
+        self.abort = (AbortReason.VIOLATION, (self.culprit,))
+
+
+class Disagreement(ProtocolError):
+    """Two neighbours finished with different models."""
+
+    def __init__(self, node_id: int, other: int, text: str) -> None:
+        super().__init__(f"node {node_id}: {text}")
+        self.abort = (AbortReason.DISAGREE, (node_id, other))
+
+
+class InternalError(P2pemError):
+    """A bug: an unexpected exception inside the node (reported, never a traceback)."""
+
+    exit_code = 70
 
 
 class NeighbourSilent(TransportError):
@@ -147,6 +199,12 @@ def describe_abort(meta: Sequence[int]) -> str:
     if reason == MISMATCH:
         verb = "runs" if len(set(culprits)) == 1 else "run"
         return f"{_nodes(culprits)} {verb} with a roster that differs from node {origin}'s"
+    if reason == AbortReason.VIOLATION:
+        return f"node {origin} caught {_nodes(culprits)} violating the protocol in {at}"
+    if reason == AbortReason.DISAGREE:
+        return f"{_nodes(culprits)} finished with different models (found by node {origin})"
+    if reason == AbortReason.INTERNAL:
+        return f"node {origin} hit an internal error in {at}"
     blame = f" (message from {_nodes(culprits)})" if culprits else ""
     return f"node {origin} hit a protocol error in {at}{blame}"
 
@@ -163,6 +221,12 @@ class NodeRuntime:
     parent_pid : int, optional
         Stop (as if interrupted) when the parent process is no longer ``parent_pid``: a node
         started by ``p2pem deploy`` dies with its launcher.
+    link : Link, optional
+        The transport; default an :class:`~p2pem.transports.mqtt.MqttLink` to the configured
+        broker.  Tests pass a :class:`~p2pem.transports.memory.MemoryLink`.
+    launch : bytes, default b""
+        Nonce of this launch, bound into every envelope (see :class:`~p2pem.codec.Codec`);
+        every node of a launch must get the same one.
 
     Raises
     ------
@@ -177,8 +241,11 @@ class NodeRuntime:
         *,
         progress: Callable[[str, int, int], None] | None = None,
         parent_pid: int | None = None,
+        link: Link | None = None,
+        launch: bytes = b"",
     ) -> None:
         self.config = config
+        self.launch = launch
         self.progress = progress
         self.parent_pid = parent_pid
         self.roster = roster = Roster.load(config.roster)
@@ -190,38 +257,49 @@ class NodeRuntime:
         spec = roster.protocol_spec()
         topology = roster.topology()
         settings = roster.em_settings()
-        identity = Identity.load(config.key_file)
+        self.identity = identity = Identity.load(config.key_file)
         try:
-            self.codec = Codec(self.run_id, roster.public_keys(), identity=identity, node_id=i)
+            self.codec = Codec(self.run_id, roster.public_keys(), identity=identity, node_id=i, launch=launch)
         except ConfigError as exc:
             raise ConfigError(f"{config.path}: {exc}") from None
         X = load_node_data(config.data, config.columns)
-        if settings.init is not None and X.shape[1] != settings.init.means.shape[1]:
-            raise DataError(f"{config.data}: {X.shape[1]} columns, but the roster's initial means have {settings.init.means.shape[1]}")
+        n_features = roster.n_features
+        if n_features is None and settings.init is not None:
+            n_features = int(settings.init.means.shape[1])
+        if n_features is not None and X.shape[1] != n_features:
+            raise DataError(
+                f"node {i}: {config.data} has {X.shape[1]} columns, but the roster's model has {n_features} features "
+                f"(every node's data must have the same columns)"
+            )
         self.n_rows = int(X.shape[0])
         if config.seed is not None:
             log.warning(
-                "node %d: protocol noise drawn from a FIXED seed (reproducibility mode): results are reproducible "
-                "but the subspace perturbation hides nothing from whoever knows the seed",
+                "node %d: INSECURE REPRODUCIBLE SEED: protocol noise drawn from a fixed seed, so the results "
+                "are reproducible but the subspace perturbation hides nothing from whoever knows the seed",
                 i,
             )
         self.node = Node(NodeContext(i, topology, config.protocol_rng()), X, settings, spec)
+        self.node.validate = True
         self.max_iter = settings.max_iter
         self.neighbours: tuple[int, ...] = topology.neighbours[i]
         self._nbr_set = frozenset(self.neighbours)
         self.guard = ReplayGuard()
-        broker = config.broker
-        self.link = MqttLink(
-            broker.host,
-            broker.port,
-            subscriptions=subscriptions_for(self.run_id, i, self.neighbours),
-            username=broker.username,
-            password=broker.password(),
-            identifier=f"{self.run_id}-node{i}",
-            tls_context=broker.tls_context(),
-            timeout=min(10.0, max(2.0, self.timeouts.timeout)),
-            keepalive=max(5, int(self.timeouts.timeout)),
-        )
+        if link is None:
+            from p2pem.transports.mqtt import MqttLink
+
+            broker = config.broker
+            link = MqttLink(
+                broker.host,
+                broker.port,
+                subscriptions=subscriptions_for(self.run_id, i, self.neighbours),
+                username=broker.username,
+                password=broker.password(),
+                identifier=f"{self.run_id}-node{i}",
+                tls_context=broker.tls_context(),
+                timeout=min(10.0, max(2.0, self.timeouts.timeout)),
+                keepalive=max(5, int(self.timeouts.timeout)),
+            )
+        self.link: Link = link
         self._digest = int.from_bytes(roster.digest(), "big")
         self._tick = min(0.2, self.timeouts.heartbeat / 2)
         # state
@@ -236,6 +314,9 @@ class NodeRuntime:
         self._hello_seen: dict[int, int] = {}
         self._last_heard: dict[int, float] = {}
         self._bye_from: set[int] = set()
+        self._finals: dict[int, tuple[int, np.ndarray]] = {}
+        self._final: np.ndarray | None = None
+        self._agreed: set[int] = set()
         self._buffer: list[Message] = []
         self._seen: dict[tuple[int, int], set[int]] = defaultdict(set)
         self._recent: list[tuple[tuple[int, int], str, bytes]] = []
@@ -256,6 +337,8 @@ class NodeRuntime:
     def where(self) -> str:
         """``EM iteration k, protocol round r`` (what the node is waiting for)."""
         if self.node.done:
+            if self._final is not None and self.status != "finished":
+                return f"the final agreement after EM iteration {self.node.iteration}"
             return f"EM iteration {self.node.iteration} (finished)"
         return f"EM iteration {self.node.iteration}, protocol round {self._round()}"
 
@@ -282,7 +365,9 @@ class NodeRuntime:
             while not self.node.done:
                 await self._step()
             self.timings["finished_s"] = self._elapsed()
+            await self._agree()
             self.status = "finished"
+            self.timings["agreed_s"] = self._elapsed()
             await self._linger()
             self.timings["total_s"] = self._elapsed()
             return self.report()
@@ -290,11 +375,19 @@ class NodeRuntime:
             self.status = "failed"
             await self._try_abort(INTERRUPTED, ())
             raise
-        except P2pemError as exc:
+        except Exception as exc:  # noqa: BLE001 - no exception escapes a node: it is reported and told
+            err = exc if isinstance(exc, P2pemError) else InternalError(
+                f"node {self.node_id}: internal error in {self.where()}: {type(exc).__name__}: {exc}"
+            )
+            if not isinstance(exc, P2pemError):
+                log.error("node %d: internal error", self.node_id, exc_info=exc)
+                err.abort = (AbortReason.INTERNAL, ())  # type: ignore[attr-defined]
             self.status = "failed"
-            self.error = exc
-            await self._abort_for(exc)
-            raise
+            self.error = err
+            await self._abort_for(err)
+            if err is exc:
+                raise
+            raise err from None
         finally:
             self.timings.setdefault("total_s", self._elapsed())
             try:
@@ -371,7 +464,7 @@ class NodeRuntime:
                 exc.abort = (OFFLINE, tuple(missing))  # type: ignore[attr-defined]
                 raise exc
             return
-        if self.node.done:
+        if self.node.done and (self._final is None or self.status == "finished"):
             return
         missing = self.missing()
         silent = [j for j in missing if now - self._last_heard.get(j, now) > self.timeouts.timeout]
@@ -397,9 +490,11 @@ class NodeRuntime:
             raise exc
 
     def missing(self) -> list[int]:
-        """Neighbours whose message for the current protocol round has not arrived."""
-        if not self.started or self.node.done:
+        """Neighbours whose message for the current protocol round (or final model) has not arrived."""
+        if not self.started:
             return []
+        if self.node.done:
+            return [j for j in self.neighbours if j not in self._agreed] if self._final is not None else []
         got = self._seen.get((self.node.iteration, self._round()), set())
         return [j for j in self.neighbours if j not in got]
 
@@ -419,6 +514,37 @@ class NodeRuntime:
             await self._deliver(msg)
         self._after_progress()
 
+    async def _agree(self) -> None:
+        """Show every neighbour this node's final model and check theirs (no split outcome).
+
+        Each node sends its fitted parameters (public output) to its neighbours and waits
+        until each neighbour's model arrived and agrees within :data:`AGREEMENT_RTOL`
+        (relative, infinity norm).  The graph is connected, so if every node passes, all
+        honest nodes hold the same model; a node that finished differently (e.g. misled by
+        a forged stop round) is found by a neighbour, and the run aborts everywhere naming
+        the two.  Neighbours still computing keep the heartbeats going; the usual silence
+        and stall timeouts apply.
+        """
+        self._final = _flat_model(self.node.em)
+        await self._send([Message(self.node_id, self.neighbours, CONTROL, 0, FINAL, self._final.copy(), False, (self.node.em.n_iter,))])
+        for j in list(self._finals):
+            self._compare_final(j)
+        self._last_progress = time.monotonic()
+        while not self._nbr_set <= self._agreed:
+            await self._step()
+
+    def _compare_final(self, j: int) -> None:
+        n_iter, model = self._finals.pop(j)
+        mine = self._final
+        assert mine is not None
+        if n_iter != self.node.em.n_iter:
+            raise Disagreement(self.node_id, j, f"neighbour node {j} finished after {n_iter} EM iterations, this node after {self.node.em.n_iter}")
+        scale = float(np.max(np.abs(mine))) or 1.0
+        diff = float(np.max(np.abs(model - mine))) / scale
+        if not diff <= AGREEMENT_RTOL:
+            raise Disagreement(self.node_id, j, f"neighbour node {j} finished with a different model (relative difference {diff:.3g} > {AGREEMENT_RTOL:g})")
+        self._agreed.add(j)
+
     async def _linger(self) -> None:
         """Say bye; stay (answering hellos, re-publishing) until every neighbour said bye."""
         await self._send([Message(self.node_id, self.neighbours, CONTROL, 0, BYE, (), False)])
@@ -427,10 +553,10 @@ class NodeRuntime:
             while not self._nbr_set <= self._bye_from and time.monotonic() < deadline:
                 await self._step()
         except RunAborted as exc:
-            log.warning("node %d: finished, but afterwards %s", self.node_id, exc)
+            log.warning("node %d: finished and agreed with every neighbour, but afterwards %s", self.node_id, exc)
             return
-        except TransportError as exc:
-            log.warning("node %d: finished; then %s", self.node_id, exc)
+        except P2pemError as exc:
+            log.warning("node %d: finished and agreed with every neighbour; then %s", self.node_id, exc)
             return
         await self._drain(min(5.0, self.timeouts.timeout))
         missing = sorted(self._nbr_set - self._bye_from)
@@ -474,8 +600,8 @@ class NodeRuntime:
         try:
             fresh = self.guard.admit(msg, incoming.payload)
         except ReplayedMessage as exc:
-            self._reject("ReplayedMessage", str(exc))
-            return
+            # Only the authenticated sender can have written both: it equivocates.
+            raise PeerViolation(self.node_id, msg.sender, f"in {self.where()}: {exc}") from None
         if not fresh:
             self.counters["duplicates"] += 1
             if 0 <= msg.iteration < self.node.iteration:
@@ -487,11 +613,7 @@ class NodeRuntime:
             await self._control(msg)
             return
         if msg.iteration < 0:
-            self._reject("Malformed", f"{msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}")
-            return
-        if msg.kind == "dual-init" and not msg.encrypted:
-            self._reject("PlaintextDual", f"initial dual from node {msg.sender} arrived unencrypted")
-            return
+            raise PeerViolation(self.node_id, msg.sender, f"in {self.where()}: {msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}")
         if not self.started:
             if msg.iteration > 1:
                 self._reject("OutOfRound", f"{msg.kind} message from node {msg.sender} for EM iteration {msg.iteration} before start")
@@ -502,16 +624,22 @@ class NodeRuntime:
 
     async def _deliver(self, msg: Message) -> None:
         try:
+            self.node.check(msg)
             out = self.node.receive(msg)
         except OutOfRound as exc:
             self._reject("OutOfRound", str(exc))
             return
-        except ProtocolError as exc:
-            # An authenticated, fresh message the protocol cannot take: a misbehaving peer (honest ones
-            # never send one), or a failure of the EM itself.  Either way the run cannot go on.
-            err = ProtocolError(f"node {self.node_id}: in {self.where()}, after a {msg.kind} message from node {msg.sender}: {exc}")
-            err.abort = (PROTOCOL, (msg.sender,))  # type: ignore[attr-defined]
+        except ProtocolViolation as exc:
+            # Possibly about a queued message of another sender, checked as its aggregation began.
+            raise PeerViolation(self.node_id, exc.sender, f"in {self.where()}: {exc}") from None
+        except EMFailed as exc:
+            err = ProtocolError(f"{exc} (a member sent values that are finite but absurd)")
+            err.abort = (PROTOCOL, ())  # type: ignore[attr-defined]
             raise err from None
+        except ProtocolError as exc:
+            # An authenticated, fresh, well-formed message the protocol state machine cannot
+            # take (e.g. two rounds ahead): honest peers never send one.
+            raise PeerViolation(self.node_id, msg.sender, f"in {self.where()}, after a {msg.kind} message from node {msg.sender}: {exc}") from None
         now = time.monotonic()
         self._last_heard[msg.sender] = now
         self._seen[(msg.iteration, msg.round)].add(msg.sender)
@@ -534,17 +662,27 @@ class NodeRuntime:
             if self.progress is not None and n_iter > 0:
                 self.progress("progress", n_iter, self.max_iter)
 
+    def _violation(self, msg: Message, check: str, detail: str) -> PeerViolation:
+        v = ProtocolViolation(msg.sender, msg.iteration, msg.round, check, f"{msg.kind} message: {detail}")
+        return PeerViolation(self.node_id, msg.sender, f"in {self.where()}: {v}")
+
     async def _control(self, msg: Message) -> None:
+        """Hello, final, bye and abort: each checked field by field before it counts."""
         j = msg.sender
+        payload = msg.payload
         if msg.kind == HELLO:
-            if msg.payload != (self._digest,):
+            if not (isinstance(payload, tuple) and len(payload) == 1) or len(msg.meta) != 1 or msg.meta[0] < 0 or msg.round < 1:
+                raise self._violation(msg, "hello", f"payload of {_describe(payload)}, meta {msg.meta}, sequence {msg.round}")
+            if msg.receivers != self.roster.neighbours[j]:
+                raise self._violation(msg, "hello", f"receivers {msg.receivers} are not the sender's neighbours")
+            if payload != (self._digest,):
                 exc = RosterMismatch(
                     f"node {self.node_id}: neighbour node {j} runs with a different roster "
                     f"(every node needs the same roster.toml)"
                 )
                 exc.abort = (MISMATCH, (j,))  # type: ignore[attr-defined]
                 raise exc
-            if msg.round <= self._hello_seen.get(j, -1) or len(msg.meta) != 1:
+            if msg.round <= self._hello_seen.get(j, -1):
                 self.counters["stale_hellos"] += 1
                 return
             self._hello_seen[j] = msg.round
@@ -562,15 +700,57 @@ class NodeRuntime:
                 log.info("node %d: node %d reconnected (epoch %d); re-publishing recent messages", self.node_id, j, epoch)
                 self._republish_due = True
                 self._hello_due = True
+        elif msg.kind == FINAL:
+            if j in self._agreed or j in self._finals:
+                return
+            if msg.round != 0 or len(msg.meta) != 1 or msg.receivers != self.roster.neighbours[j]:
+                raise self._violation(msg, "final", f"round {msg.round}, meta {msg.meta}, receivers {msg.receivers}")
+            size = _model_size(self.node.em)
+            try:
+                check_vector(msg, size)
+            except ProtocolViolation as exc:
+                raise PeerViolation(self.node_id, j, f"in {self.where()}: {exc}") from None
+            self._last_heard[j] = time.monotonic()
+            self._finals[j] = (int(msg.meta[0]), np.asarray(payload))
+            if self._final is not None:
+                self._compare_final(j)
+                self._last_progress = time.monotonic()
         elif msg.kind == BYE:
+            if payload != () or msg.meta != () or msg.round != 0:
+                raise self._violation(msg, "bye", f"payload of {_describe(payload)}, meta {msg.meta}")
             self._bye_from.add(j)
         elif msg.kind == ABORT:
-            meta = tuple(int(v) for v in msg.meta)
+            meta, signature = self._verify_abort(msg)
+            if meta[3] == self.node_id:
+                return  # our own abort, relayed back
             exc = RunAborted(f"node {self.node_id}: run stopped in {self.where()}: {describe_abort(meta)}; relayed by node {j}")
             exc.abort_meta = meta  # type: ignore[attr-defined]
+            exc.abort_signature = signature  # type: ignore[attr-defined]
             raise exc
         else:
-            self._reject("Malformed", f"unknown control message {msg.kind!r} from node {j}")
+            raise self._violation(msg, "kind", "unknown control message")
+
+    def _verify_abort(self, msg: Message) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Check an abort's fields and its origin's Ed25519 signature; return (meta, signature)."""
+        meta, payload, n = tuple(msg.meta), msg.payload, self.roster.n_nodes
+        if len(meta) < 4 or len(meta) > 4 + n or meta[0] not in set(AbortReason.__members__.values()):
+            raise self._violation(msg, "abort", f"meta {meta[:8]} is not (reason, iteration, round, origin, culprits...)")
+        if not all(0 <= v < n for v in meta[3:]):
+            raise self._violation(msg, "abort", f"origin or culprit outside 0..{n - 1}")
+        if not (isinstance(payload, tuple) and len(payload) == 2):
+            raise self._violation(msg, "abort", f"payload of {_describe(payload)} is not a signature")
+        signature = b"".join(int(v).to_bytes(32, "big") for v in payload)
+        try:
+            self.roster.keys[meta[3]].verify(self._abort_statement(meta), signature)
+        except CryptoError:
+            raise self._violation(msg, "abort", f"abort in the name of node {meta[3]} is not signed by node {meta[3]} (forged)") from None
+        return meta, tuple(int(v) for v in payload)
+
+    def _abort_statement(self, meta: Sequence[int]) -> bytes:
+        run = self.run_id.encode("utf-8")
+        return b"".join(
+            [_ABORT_DOMAIN, bytes([len(run)]), run, bytes([len(self.launch)]), self.launch, struct.pack(f">{len(meta)}q", *meta)]
+        )
 
     def _reject(self, reason: str, detail: str) -> None:
         self.rejected[reason] += 1
@@ -708,21 +888,23 @@ class NodeRuntime:
 
     async def _abort_for(self, exc: BaseException) -> None:
         meta = getattr(exc, "abort_meta", None)
-        if meta is not None:  # relay what we were told
-            await self._try_send_abort(tuple(meta))
+        if meta is not None:  # relay what we were told, signed by its origin
+            await self._try_send_abort(tuple(meta), getattr(exc, "abort_signature"))
             return
         reason, culprits = getattr(exc, "abort", (PROTOCOL if isinstance(exc, ProtocolError) else BROKER, ()))
         await self._try_abort(reason, culprits)
 
     async def _try_abort(self, reason: int, culprits: Sequence[int]) -> None:
         it = self.node.iteration
-        meta = (reason, it, self._round(), self.node_id, *culprits)
-        await self._try_send_abort(meta)
+        meta = (int(reason), it, self._round(), self.node_id, *culprits)
+        signature = self.identity.sign(self._abort_statement(meta))
+        await self._try_send_abort(meta, (int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big")))
 
-    async def _try_send_abort(self, meta: tuple[int, ...]) -> None:
+    async def _try_send_abort(self, meta: tuple[int, ...], signature: tuple[int, ...]) -> None:
+        """Publish an abort (retained): ``meta`` and its origin's signature, unchanged when relayed."""
         if not self.link.connected:
             return
-        msg = Message(self.node_id, self.neighbours, CONTROL, 0, ABORT, (), False, meta)
+        msg = Message(self.node_id, self.neighbours, CONTROL, 0, ABORT, signature, False, meta)
         try:
             publish = self.link.publish(topic_for(self.run_id, msg), self.codec.encode(msg), retain=True)
             await asyncio.wait_for(publish, 2.0)
@@ -735,10 +917,12 @@ class NodeRuntime:
     def report(self) -> dict[str, Any]:
         """The node's result: model, log-likelihoods, counts, timings, status and error."""
         em = self.node.em
-        params, loglik = _node_model(em) if self.node.done else (None, [])
+        params, loglik = _node_model(em) if self.node.done and self.status == "finished" else (None, [])
         out: dict[str, Any] = {
             "node_id": self.node_id,
             "run_id": self.run_id,
+            "launch": self.launch.hex(),
+            "insecure_reproducible_seed": self.config.seed is not None,
             "status": self.status,
             "error": None if self.error is None else str(self.error),
             "exit_code": 0 if self.error is None else int(getattr(self.error, "exit_code", 1)),
@@ -775,11 +959,39 @@ class NodeRuntime:
         path = self.config.result
         tmp = path.with_name(f".{path.name}.tmp")
         try:
-            tmp.write_text(json.dumps(self.report(), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+            tmp.write_text(json.dumps(_json_safe(self.report()), indent=1, allow_nan=False) + "\n", encoding="utf-8")
             os.replace(tmp, path)
         except OSError as exc:
             raise ConfigError(f"cannot write the node result to {path}: {exc.strerror or exc}") from None
         return path
+
+
+def _describe(payload: Any) -> str:
+    if isinstance(payload, np.ndarray):
+        return f"a {payload.dtype} array of shape {payload.shape}"
+    return f"{len(payload)} integers"
+
+
+def _flat_model(em: Any) -> np.ndarray:
+    """The fitted weights, means and covariances as one float64 vector (what neighbours compare)."""
+    params, _ = _node_model(em)
+    return np.concatenate([np.ravel(params.weights), np.ravel(params.means), np.ravel(params.covariances)]).astype(np.float64)
+
+
+def _model_size(em: Any) -> int:
+    k, d = em.settings.n_components, em.X.shape[1]
+    return k + k * d + k * d * d
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def _node_model(em: Any) -> tuple[Any, list[float]]:
@@ -796,6 +1008,44 @@ def _node_model(em: Any) -> tuple[Any, list[float]]:
     else:
         loglik = [float(np.ravel(v)[0]) for v in em.loglik]
     return params, loglik
+
+
+async def run_reported(runtime: NodeRuntime) -> int:
+    """Run ``runtime`` to the end and write its result file; return the exit code, never raise.
+
+    For running many nodes in one event loop (tests over :mod:`p2pem.transports.memory`);
+    :func:`run_node` is the same with signal handling for a node process.
+    """
+    try:
+        await runtime.run()
+    except P2pemError as exc:
+        runtime.status, runtime.error = "failed", exc
+    except asyncio.CancelledError:
+        runtime.status = "failed"
+        runtime.error = Interrupted(f"node {runtime.node_id}: cancelled in {runtime.where()}")
+    try:
+        runtime.write_result()
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return int(ConfigError.exit_code)
+    return 0 if runtime.error is None else int(getattr(runtime.error, "exit_code", 1))
+
+
+def write_failure(config: NodeConfig, error: P2pemError) -> None:
+    """Result file of a node that could not even start (bad data, wrong key file): ``status: failed``."""
+    doc = {
+        "node_id": config.node_id,
+        "status": "failed",
+        "error": str(error),
+        "exit_code": int(getattr(error, "exit_code", 1)),
+    }
+    path = config.result
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.error("cannot write the node result to %s: %s", path, exc.strerror or exc)
 
 
 def run_node(runtime: NodeRuntime) -> dict[str, Any]:
@@ -840,5 +1090,11 @@ def run_node(runtime: NodeRuntime) -> dict[str, Any]:
         runtime.error = Interrupted(f"node {runtime.node_id}: interrupted in {runtime.where()}")
         runtime.write_result()
         raise
+    except Exception as exc:  # noqa: BLE001 - a bug outside run(): still one line and a result file
+        log.error("node %d: internal error", runtime.node_id, exc_info=exc)
+        runtime.status = "failed"
+        runtime.error = InternalError(f"node {runtime.node_id}: internal error: {type(exc).__name__}: {exc}")
+        runtime.write_result()
+        raise runtime.error from None
     runtime.write_result()
     return report

@@ -1,0 +1,212 @@
+"""The whole node runtime in one process over the in-memory link, with an insider and faults.
+
+Every node of a small deployment kit runs its real :class:`~p2pem.deploy.runtime.NodeRuntime`
+(hello, replay guard, validation, signed aborts, final agreement) in one event loop, talking
+through :class:`~p2pem.transports.memory.MemoryBroker`.  Node ``INSIDER`` holds valid keys and
+rewrites what it publishes.  The property every test checks: each honest node either ends with
+the exact model of ``p2pem simulate`` or exits non-zero with a result.json that says why, and no
+honest node exits 0 with a model another honest node does not hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from p2pem.broker import find_mosquitto
+from p2pem.codec import Codec
+from p2pem.crypto import Identity
+from p2pem.deploy.config import NodeConfig, Roster, Timeouts
+from p2pem.deploy.launcher import prepare_kit
+from p2pem.deploy.runtime import NodeRuntime, run_reported
+from p2pem.messages import Message
+from p2pem.protocols.pdmm import NEVER
+from p2pem.runner import build_graph, em_settings, protocols
+from p2pem.scenario import load_data, load_scenario
+from p2pem.simulate import run_protocol
+from p2pem.transports.base import subscriptions_for, topic_for
+from p2pem.transports.memory import Faults, MemoryBroker
+
+ROOT = Path(__file__).resolve().parents[1]
+INSIDER = 1
+LAUNCH = b"\x01" * 16
+
+pytestmark = pytest.mark.skipif(find_mosquitto("mosquitto_passwd") is None, reason="prepare_kit needs mosquitto_passwd")
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("kit")
+    text = (ROOT / "scenarios" / "parkinsons-20.toml").read_text()
+    text = text.replace('"../data/parkinsons.data"', json.dumps(str(ROOT / "data" / "parkinsons.data")))
+    text = re.sub(r"(?m)^n_nodes = \d+", "n_nodes = 5", text)
+    text = re.sub(r"(?m)^max_iter = \d+", "max_iter = 2", text)
+    path = tmp / "scenario.toml"
+    path.write_text(text)
+    scenario = load_scenario(path)
+    kit = prepare_kit(scenario, tmp / "kit", broker=("127.0.0.1", 1), seeded=True)
+    sim = run_protocol(load_data(scenario), build_graph(scenario), protocols(scenario)[0], em_settings(scenario), seed=scenario.streams()["protocol"])
+    return kit, sim
+
+
+def run_in_memory(kit, out: Path, intercept=None, *, timeout: float = 0.4) -> list[tuple[int, dict]]:
+    """Run every node of ``kit`` in this process; return (exit code, result.json) per node."""
+    out.mkdir(parents=True, exist_ok=True)
+    broker = MemoryBroker(intercept)
+    roster = Roster.load(kit.roster_path)
+    runtimes = []
+    for i in range(kit.n_nodes):
+        config = NodeConfig.load(kit.config_path(i))
+        config = replace(config, result=out / f"result{i}.json", timeouts=Timeouts(timeout=timeout, startup_timeout=2.0, heartbeat=timeout / 4))
+        link = broker.link(subscriptions_for(roster.run_id, i, roster.neighbours[i]), name=f"node{i}")
+        runtimes.append(NodeRuntime(config, link=link, launch=LAUNCH))
+
+    async def main():
+        return await asyncio.gather(*(run_reported(rt) for rt in runtimes))
+
+    codes = asyncio.run(main())
+    return [(code, json.loads((out / f"result{i}.json").read_text())) for i, code in enumerate(codes)]
+
+
+def model(report: dict) -> np.ndarray:
+    return np.concatenate([np.ravel(report["weights"]), np.ravel(report["means"]), np.ravel(report["covariances"])])
+
+
+def exact(report: dict, sim) -> bool:
+    ref = np.concatenate([np.ravel(sim.weights), np.ravel(sim.means), np.ravel(sim.covariances)])
+    return float(np.max(np.abs(model(report) - ref)) / np.max(np.abs(ref))) <= 1e-9
+
+
+def assert_honest_outcome(results, sim, culprit: int | None) -> None:
+    """Exact model, or a non-zero exit with a result.json naming the culprit; never a split."""
+    finished = []
+    for i, (code, rep) in enumerate(results):
+        if i == culprit:
+            continue
+        if code == 0:
+            assert rep["status"] == "finished" and rep["error"] is None
+            assert exact(rep, sim), f"node {i} exited 0 with a model that is not the simulation's"
+            finished.append(i)
+        else:
+            assert rep["status"] == "failed" and rep["error"], f"node {i} exited {code} without a reason"
+            assert "weights" not in rep
+            if culprit is not None:
+                assert f"node {culprit}" in rep["error"] or f"nodes {culprit}," in rep["error"] or re.search(rf"nodes [\d, ]*\b{culprit}\b", rep["error"]), rep["error"]
+
+
+def test_honest_run_in_memory_equals_simulate(kit, tmp_path):
+    kit, sim = kit
+    results = run_in_memory(kit, tmp_path)
+    assert [code for code, _ in results] == [0] * kit.n_nodes
+    assert all(exact(rep, sim) for _, rep in results)
+
+
+def test_duplicates_delays_and_reordering_change_nothing(kit, tmp_path):
+    kit, sim = kit
+    faults = Faults(np.random.default_rng(5), duplicate=0.2, delay=0.2, max_delay=0.002)
+    results = run_in_memory(kit, tmp_path, faults)
+    assert [code for code, _ in results] == [0] * kit.n_nodes
+    assert all(exact(rep, sim) for _, rep in results)
+
+
+class Insider:
+    """Node INSIDER's own codec, rewriting the ``nth`` message of ``kind`` it publishes."""
+
+    def __init__(self, kit, nth: int, kind: str, change) -> None:
+        roster = Roster.load(kit.roster_path)
+        self.roster = roster
+        identity = Identity.load(kit.node_dir(INSIDER) / "node.key")
+        self.codec = Codec(roster.run_id, roster.public_keys(), identity=identity, node_id=INSIDER, launch=LAUNCH)
+        self.observer = Codec(roster.run_id, roster.public_keys())
+        self.nth, self.kind, self.change = nth, kind, change
+        # Read the message as its receiver does: a rewrite keeps the true payload unless it
+        # changes it on purpose (a different valid value is a lie about the insider's own
+        # data, which nobody can detect, see nodes/README.md).
+        self.receiver = {
+            j: Codec(roster.run_id, roster.public_keys(), identity=Identity.load(kit.node_dir(j) / "node.key"), node_id=j, launch=LAUNCH)
+            for j in roster.neighbours[INSIDER]
+        }
+        self.seen = 0
+        self.fired = False
+
+    def __call__(self, topic: str, payload: bytes):
+        if not topic.startswith(f"p2pem/{self.roster.run_id}/from/{INSIDER}/") or self.fired:
+            return None
+        env = self.observer.parse(payload)
+        if env.kind != self.kind:
+            return None
+        self.seen += 1
+        if self.seen < self.nth:
+            return None
+        self.fired = True
+        msg = self.receiver[env.receivers[0]].decode(payload)
+        forged = self.change(msg)
+        return [(topic_for(self.roster.run_id, forged), self.codec.encode(forged))]
+
+
+BAD_VALUES = st.sampled_from([np.nan, np.inf, -np.inf, 1e300])
+
+
+@st.composite
+def rewrites(draw):
+    """A change an insider makes to one message: payload, kind, meta or round."""
+    what = draw(st.sampled_from(["value", "shape", "dtype", "kind", "meta", "round"]))
+    if what == "value":
+        bad, where = draw(BAD_VALUES), draw(st.integers(0, 10**6))
+
+        def change(m):
+            x = np.ones(m.payload.shape if isinstance(m.payload, np.ndarray) else 1)
+            x[where % x.size] = bad
+            return replace_payload(m, x)
+    elif what == "shape":
+        shape = draw(st.sampled_from([(0,), (1,), (3, 2), (400,)]))
+
+        def change(m):
+            return replace_payload(m, np.ones(shape))
+    elif what == "dtype":
+        ints = draw(st.lists(st.integers(0, 2**256 - 1), max_size=3))
+
+        def change(m):
+            return replace_payload(m, tuple(ints))
+    elif what == "kind":
+        kind = draw(st.sampled_from(["primal", "dual-init", "result", "ring", "bye", "x" * 40]))
+
+        def change(m):
+            other = kind if kind != m.kind else "result"
+            return Message(m.sender, m.receivers, m.iteration, m.round, other, m.payload, m.encrypted, m.meta)
+    elif what == "meta":
+        # every entry is out of range for both fields of a primal's meta; a dual-init has none
+        meta = draw(st.lists(st.sampled_from([-(2**62), -1, 10**9, NEVER + 1, 2**63 - 1]), min_size=1, max_size=3))
+
+        def change(m):
+            return Message(m.sender, m.receivers, m.iteration, m.round, m.kind, m.payload, m.encrypted, tuple(meta))
+    else:
+        shift = draw(st.sampled_from([-(2**40), -1, 2, 10**6]))
+
+        def change(m):
+            return Message(m.sender, m.receivers, m.iteration, m.round + shift, m.kind, m.payload, m.encrypted, m.meta)
+    return what, change
+
+
+def replace_payload(m: Message, payload) -> Message:
+    return Message(m.sender, m.receivers, m.iteration, m.round, m.kind, payload, m.encrypted, m.meta)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(rewrite=rewrites(), kind=st.sampled_from(["primal", "dual-init"]), nth=st.integers(1, 40))
+def test_insider_never_splits_or_silently_corrupts_the_outcome(kit, tmp_path_factory, rewrite, kind, nth):
+    kit, sim = kit
+    what, change = rewrite
+    insider = Insider(kit, nth, kind, change)
+    results = run_in_memory(kit, tmp_path_factory.mktemp("run"), Faults(np.random.default_rng(nth), rewrite=insider))
+    assert_honest_outcome(results, sim, INSIDER if insider.fired else None)
+    if insider.fired:
+        assert any(code != 0 for i, (code, _) in enumerate(results) if i != INSIDER), f"a {what} rewrite went unnoticed"

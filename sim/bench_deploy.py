@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) if args.out else Path(tmp) / "deploy"
         if args.profile:
             _profile_children(Path(args.profile), Path(tmp))
-        kit = prepare_kit(scenario, out, broker=("127.0.0.1", free_port()))
+        kit = prepare_kit(scenario, out, broker=("127.0.0.1", free_port()), seeded=True)
         load_before = os.getloadavg()
         broker = start_kit_broker(kit)
         last = [-1]

@@ -154,7 +154,7 @@ def test_ten_node_processes_equal_simulate_and_reject_attacks(tmp_path):
     path = scenario_file(tmp_path, n_nodes=10, max_iter=5)  # attacks land mid-run
     sim = simulate(path, record=True)
     scenario = load_scenario(path)
-    kit = prepare_kit(scenario, tmp_path / "out", broker=("127.0.0.1", free_port()))
+    kit = prepare_kit(scenario, tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True)
     roster = Roster.load(kit.roster_path)
     run_id = roster.run_id
     observer_codec = Codec(run_id, roster.public_keys())
@@ -242,14 +242,15 @@ def test_ten_node_processes_equal_simulate_and_reject_attacks(tmp_path):
     assert len(sealed) == len(duals)
     by_key = {(m.sender, m.receivers[0], m.iteration): m.payload for m in duals}
     receiver = int(sealed[0][0].rsplit("/", 1)[1])
-    codec = Codec(run_id, roster.public_keys(), identity=Identity.load(kit.node_dir(receiver) / "node.key"), node_id=receiver)
+    launch = bytes.fromhex(doc["deployment"]["launch"])
+    codec = Codec(run_id, roster.public_keys(), identity=Identity.load(kit.node_dir(receiver) / "node.key"), node_id=receiver, launch=launch)
     opened = codec.decode(sealed[0][1])
     assert opened.encrypted and opened.payload.tobytes() == by_key[(opened.sender, receiver, opened.iteration)].tobytes()
 
 
 def test_acl_refuses_publishing_as_another_node(tmp_path):
     path = scenario_file(tmp_path, n_nodes=4, max_iter=1)
-    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()))
+    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True)
     run_id = kit.run_id
     password = {i: (kit.node_dir(i) / "broker.password").read_text().strip() for i in range(kit.n_nodes)}
     creds = kit.credentials()
@@ -301,7 +302,7 @@ def test_failed_node_stops_every_other_node_naming_it(tmp_path, how):
     within the timeout (plus detection slack), naming it and the round."""
     timeout = 4.0
     path = scenario_file(tmp_path, n_nodes=8, max_iter=40, timeout=timeout)
-    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()))
+    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True)
     broker = start_kit_broker(kit)
     victim = 3
     others = [i for i in range(kit.n_nodes) if i != victim]
@@ -338,7 +339,7 @@ def test_failed_node_stops_every_other_node_naming_it(tmp_path, how):
 
 def test_broker_restart_is_survived_with_the_exact_model(tmp_path):
     path = scenario_file(tmp_path, n_nodes=8, max_iter=5, timeout=8.0)
-    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()))
+    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True)
     broker = start_kit_broker(kit)
     try:
 
@@ -357,7 +358,7 @@ def test_broker_restart_is_survived_with_the_exact_model(tmp_path):
 def test_broker_that_stays_down_ends_every_node_cleanly(tmp_path):
     path = scenario_file(tmp_path, n_nodes=4, max_iter=40, timeout=3.0)
     timeouts = Timeouts(timeout=3.0, reconnect_timeout=2.0)
-    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), timeouts=timeouts)
+    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True, timeouts=timeouts)
     broker = start_kit_broker(kit)
     dep = Deployment(kit)
     dep.start()
@@ -386,7 +387,7 @@ def test_staggered_start_is_waited_for(tmp_path):
     path = scenario_file(tmp_path, n_nodes=6, max_iter=2, timeout=2.0)
     text = re.sub(r"(?s)\[graph\].*?(?=\[em\])", '[graph]\nkind = "edges"\nedges = [[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 0], [0, 3]]\n\n', path.read_text())
     path.write_text(text)
-    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), timeouts=Timeouts(timeout=2.0, startup_timeout=30.0))
+    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True, timeouts=Timeouts(timeout=2.0, startup_timeout=30.0))
     late = 2  # neighbours 1 and 3; nodes 0, 4, 5 wait for it through them
     delay = 3 * 2.0 + 2.0
     broker = start_kit_broker(kit)
@@ -404,7 +405,7 @@ def test_nodes_refuse_a_neighbour_with_another_roster(tmp_path):
     out their start-up timeout); they must still stop at once, blaming the roster."""
     path = scenario_file(tmp_path, n_nodes=4, max_iter=2, timeout=3.0)
     startup = 30.0
-    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), timeouts=Timeouts(timeout=3.0, startup_timeout=startup))
+    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True, timeouts=Timeouts(timeout=3.0, startup_timeout=startup))
     other = kit.root / "other-roster.toml"
     other.write_text(kit.roster_path.read_text().replace("max_iter = 2", "max_iter = 3", 1))
     config = kit.config_path(0)
@@ -443,7 +444,7 @@ def test_nodes_refuse_a_neighbour_with_another_roster(tmp_path):
 
 def test_node_whose_neighbours_never_come_online_stops_naming_them(tmp_path):
     path = scenario_file(tmp_path, n_nodes=4, max_iter=2)
-    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), timeouts=Timeouts(timeout=2.0, startup_timeout=2.0))
+    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True, timeouts=Timeouts(timeout=2.0, startup_timeout=2.0))
     broker = start_kit_broker(kit)
     try:
         t0 = time.monotonic()
@@ -462,7 +463,7 @@ def test_node_whose_neighbours_never_come_online_stops_naming_them(tmp_path):
 def test_cli_deploy_writes_the_simulate_schema(tmp_path):
     path = scenario_file(tmp_path, n_nodes=4, max_iter=2)
     run = subprocess.run(
-        [sys.executable, "-m", "p2pem", "deploy", str(path), "--out", str(tmp_path / "dep"), "-q", "--check"],
+        [sys.executable, "-m", "p2pem", "deploy", str(path), "--out", str(tmp_path / "dep"), "-q", "--check", "--insecure-reproducible-seed"],
         capture_output=True,
         text=True,
         timeout=150,
@@ -600,7 +601,7 @@ def test_nodes_in_separate_network_namespaces(tmp_path):
     n = 4
     path = scenario_file(tmp_path, n_nodes=n, max_iter=2)
     with Namespaces(n) as nets:
-        kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("10.77.0.1", 1883))
+        kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("10.77.0.1", 1883), seeded=True)
         log = kit.broker_dir / "mosquitto.log"
         broker = subprocess.Popen(
             ["ip", "netns", "exec", nets.broker, str(find_mosquitto()), "-c", str(kit.broker_dir / "mosquitto.conf")],

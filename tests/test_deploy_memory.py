@@ -120,18 +120,18 @@ def test_duplicates_delays_and_reordering_change_nothing(kit, tmp_path):
 class Insider:
     """Node INSIDER's own codec, rewriting the ``nth`` message of ``kind`` it publishes."""
 
-    def __init__(self, kit, nth: int, kind: str, change) -> None:
+    def __init__(self, kit, nth: int, kind: str, change, *, launch: bytes = LAUNCH) -> None:
         roster = Roster.load(kit.roster_path)
         self.roster = roster
         identity = Identity.load(kit.node_dir(INSIDER) / "node.key")
-        self.codec = Codec(roster.run_id, roster.public_keys(), identity=identity, node_id=INSIDER, launch=LAUNCH)
+        self.codec = Codec(roster.run_id, roster.public_keys(), identity=identity, node_id=INSIDER, launch=launch)
         self.observer = Codec(roster.run_id, roster.public_keys())
         self.nth, self.kind, self.change = nth, kind, change
         # Read the message as its receiver does: a rewrite keeps the true payload unless it
         # changes it on purpose (a different valid value is a lie about the insider's own
         # data, which nobody can detect, see nodes/README.md).
         self.receiver = {
-            j: Codec(roster.run_id, roster.public_keys(), identity=Identity.load(kit.node_dir(j) / "node.key"), node_id=j, launch=LAUNCH)
+            j: Codec(roster.run_id, roster.public_keys(), identity=Identity.load(kit.node_dir(j) / "node.key"), node_id=j, launch=launch)
             for j in roster.neighbours[INSIDER]
         }
         self.seen = 0

@@ -461,6 +461,8 @@ class Deployment:
         Interpreter that runs ``-m p2pem node``.
     verbose : int
         ``-v`` flags passed to the nodes (their logs go to ``node.log``).
+    nodes : sequence of int, optional
+        Start only these nodes (default all; tests run the others themselves).
     """
 
     def __init__(
@@ -470,8 +472,10 @@ class Deployment:
         wrap: Callable[[int], Sequence[str]] | None = None,
         python: str = sys.executable,
         verbose: int = 1,
+        nodes: Sequence[int] | None = None,
     ) -> None:
         self.kit = kit
+        self.nodes = list(range(kit.n_nodes)) if nodes is None else list(nodes)
         self.wrap = wrap
         self.python = python
         self.verbose = verbose
@@ -499,7 +503,7 @@ class Deployment:
         self.started_at = time.monotonic()
         self.started_unix = time.time()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        for i in range(self.kit.n_nodes):
+        for i in self.nodes:
             self.kit.result_path(i).unlink(missing_ok=True)
             with open(self.kit.log_path(i), "ab") as logfile:
                 try:
@@ -561,7 +565,7 @@ class Deployment:
             have fired long before; the processes are terminated).
         """
         while True:
-            for i, p in enumerate(self.processes):
+            for i, p in zip(self.nodes, self.processes):
                 if i not in self.exit_times and p.poll() is not None:
                     self.exit_times[i] = time.monotonic() - self.started_at
             if progress is not None:
@@ -679,8 +683,15 @@ def _failure_summary(kit: Kit, codes: Sequence[int], reports: Sequence[dict | No
         return f"node {i} exited with code {code}" + (f": {tail}" if tail else "")
 
     reasons = {i: reason(i) for i in failed}
-    # Prefer a node that saw the cause over one that was told by a neighbour.
-    primary = next((i for i in failed if "run stopped" not in reasons[i] and "launcher" not in reasons[i]), failed[0])
+    # Prefer a node that failed by itself (bad data, a violation it caught) over one that only
+    # noticed a neighbour's absence, and that over one told by a neighbour.
+    def rank(i: int) -> int:
+        text = reasons[i]
+        if "run stopped" in text or "launcher" in text:
+            return 2
+        return 1 if any(w in text for w in ("never came online", "fell silent", "no progress")) else 0
+
+    primary = min(failed, key=rank)
     others = len(failed) - 1
     more = f"; {others} other node{'s' if others != 1 else ''} stopped too" if others else ""
     return f"deployment failed: {reasons[primary]}{more} (logs: {kit.root / 'nodes'}/node*/node.log)"

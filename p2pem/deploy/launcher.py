@@ -757,6 +757,8 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
                 if launched_unix is None or t.get("online_s") is None
                 else t["started_unix"] + t["online_s"] - launched_unix,
                 "run_s": None if t.get("finished_s") is None or t.get("online_s") is None else t["finished_s"] - t["online_s"],
+                "agree_s": None if t.get("agreed_s") is None or t.get("finished_s") is None else t["agreed_s"] - t["finished_s"],
+                **{k: v for k, v in r.get("costs", {}).items()},
                 "total_s": t.get("total_s"),
                 "cpu_s": r.get("cpu_s"),
                 "exit_s": exit_times.get(r["node_id"]),

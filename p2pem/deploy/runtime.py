@@ -330,6 +330,10 @@ class NodeRuntime:
         self.counters: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
         self.timings: dict[str, float] = {}
+        #: CPU seconds spent checking messages of the protocol and handling control messages
+        #: (their checks, the abort signatures, the final comparison): the price of this
+        #: runtime's defences, printed by ``sim/bench_deploy.py``.
+        self.costs: dict[str, float] = {"validate_s": 0.0, "control_s": 0.0}
         self._t0 = time.monotonic()
 
     # ------------------------------------------------------------------ the run
@@ -610,7 +614,11 @@ class NodeRuntime:
             log.debug("node %d: ignored a duplicate %s message from node %d (iteration %d, round %d)", self.node_id, msg.kind, msg.sender, msg.iteration, msg.round)
             return
         if msg.iteration == CONTROL:
-            await self._control(msg)
+            t0 = time.thread_time()
+            try:
+                await self._control(msg)
+            finally:
+                self.costs["control_s"] += time.thread_time() - t0
             return
         if msg.iteration < 0:
             raise PeerViolation(self.node_id, msg.sender, f"in {self.where()}: {msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}")
@@ -624,7 +632,9 @@ class NodeRuntime:
 
     async def _deliver(self, msg: Message) -> None:
         try:
+            t0 = time.thread_time()
             self.node.check(msg)
+            self.costs["validate_s"] += time.thread_time() - t0
             out = self.node.receive(msg)
         except OutOfRound as exc:
             self._reject("OutOfRound", str(exc))
@@ -948,6 +958,7 @@ class NodeRuntime:
                 "rejected": dict(self.rejected),
             },
             "timings": {k: round(v, 6) for k, v in self.timings.items()},
+            "costs": {k: round(v, 6) for k, v in self.costs.items()},
             "cpu_s": round(time.process_time(), 6),
         }
         if params is not None:

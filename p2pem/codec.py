@@ -80,6 +80,7 @@ __all__ = [
     "Codec",
     "Envelope",
     "ForgedMessage",
+    "InconsistentMessage",
     "InvalidMessage",
     "MalformedMessage",
     "NotAddressed",
@@ -116,6 +117,11 @@ class InvalidMessage(ProtocolError):
 
 class MalformedMessage(InvalidMessage):
     """The bytes are not a well-formed envelope, or a message cannot be encoded."""
+
+
+class InconsistentMessage(MalformedMessage):
+    """The tag verifies, but the envelope contradicts itself (payload length, receivers of a
+    sealed payload): only its authenticated sender can have written it."""
 
 
 class WrongRun(InvalidMessage):
@@ -441,11 +447,11 @@ class Codec:
         # reason names a sender who really sent it.
         expected = env.payload_nbytes + (SEAL_OVERHEAD if env.encrypted else 0)
         if len(env.body) != expected:
-            raise MalformedMessage(
+            raise InconsistentMessage(
                 f"message from {who}: payload is {len(env.body)} bytes, header announces {expected}"
             )
         if env.encrypted and len(env.receivers) != 1:
-            raise MalformedMessage(f"encrypted message from {who} has {len(env.receivers)} receivers, not 1")
+            raise InconsistentMessage(f"encrypted message from {who} has {len(env.receivers)} receivers, not 1")
         return env
 
     def decode(self, data: bytes) -> Message:

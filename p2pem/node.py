@@ -20,9 +20,14 @@ from p2pem.em import EMSettings, EMState
 from p2pem.errors import ProtocolError
 from p2pem.gmm import FloatArray
 from p2pem.messages import Message
-from p2pem.protocols.base import Aggregation, NodeContext, ProtocolSpec
+from p2pem.protocols.base import Aggregation, NodeContext, ProtocolSpec, ProtocolViolation
 
 log = logging.getLogger(__name__)
+
+
+#: Messages of the next aggregation a neighbour may send before this node begins it
+#: (pdmm-sp: a dual-init and a first primal).
+MAX_AHEAD = 4
 
 
 class OutOfRound(ProtocolError):
@@ -87,7 +92,10 @@ class Node:
         if msg.iteration > self.iteration:
             if msg.iteration > self.iteration + 1:
                 raise OutOfRound(f"node {self.node_id}: message from node {msg.sender} is {msg.iteration - self.iteration} EM iterations ahead")
-            self._pending[msg.iteration].append(msg)
+            pending = self._pending[msg.iteration]
+            if self.validate and sum(m.sender == msg.sender for m in pending) >= MAX_AHEAD:
+                raise ProtocolViolation(msg.sender, msg.iteration, msg.round, "ahead", f"more than {MAX_AHEAD} messages for the next aggregation")
+            pending.append(msg)
             return []
         return self._count(self.agg.receive(msg)) + self._maybe_advance()
 
@@ -133,7 +141,15 @@ class Node:
             for msg in pending:
                 self.agg.check(msg)
         for msg in pending:
-            out += self._count(self.agg.receive(msg))
+            try:
+                out += self._count(self.agg.receive(msg))
+            except ProtocolViolation:
+                raise
+            except ProtocolError as exc:
+                if not self.validate:
+                    raise
+                # the state machine refused a queued message: blame its sender, not the current one
+                raise ProtocolViolation(msg.sender, msg.iteration, msg.round, "state", str(exc)) from None
         return out + self._maybe_advance()
 
     def _maybe_advance(self) -> list[Message]:

@@ -210,3 +210,44 @@ def test_insider_never_splits_or_silently_corrupts_the_outcome(kit, tmp_path_fac
     assert_honest_outcome(results, sim, INSIDER if insider.fired else None)
     if insider.fired:
         assert any(code != 0 for i, (code, _) in enumerate(results) if i != INSIDER), f"a {what} rewrite went unnoticed"
+
+
+def test_forged_abort_is_pinned_on_its_sender(kit, tmp_path):
+    """An abort in another node's name without its signature: its sender is the culprit."""
+    kit, sim = kit
+    roster = Roster.load(kit.roster_path)
+    origin = roster.neighbours[INSIDER][0]
+    framed = next(j for j in range(kit.n_nodes) if j not in (INSIDER, origin))
+
+    def forge(m: Message) -> Message:
+        return Message(INSIDER, m.receivers, -1, 0, "abort", (7, 7), False, (1, m.iteration, m.round, origin, framed))
+
+    insider = Insider(kit, 5, "primal", forge)
+    results = run_in_memory(kit, tmp_path, Faults(np.random.default_rng(0), rewrite=insider))
+    assert insider.fired
+    assert_honest_outcome(results, sim, INSIDER)
+    for j in roster.neighbours[INSIDER]:
+        assert f"protocol violation by node {INSIDER}" in results[j][1]["error"] and f"not signed by node {origin}" in results[j][1]["error"]
+    assert all(f"node {framed} fell silent" not in rep["error"] for i, (_, rep) in enumerate(results) if i != INSIDER)
+
+
+def test_messages_queued_ahead_are_bounded(kit, tmp_path):
+    """A member cannot make a neighbour queue messages for later without limit."""
+    kit, sim = kit
+    roster = Roster.load(kit.roster_path)
+    victim = roster.neighbours[INSIDER][0]
+
+    ahead = [Message(INSIDER, (victim,), 1, r, "dual-init", np.zeros(23), True) for r in range(6)]
+
+    class Flood(Insider):
+        """Publishes its second primal unchanged, followed by six messages for the next EM iteration."""
+
+        def __call__(self, topic, payload):
+            if super().__call__(topic, payload) is None:
+                return None
+            return [(topic, payload)] + [(topic_for(self.roster.run_id, m), self.codec.encode(m)) for m in ahead]
+
+    insider = Flood(kit, 2, "primal", lambda m: m)
+    results = run_in_memory(kit, tmp_path, Faults(np.random.default_rng(0), rewrite=insider))
+    assert_honest_outcome(results, sim, INSIDER)
+    assert "check 'ahead'" in results[victim][1]["error"]

@@ -63,12 +63,12 @@ from typing import Any
 
 import numpy as np
 
-from p2pem.codec import Codec, InvalidMessage, NotAddressed, ReplayedMessage, ReplayGuard
+from p2pem.codec import Codec, InconsistentMessage, InvalidMessage, NotAddressed, ReplayedMessage, ReplayGuard, TamperedMessage
 from p2pem.crypto import CryptoError, Identity
 from p2pem.deploy.config import NodeConfig, Roster, load_node_data
 from p2pem.errors import ConfigError, DataError, P2pemError, ProtocolError, TransportError
 from p2pem.messages import Message
-from p2pem.node import EMFailed, Node, OutOfRound
+from p2pem.node import MAX_AHEAD, EMFailed, Node, OutOfRound
 from p2pem.protocols import NodeContext
 from p2pem.protocols.base import ProtocolViolation, check_vector
 from p2pem.transports.base import (
@@ -589,7 +589,12 @@ class NodeRuntime:
                 return
             self._reject("NotAddressed", str(exc))
             return
+        except (TamperedMessage, InconsistentMessage) as exc:
+            # The tag verified, so the claimed sender wrote this (the tag covers every byte).
+            sender = self.codec.parse(incoming.payload).sender
+            raise PeerViolation(self.node_id, sender, f"in {self.where()}: {exc}") from None
         except InvalidMessage as exc:
+            # No valid tag: anyone on the path (the broker, an outsider) may have made it.
             self._reject(type(exc).__name__, str(exc))
             return
         if msg.sender != t_sender or (t_receiver is not None and tuple(msg.receivers) != (t_receiver,)):
@@ -626,6 +631,8 @@ class NodeRuntime:
             if msg.iteration > 1:
                 self._reject("OutOfRound", f"{msg.kind} message from node {msg.sender} for EM iteration {msg.iteration} before start")
                 return
+            if sum(m.sender == msg.sender for m in self._buffer) >= MAX_AHEAD:
+                raise PeerViolation(self.node_id, msg.sender, f"node {msg.sender} sent more than {MAX_AHEAD} messages before every neighbour was online")
             self._buffer.append(msg)
             return
         await self._deliver(msg)

@@ -311,7 +311,6 @@ def test_failed_node_stops_every_other_node_naming_it(tmp_path, how):
         dep.start()
         try:
             wait_until(lambda: dep.progress().min_iter >= 1, 120, "the first M-step")
-            failed_at = time.monotonic()
             os.kill(dep.processes[victim].pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
             if how == "silent":
                 wait_until(lambda: all(dep.processes[i].poll() is not None for i in others), 30, "the other nodes to stop")
@@ -326,13 +325,16 @@ def test_failed_node_stops_every_other_node_naming_it(tmp_path, how):
     else:
         assert codes[victim] == 5  # woken up, it finds its neighbours gone and stops too
     assert all(codes[i] != 0 for i in others)
+    detectors = 0
     for i in others:
-        stopped_after = dep.started_at + dep.exit_times[i] - failed_at
-        assert stopped_after < timeout + 4.0, f"node {i} took {stopped_after:.1f} s to stop"
         rep = json.loads(kit.result_path(i).read_text())
         assert rep["status"] == "failed" and rep["exit_code"] == 5
         assert re.search(rf"node {victim} fell silent in EM iteration \d+, protocol round \d+", rep["error"]), rep["error"]
         assert f"node {i}" in rep["error"]
+        # the silence timeout, not the stall limit (3 x timeout), stopped the run
+        detectors += bool(re.search(rf"nothing received for [\d.]+ s \(timeout {timeout:g} s\)", rep["error"]))
+        assert "no progress" not in rep["error"]
+    assert detectors >= 1
     with pytest.raises(DeploymentFailed, match=rf"node {victim} fell silent"):
         collect_results(kit, codes, 0.0)
 
@@ -365,14 +367,12 @@ def test_broker_that_stays_down_ends_every_node_cleanly(tmp_path):
     try:
         wait_until(lambda: dep.progress().min_iter >= 1, 120, "the first M-step")
         broker.stop()
-        stopped_at = time.monotonic()
         codes = dep.wait(watchdog=60)
     finally:
         dep.terminate()
         broker.stop()
     assert codes == [5] * kit.n_nodes
     for i in range(kit.n_nodes):
-        assert dep.started_at + dep.exit_times[i] - stopped_at < timeouts.reconnect_timeout + 4.0
         error = json.loads(kit.result_path(i).read_text())["error"]
         assert re.fullmatch(
             rf"node {i}: lost the MQTT broker at 127\.0\.0\.1:{kit.broker_port} in EM iteration \d+, protocol round \d+ "
@@ -433,11 +433,10 @@ def test_nodes_refuse_a_neighbour_with_another_roster(tmp_path):
     reports = node_reports(kit)
     for rep in reports:
         assert rep["status"] == "failed" and "roster" in rep["error"], rep["error"]
-    late = [i for i in range(kit.n_nodes) if i not in first]
-    first_done = max(dep.exit_times[i] for i in first)
-    for i in late:
-        # no start-up timeout: a late node learns of the failure from the retained aborts
-        assert dep.exit_times[i] - first_done < startup / 2, (i, dep.exit_times, reports[i]["error"])
+    for i in range(kit.n_nodes):
+        if i not in first:
+            # no start-up timeout: a late node learns of the failure from the retained aborts
+            assert "never came online" not in reports[i]["error"] and "differs from node" in reports[i]["error"], reports[i]["error"]
     with pytest.raises(DeploymentFailed, match="roster"):
         collect_results(kit, codes, 0.0)
 
@@ -447,16 +446,14 @@ def test_node_whose_neighbours_never_come_online_stops_naming_them(tmp_path):
     kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True, timeouts=Timeouts(timeout=2.0, startup_timeout=2.0))
     broker = start_kit_broker(kit)
     try:
-        t0 = time.monotonic()
         result = subprocess.run(
             [sys.executable, "-m", "p2pem", "node", "--config", str(kit.config_path(0))], capture_output=True, text=True, timeout=60
         )
-        elapsed = time.monotonic() - t0
     finally:
         broker.stop()
     neighbours = Roster.load(kit.roster_path).neighbours[0]
-    assert result.returncode == 5 and elapsed < 20
-    assert "never came online" in result.stderr and ", ".join(map(str, neighbours)) in result.stderr
+    assert result.returncode == 5
+    assert "never came online (no hello within 2 s of start-up)" in result.stderr and ", ".join(map(str, neighbours)) in result.stderr
     assert json.loads(kit.result_path(0).read_text())["status"] == "failed"
 
 
@@ -520,6 +517,7 @@ def test_ctrl_c_stops_every_node_and_the_broker(tmp_path):
     finally:
         if launcher.poll() is None:
             launcher.kill()
+            launcher.communicate(timeout=10)  # reap it and close its pipes
     assert launcher.returncode == 130 and "interrupted" in err
     wait_until(lambda: not _processes_mentioning(str(out)), 10, "all processes of the deployment to exit")
     assert not (out / "result.json").exists()

@@ -689,7 +689,7 @@ def _failure_summary(kit: Kit, codes: Sequence[int], reports: Sequence[dict | No
         text = reasons[i]
         if "run stopped" in text or "launcher" in text:
             return 2
-        return 1 if any(w in text for w in ("never came online", "fell silent", "no progress")) else 0
+        return 1 if any(w in text for w in ("never came online", "fell silent", "no progress", "was killed by")) else 0
 
     primary = min(failed, key=rank)
     others = len(failed) - 1

@@ -276,6 +276,7 @@ class Codec:
             raise ConfigError("the launch nonce must be at most 64 bytes")
         self.launch = launch
         self._domain = _MAC_DOMAIN + (bytes([len(launch)]) + launch if launch else b"")
+        self._data_domain = self._domain
         self._run_bytes = run_id.encode("utf-8")
         self.roster: dict[int, PublicIdentity] = dict(roster)
         if (identity is None) != (node_id is None):
@@ -295,6 +296,19 @@ class Codec:
 
     def __repr__(self) -> str:
         return f"Codec(run_id={self.run_id!r}, node_id={self.node_id!r}, roster={len(self.roster)} nodes)"
+
+    def set_generation(self, context: bytes) -> None:
+        """Bind ``context`` into the tags of protocol messages (iteration >= 0) from now on.
+
+        A deployment that drops a node and re-runs an aggregation calls it with the set of
+        dropped nodes, at every survivor: messages of the abandoned attempt, still in flight,
+        then no longer authenticate, so they cannot mix with the new attempt's.  Control
+        messages (iteration < 0) keep the launch's tags.
+        """
+        self._data_domain = self._domain + b"\x00gen" + bytes([len(context)]) + bytes(context)
+
+    def _domain_for(self, iteration: int) -> bytes:
+        return self._data_domain if iteration >= 0 else self._domain
 
     # ----------------------------------------------------------------- encode
     def encode(self, msg: Message) -> bytes:
@@ -332,7 +346,8 @@ class Codec:
         else:
             body = plain
         authenticated = _LEN.pack(len(header)) + header + body
-        tags = [mac(self._edge_key(r, role="receiver"), self._domain, authenticated) for r in msg.receivers]
+        domain = self._domain_for(msg.iteration)
+        tags = [mac(self._edge_key(r, role="receiver"), domain, authenticated) for r in msg.receivers]
         return b"".join([authenticated, *tags])
 
     def _pack(self, msg: Message) -> tuple[bytes, bytes]:
@@ -437,7 +452,7 @@ class Codec:
         k = env.receivers.index(self.node_id)
         key = self._edge_key(env.sender, role="sender")
         try:
-            check_mac(key, env.tags[k * MAC_SIZE : (k + 1) * MAC_SIZE], self._domain, env.authenticated)
+            check_mac(key, env.tags[k * MAC_SIZE : (k + 1) * MAC_SIZE], self._domain_for(env.iteration), env.authenticated)
         except CryptoError:
             raise ForgedMessage(
                 f"message claiming to be from {who} does not authenticate under the key of edge "
@@ -584,6 +599,10 @@ class ReplayGuard:
             f"node {msg.sender} sent two different {msg.kind!r} messages for iteration {msg.iteration} "
             f"round {msg.round} to {msg.receivers} (replay or equivocation)"
         )
+
+    def forget_from(self, iteration: int) -> None:
+        """Drop the keys of iterations ``iteration`` and later (their aggregation runs again)."""
+        self._seen = {k: v for k, v in self._seen.items() if not 0 <= iteration <= k[1]}
 
     def forget_before(self, iteration: int) -> None:
         """Drop the keys of iterations before ``iteration`` to bound memory in long runs.

@@ -111,6 +111,22 @@ class Node:
         if self.agg is not None and not self.done and msg.iteration == self.iteration:
             self.agg.check(msg)
 
+    def restart(self, ctx: NodeContext) -> list[Message]:
+        """Run the current aggregation again from its start, over ``ctx``'s topology.
+
+        For a deployment that drops a node that fell silent: the survivors re-run the EM
+        iteration in progress among themselves (the EM state has not absorbed it yet, so
+        its contribution is recomputed unchanged).  Queued messages belong to the abandoned
+        attempt and are discarded.
+        """
+        if self.done:
+            raise ProtocolError(f"node {self.node_id}: cannot restart an aggregation after EM finished")
+        self.ctx = ctx
+        self.node_id = ctx.node_id
+        self._pending.clear()
+        self._previous = None
+        return self._begin()
+
     def wake(self) -> list[Message]:
         """One asynchronous activation (pdmm-sp in async mode)."""
         if self.done or self.agg is None:

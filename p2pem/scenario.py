@@ -601,15 +601,16 @@ def _parse_protocols(top: Table) -> tuple[ProtocolConfig, ...]:
 
 
 #: Keys of the ``[deploy]`` table (used by :mod:`p2pem.deploy`), all optional.
-DEPLOY_KEYS = ("timeout", "startup_timeout", "heartbeat", "reconnect_timeout", "max_node_spread", "broker")
+DEPLOY_KEYS = ("timeout", "startup_timeout", "heartbeat", "reconnect_timeout", "max_node_spread", "broker", "on_dropout")
 
 
 def _parse_deploy(top: Table) -> Mapping[str, Any]:
     """The ``[deploy]`` table: positive numbers of seconds, a spread, a ``host:port`` broker."""
     table = top.free_table("deploy")
     sec = Table(top.where, dict(table), "deploy", DEPLOY_KEYS)
-    for key in DEPLOY_KEYS[:-1]:
+    for key in DEPLOY_KEYS[:5]:
         sec.number(key, default=None, positive=True)
+    sec.choice("on_dropout", ("stop", "continue"), default="stop")
     broker = sec.string("broker", default=None)
     if broker is not None:
         host, _, port = broker.rpartition(":")

@@ -57,19 +57,32 @@ def kit(tmp_path_factory):
     return kit, sim
 
 
-def run_in_memory(kit, out: Path, intercept=None, *, timeout: float = 0.4) -> list[tuple[int, dict]]:
-    """Run every node of ``kit`` in this process; return (exit code, result.json) per node."""
+def run_in_memory(kit, out: Path, intercept=None, *, timeout: float = 0.4, on_dropout: str = "stop", kill: tuple[int, int] | None = None) -> list[tuple[int, dict]]:
+    """Run every node of ``kit`` in this process; return (exit code, result.json) per node.
+
+    ``kill = (node, n)``: that node dies (silently, like SIGKILL) after publishing n envelopes.
+    """
     out.mkdir(parents=True, exist_ok=True)
     broker = MemoryBroker(intercept)
     roster = Roster.load(kit.roster_path)
-    runtimes = []
+    runtimes, links = [], []
     for i in range(kit.n_nodes):
         config = NodeConfig.load(kit.config_path(i))
-        config = replace(config, result=out / f"result{i}.json", timeouts=Timeouts(timeout=timeout, startup_timeout=2.0, heartbeat=timeout / 4))
-        link = broker.link(subscriptions_for(roster.run_id, i, roster.neighbours[i]), name=f"node{i}")
-        runtimes.append(NodeRuntime(config, link=link, launch=LAUNCH))
+        config = replace(
+            config, result=out / f"result{i}.json", on_dropout=on_dropout, timeouts=Timeouts(timeout=timeout, startup_timeout=2.0, heartbeat=timeout / 4)
+        )
+        links.append(broker.link(subscriptions_for(roster.run_id, i, roster.neighbours[i]), name=f"node{i}"))
+        runtimes.append(NodeRuntime(config, link=links[-1], launch=LAUNCH))
+
+    async def reaper(node: int, n: int) -> None:
+        prefix = f"p2pem/{roster.run_id}/from/{node}/"
+        while sum(t.startswith(prefix) for t, _ in broker.published) < n:
+            await asyncio.sleep(0.001)
+        links[node].kill()
 
     async def main():
+        if kill is not None:
+            asyncio.get_running_loop().create_task(reaper(*kill))
         return await asyncio.gather(*(run_reported(rt) for rt in runtimes))
 
     codes = asyncio.run(main())
@@ -251,3 +264,49 @@ def test_messages_queued_ahead_are_bounded(kit, tmp_path):
     results = run_in_memory(kit, tmp_path, Faults(np.random.default_rng(0), rewrite=insider))
     assert_honest_outcome(results, sim, INSIDER)
     assert "check 'ahead'" in results[victim][1]["error"]
+
+
+def test_dropout_continue_ends_with_the_simulation_of_the_same_schedule(kit, tmp_path):
+    """A node killed mid-run: the survivors drop it, re-run that EM iteration without it and
+    end with the model of the simulation with the same dropout schedule."""
+    from p2pem.deploy.dropout import simulate_with_dropouts, survivor_topology
+    from p2pem.simulate import protocol_streams
+
+    kit, _ = kit
+    roster = Roster.load(kit.roster_path)
+    victim = next(k for k in range(kit.n_nodes) if _can_drop(roster, k, survivor_topology))
+    results = run_in_memory(kit, tmp_path, on_dropout="continue", kill=(victim, 60))
+    survivors = [i for i in range(kit.n_nodes) if i != victim]
+    assert results[victim][0] != 0
+    assert all(results[i][0] == 0 for i in survivors), [results[i][1]["error"] for i in survivors]
+    dropped = {tuple(sorted((d["node"], d["iteration"]) for d in results[i][1]["dropped"])) for i in survivors}
+    assert len(dropped) == 1
+    ((node, iteration),) = dropped.pop()
+    assert node == victim and iteration >= 1
+    scenario = load_scenario(kit.scenario_file)
+    parts = load_data(scenario)
+    params, n_iter = simulate_with_dropouts(
+        parts, roster.neighbours, roster.protocol_spec(), em_settings(scenario), {victim: iteration},
+        rngs=protocol_streams(scenario.streams()["protocol"], len(parts)),
+    )
+    ref = np.concatenate([np.ravel(params.weights), np.ravel(params.means), np.ravel(params.covariances)])
+    for i in survivors:
+        rep = results[i][1]
+        assert rep["n_iter"] == n_iter
+        assert float(np.max(np.abs(model(rep) - ref)) / np.max(np.abs(ref))) <= 1e-9
+
+
+def test_dropout_stop_is_the_default(kit, tmp_path):
+    kit, _ = kit
+    results = run_in_memory(kit, tmp_path, kill=(2, 60))
+    for i, (code, rep) in enumerate(results):
+        if i != 2:
+            assert code != 0 and "node 2" in rep["error"] and not rep["dropped"]
+
+
+def _can_drop(roster, k, survivor_topology) -> bool:
+    try:
+        survivor_topology(roster.neighbours, {k})
+    except Exception:  # noqa: BLE001 - ProtocolError: this node's loss would disconnect the graph
+        return False
+    return True

@@ -82,6 +82,8 @@ __all__ = [
 
 #: Version of the roster layout written by :meth:`Roster.save`.
 ROSTER_FORMAT = 1
+#: What a node may do when a neighbour falls silent (``on_dropout``).
+ON_DROPOUT = ("stop", "continue")
 #: Protocols (and modes) a deployment can run.
 DEPLOYABLE = ("pdmm-sp (mode = 'sync')",)
 
@@ -541,6 +543,10 @@ class NodeConfig:
         With ``seed``: the noise generator is ``default_rng(SeedSequence(seed, spawn_key))``;
         ``p2pem deploy`` writes the scenario seed and ``(3, node_id)``, exactly the
         generator ``p2pem simulate`` gives node ``node_id``.
+    on_dropout : {"stop", "continue"}
+        When a neighbour falls silent: stop the run (default), or agree with the other
+        nodes to drop it and go on without it (if the rest stays connected with a cycle).
+        Every node of a run needs the same value.
     path : pathlib.Path, optional
         Where the config was read from.
     """
@@ -555,6 +561,7 @@ class NodeConfig:
     columns: tuple[str, ...] | None = None
     seed: int | None = None
     spawn_key: tuple[int, ...] = ()
+    on_dropout: str = "stop"
     path: Path | None = None
 
     def protocol_rng(self) -> np.random.Generator:
@@ -570,7 +577,7 @@ class NodeConfig:
         doc = _read_toml(path, "node config")
         where = str(path)
         base = path.parent
-        top = Table(where, doc, "", ("node_id", "roster", "key_file", "data", "columns", "result", "broker", "timeouts", "reproducibility"))
+        top = Table(where, doc, "", ("node_id", "roster", "key_file", "data", "columns", "result", "broker", "timeouts", "reproducibility", "on_dropout"))
         node_id = top.integer("node_id", minimum=0)
         b = top.section("broker", BrokerConfig.KEYS)
         port = b.integer("port", default=1883, minimum=1)
@@ -602,6 +609,7 @@ class NodeConfig:
             if any(k < 0 for k in spawn_key):
                 r.fail("'reproducibility.spawn_key' must hold non-negative integers")
         columns = top.string_list("columns", default=None)
+        on_dropout = top.choice("on_dropout", ON_DROPOUT, default="stop")
         return cls(
             node_id=node_id,
             roster=top.path("roster", base),
@@ -613,6 +621,7 @@ class NodeConfig:
             columns=None if columns is None else tuple(columns),
             seed=seed,
             spawn_key=spawn_key,
+            on_dropout=on_dropout,
             path=path,
         )
 
@@ -645,6 +654,7 @@ class NodeConfig:
         if self.columns is not None:
             doc["columns"] = list(self.columns)
         doc["result"] = rel(self.result)
+        doc["on_dropout"] = self.on_dropout
         doc["broker"] = broker
         doc["timeouts"] = self.timeouts.to_dict()
         if self.seed is not None:

@@ -227,6 +227,7 @@ def prepare_kit(
     seeded: bool = False,
     timeouts: Timeouts | None = None,
     max_node_spread: float | None = None,
+    on_dropout: str | None = None,
 ) -> Kit:
     """Write everything the node processes and the broker need into ``out``.
 
@@ -250,6 +251,8 @@ def prepare_kit(
         Default: the scenario's ``[deploy]`` table.
     max_node_spread : float, optional
         Largest accepted relative disagreement between the nodes' models.
+    on_dropout : {"stop", "continue"}, optional
+        Default: the scenario's ``[deploy] on_dropout``, else "stop".
 
     Returns
     -------
@@ -318,6 +321,7 @@ def prepare_kit(
             timeouts=timeouts,
             seed=int(protocol_stream.entropy) if seeded else None,
             spawn_key=(*protocol_stream.spawn_key, i) if seeded else (),
+            on_dropout=str(scenario.deploy.get("on_dropout", "stop")) if on_dropout is None else on_dropout,
         )
         config.save(d / "node.toml")
     kit = Kit(
@@ -664,11 +668,27 @@ def collect_results(
             reports.append(json.loads(kit.result_path(i).read_text(encoding="utf-8")))
         except (OSError, ValueError):
             reports.append(None)
-    failed = [i for i in range(kit.n_nodes) if codes[i] != 0 or reports[i] is None or reports[i].get("status") != "finished"]
+    # nodes the others agreed to drop (on_dropout = "continue") are not failures of the run
+    dropped: dict[int, dict[str, Any]] = {}
+    for rep in reports:
+        if rep is not None and rep.get("status") == "finished":
+            for d in rep.get("dropped", []):
+                dropped.setdefault(int(d["node"]), d)
+    failed = [
+        i for i in range(kit.n_nodes) if i not in dropped and (codes[i] != 0 or reports[i] is None or reports[i].get("status") != "finished")
+    ]
     if failed:
         raise DeploymentFailed(_failure_summary(kit, codes, reports, failed))
-    ok: list[dict[str, Any]] = reports  # type: ignore[assignment]
-    return _combine(kit, ok, wall, exit_times or {}, launched_unix)
+    survivors = [i for i in range(kit.n_nodes) if i not in dropped]
+    sets = {tuple(sorted(int(d["node"]) for d in reports[i].get("dropped", []))) for i in survivors}  # type: ignore[union-attr]
+    if len(sets) > 1:
+        raise DeploymentFailed(f"deployment failed: the surviving nodes disagree on who dropped out ({sorted(sets)})")
+    ok: list[dict[str, Any]] = [reports[i] for i in survivors]  # type: ignore[misc]
+    doc = _combine(kit, ok, wall, exit_times or {}, launched_unix)
+    doc["deployment"]["dropped"] = [
+        {"node": k, "iteration": int(d["iteration"]), "detected_by": int(d["detected_by"])} for k, d in sorted(dropped.items())
+    ]
+    return doc
 
 
 def _failure_summary(kit: Kit, codes: Sequence[int], reports: Sequence[dict | None], failed: list[int]) -> str:
@@ -819,9 +839,20 @@ def compare_with_simulate(kit: Kit, doc: dict[str, Any]) -> float:
         raise ConfigError("the kit has no scenario to simulate")
     scenario = load_scenario(kit.scenario_file)
     roster = Roster.load(kit.roster_path)
-    sim = run_protocol(
-        load_data(scenario), build_graph(scenario), roster.protocol_spec(), em_settings(scenario), seed=scenario.streams()["protocol"]
-    )
+    schedule = {int(d["node"]): int(d["iteration"]) for d in doc.get("deployment", {}).get("dropped", [])}
+    if schedule:
+        from p2pem.deploy.dropout import simulate_with_dropouts
+        from p2pem.simulate import protocol_streams
+
+        parts = load_data(scenario)
+        sim, _ = simulate_with_dropouts(
+            parts, roster.neighbours, roster.protocol_spec(), em_settings(scenario), schedule,
+            rngs=protocol_streams(scenario.streams()["protocol"], len(parts)),
+        )
+    else:
+        sim = run_protocol(
+            load_data(scenario), build_graph(scenario), roster.protocol_spec(), em_settings(scenario), seed=scenario.streams()["protocol"]
+        )
     run = doc["protocols"][0]
     err = 0.0
     for key, ref in (("weights", sim.weights), ("means", sim.means), ("covariances", sim.covariances)):

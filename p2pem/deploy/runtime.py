@@ -66,6 +66,7 @@ import numpy as np
 from p2pem.codec import Codec, InconsistentMessage, InvalidMessage, NotAddressed, ReplayedMessage, ReplayGuard, TamperedMessage
 from p2pem.crypto import CryptoError, Identity
 from p2pem.deploy.config import NodeConfig, Roster, load_node_data
+from p2pem.deploy.dropout import survivor_topology
 from p2pem.errors import ConfigError, DataError, P2pemError, ProtocolError, TransportError
 from p2pem.messages import Message
 from p2pem.node import MAX_AHEAD, EMFailed, Node, OutOfRound
@@ -98,11 +99,12 @@ __all__ = [
 
 #: Iteration number of control messages (hello, final, bye, abort); the Node never sees them.
 CONTROL = -1
-HELLO, FINAL, BYE, ABORT = "hello", "final", "bye", "abort"
+HELLO, FINAL, BYE, ABORT, DROP = "hello", "final", "bye", "abort", "drop"
 #: Largest relative difference between two neighbours' final models that counts as agreement
 #: (consensus stops at a relative tolerance of 1e-10; EM amplifies it a little).
 AGREEMENT_RTOL = 1e-6
 _ABORT_DOMAIN = b"p2pem/abort/v1\x00"
+_DROP_DOMAIN = b"p2pem/drop/v1\x00"
 #: How many (iteration, round) groups of sent envelopes are kept for re-publishing.  A
 #: neighbour is at most one round behind, so the last two suffice; one more for safety.
 RECENT_GROUPS = 3
@@ -314,6 +316,11 @@ class NodeRuntime:
         self._hello_seen: dict[int, int] = {}
         self._last_heard: dict[int, float] = {}
         self._bye_from: set[int] = set()
+        self.on_dropout = config.on_dropout
+        self._dropped: dict[int, dict[str, int]] = {}
+        # after a drop the Node runs on the survivors' graph, relabelled 0..n'-1
+        self._global: list[int] | None = None
+        self._local: dict[int, int] | None = None
         self._finals: dict[int, tuple[int, np.ndarray]] = {}
         self._final: np.ndarray | None = None
         self._agreed: set[int] = set()
@@ -472,6 +479,11 @@ class NodeRuntime:
             return
         missing = self.missing()
         silent = [j for j in missing if now - self._last_heard.get(j, now) > self.timeouts.timeout]
+        if silent and self.on_dropout == "continue" and not self.node.done:
+            for j in silent:
+                log.warning("node %d: neighbour node %d fell silent in %s; dropping it (on_dropout = continue)", self.node_id, j, self.where())
+                await self._drop(j, self.node.iteration, self.node_id, None)
+            return
         if silent:
             quiet = max(now - self._last_heard[j] for j in silent)
             exc = NeighbourSilent(
@@ -638,16 +650,24 @@ class NodeRuntime:
         await self._deliver(msg)
 
     async def _deliver(self, msg: Message) -> None:
+        local = msg
+        if self._local is not None:
+            ids = self._local
+            if msg.sender not in ids or any(r not in ids for r in msg.receivers):
+                raise PeerViolation(self.node_id, msg.sender, f"in {self.where()}: {msg.kind} message from node {msg.sender} addressed to a dropped node")
+            local = Message(ids[msg.sender], tuple(ids[r] for r in msg.receivers), msg.iteration, msg.round, msg.kind, msg.payload, msg.encrypted, msg.meta)
         try:
             t0 = time.thread_time()
-            self.node.check(msg)
+            self.node.check(local)
             self.costs["validate_s"] += time.thread_time() - t0
-            out = self.node.receive(msg)
+            out = self.node.receive(local)
         except OutOfRound as exc:
             self._reject("OutOfRound", str(exc))
             return
         except ProtocolViolation as exc:
             # Possibly about a queued message of another sender, checked as its aggregation began.
+            if self._global is not None:
+                exc = ProtocolViolation(self._global[exc.sender], exc.iteration, exc.round, exc.check, exc.detail)
             raise PeerViolation(self.node_id, exc.sender, f"in {self.where()}: {exc}") from None
         except EMFailed as exc:
             err = ProtocolError(f"{exc} (a member sent values that are finite but absurd)")
@@ -690,7 +710,7 @@ class NodeRuntime:
         if msg.kind == HELLO:
             if not (isinstance(payload, tuple) and len(payload) == 1) or len(msg.meta) != 1 or msg.meta[0] < 0 or msg.round < 1:
                 raise self._violation(msg, "hello", f"payload of {_describe(payload)}, meta {msg.meta}, sequence {msg.round}")
-            if msg.receivers != self.roster.neighbours[j]:
+            if not self._plausible_receivers(j, msg.receivers):
                 raise self._violation(msg, "hello", f"receivers {msg.receivers} are not the sender's neighbours")
             if payload != (self._digest,):
                 exc = RosterMismatch(
@@ -720,7 +740,7 @@ class NodeRuntime:
         elif msg.kind == FINAL:
             if j in self._agreed or j in self._finals:
                 return
-            if msg.round != 0 or len(msg.meta) != 1 or msg.receivers != self.roster.neighbours[j]:
+            if msg.round != 0 or len(msg.meta) != 1 or not self._plausible_receivers(j, msg.receivers):
                 raise self._violation(msg, "final", f"round {msg.round}, meta {msg.meta}, receivers {msg.receivers}")
             size = _model_size(self.node.em)
             try:
@@ -744,6 +764,17 @@ class NodeRuntime:
             exc.abort_meta = meta  # type: ignore[attr-defined]
             exc.abort_signature = signature  # type: ignore[attr-defined]
             raise exc
+        elif msg.kind == DROP:
+            meta, signature = self._verify_drop(msg)
+            k, it, origin = meta
+            if self.on_dropout != "continue":
+                exc = ConfigError(
+                    f"node {self.node_id}: node {origin} drops node {k} (on_dropout = 'continue'), "
+                    f"but this node runs with on_dropout = 'stop' (every node needs the same setting)"
+                )
+                exc.abort = (SILENT, (k,))  # type: ignore[attr-defined]
+                raise exc
+            await self._drop(k, it, origin, signature)
         else:
             raise self._violation(msg, "kind", "unknown control message")
 
@@ -763,11 +794,91 @@ class NodeRuntime:
             raise self._violation(msg, "abort", f"abort in the name of node {meta[3]} is not signed by node {meta[3]} (forged)") from None
         return meta, tuple(int(v) for v in payload)
 
-    def _abort_statement(self, meta: Sequence[int]) -> bytes:
+    def _abort_statement(self, meta: Sequence[int], domain: bytes = _ABORT_DOMAIN) -> bytes:
         run = self.run_id.encode("utf-8")
         return b"".join(
-            [_ABORT_DOMAIN, bytes([len(run)]), run, bytes([len(self.launch)]), self.launch, struct.pack(f">{len(meta)}q", *meta)]
+            [domain, bytes([len(run)]), run, bytes([len(self.launch)]), self.launch, struct.pack(f">{len(meta)}q", *meta)]
         )
+
+    def _verify_drop(self, msg: Message) -> tuple[tuple[int, int, int], tuple[int, ...]]:
+        """Check a drop ``(node, EM iteration, origin)`` and its origin's signature."""
+        meta, payload, n = tuple(msg.meta), msg.payload, self.roster.n_nodes
+        if len(meta) != 3 or not (0 <= meta[0] < n and 0 <= meta[2] < n and 0 <= meta[1] <= 2**31) or msg.round != meta[0]:
+            raise self._violation(msg, "drop", f"meta {meta[:8]} is not (node, iteration, origin)")
+        if meta[2] not in self.roster.neighbours[meta[0]]:
+            raise self._violation(msg, "drop", f"node {meta[2]} cannot see node {meta[0]} fall silent: they are not neighbours")
+        if not (isinstance(payload, tuple) and len(payload) == 2):
+            raise self._violation(msg, "drop", f"payload of {_describe(payload)} is not a signature")
+        signature = b"".join(int(v).to_bytes(32, "big") for v in payload)
+        try:
+            self.roster.keys[meta[2]].verify(self._abort_statement(meta, _DROP_DOMAIN), signature)
+        except CryptoError:
+            raise self._violation(msg, "drop", f"drop in the name of node {meta[2]} is not signed by node {meta[2]} (forged)") from None
+        return (meta[0], meta[1], meta[2]), tuple(int(v) for v in payload)
+
+    def _plausible_receivers(self, j: int, receivers: tuple[int, ...]) -> bool:
+        """Neighbour j broadcasts to its roster neighbours, less those it dropped (it may not
+        have heard of a drop this node knows yet)."""
+        full = self.roster.neighbours[j]
+        return list(receivers) == sorted(set(receivers)) and set(receivers) <= set(full) and all(
+            k in receivers for k in full if k not in self._dropped
+        )
+
+    async def _drop(self, k: int, it: int, origin: int, signature: tuple[int, ...] | None) -> None:
+        """Go on without node ``k``: tell the neighbours, re-run EM iteration ``it`` among the survivors.
+
+        The drop ``(k, it, origin)`` is signed by the node that saw ``k`` fall silent and
+        flooded unchanged, so every survivor drops the same node at the same iteration.  Each
+        survivor checks that the graph without the dropped nodes is connected and has a
+        cycle, relays the drop, binds the dropped set into the tags of protocol messages
+        (messages of the abandoned attempt then no longer authenticate) and restarts the
+        aggregation of iteration ``it`` over the survivors' graph.
+        """
+        if k in self._dropped:
+            return
+        me = self.node_id
+        if k == me:
+            exc = RunAborted(f"node {me}: node {origin} declared this node silent in EM iteration {it} and the others go on without it")
+            exc.abort = (SILENT, (me,))  # type: ignore[attr-defined]
+            raise exc
+        if not self.started or self.node.done or self.node.iteration != it:
+            exc = ProtocolError(f"node {me}: cannot drop node {k} in EM iteration {it} (noticed by node {origin}): this node is in {self.where()}")
+            exc.abort = (SILENT, (k,))  # type: ignore[attr-defined]
+            raise exc
+        dropped = {*self._dropped, k}
+        try:
+            survivors, topology = survivor_topology(self.roster.neighbours, dropped)
+        except ProtocolError as exc:
+            err = TransportError(f"node {me}: node {k} fell silent in {self.where()} (noticed by node {origin}) and the run cannot go on: {exc}")
+            err.abort = (SILENT, (k,))  # type: ignore[attr-defined]
+            raise err from None
+        meta = (k, it, origin)
+        if signature is None:
+            raw = self.identity.sign(self._abort_statement(meta, _DROP_DOMAIN))
+            signature = (int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
+        self._dropped[k] = {"node": k, "iteration": it, "detected_by": origin, "round": self._round()}
+        self.neighbours = tuple(j for j in self.neighbours if j != k)
+        self._nbr_set = frozenset(self.neighbours)
+        # tell the neighbours before anything of the new attempt goes out (the broker keeps each
+        # client's order), so none of them receives a message it cannot yet authenticate
+        await self._send([Message(me, self.neighbours, CONTROL, k, DROP, signature, False, meta)])
+        self.codec.set_generation(b"".join(struct.pack(">i", j) for j in sorted(dropped)))
+        self.guard.forget_from(it)
+        for key in [key for key in self._seen if key[0] >= it]:
+            del self._seen[key]
+        self._recent.clear()
+        self._recent_keys.clear()
+        self._global, self._local = survivors, {g: i for i, g in enumerate(survivors)}
+        log.warning(
+            "node %d: dropped node %d (noticed by node %d); re-running EM iteration %d over %d nodes", me, k, origin, it, len(survivors)
+        )
+        out = self.node.restart(NodeContext(self._local[me], topology, self.node.ctx.rng))
+        now = time.monotonic()
+        self._last_progress = now
+        for j in self.neighbours:
+            self._last_heard[j] = max(self._last_heard.get(j, now), now)
+        await self._send(out)
+        self._after_progress()
 
     def _reject(self, reason: str, detail: str) -> None:
         self.rejected[reason] += 1
@@ -778,7 +889,10 @@ class NodeRuntime:
     async def _send(self, msgs: Sequence[Message]) -> None:
         items = []
         now = time.monotonic()
+        g = self._global
         for m in msgs:
+            if g is not None and m.iteration >= 0:
+                m = Message(g[m.sender], tuple(g[r] for r in m.receivers), m.iteration, m.round, m.kind, m.payload, m.encrypted, m.meta)
             if m.kind == "dual-init" and not m.encrypted:
                 raise ProtocolError(f"node {self.node_id}: refusing to publish an initial dual in clear")
             envelope = self.codec.encode(m)
@@ -940,6 +1054,8 @@ class NodeRuntime:
             "run_id": self.run_id,
             "launch": self.launch.hex(),
             "insecure_reproducible_seed": self.config.seed is not None,
+            "on_dropout": self.on_dropout,
+            "dropped": sorted(self._dropped.values(), key=lambda d: d["node"]),
             "status": self.status,
             "error": None if self.error is None else str(self.error),
             "exit_code": 0 if self.error is None else int(getattr(self.error, "exit_code", 1)),

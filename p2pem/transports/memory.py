@@ -93,6 +93,7 @@ class MemoryLink:
         self._waiter: asyncio.Future[None] | None = None
         self._up = False
         self._lost = False
+        self.dead = False
         self.connections = 0
 
     @property
@@ -122,6 +123,11 @@ class MemoryLink:
         await self.connect()
         return 1
 
+    def kill(self) -> None:
+        """Die like a killed process: from now on nothing is published or delivered, and no error is seen."""
+        self.dead = True
+        self._inbox.clear()
+
     def cut(self) -> None:
         """Lose the connection, as when the broker goes away (the next receive raises ConnectionLost)."""
         self._lost = True
@@ -132,7 +138,8 @@ class MemoryLink:
             raise TransportError(f"{self.address}: not connected")
         if self._lost:
             raise ConnectionLost(f"{self.address}: connection lost")
-        self.broker._publish(topic, bytes(payload), retain)
+        if not self.dead:
+            self.broker._publish(topic, bytes(payload), retain)
 
     async def receive(self, timeout: float | None = None) -> Incoming:
         if self._inbox:
@@ -156,6 +163,8 @@ class MemoryLink:
         return self._inbox.popleft()
 
     def _deliver(self, item: Incoming) -> None:
+        if self.dead:
+            return
         self._inbox.append(item)
         self._wake()
 

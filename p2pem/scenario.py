@@ -54,6 +54,7 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     reconnect_timeout = 20.0       #   s of reconnect attempts after losing the broker
     max_node_spread = 1e-6         #   largest accepted disagreement between nodes
     broker = "host:1883"           #   use a running broker instead of starting one
+    on_dropout = "stop"            #   "continue": go on without a node that falls silent
 
 Integer keys reject booleans and floats; number keys accept integers and floats
 (not booleans, not NaN or infinity).

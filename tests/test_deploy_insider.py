@@ -242,3 +242,38 @@ def test_sigkill_of_the_launcher_leaves_no_process_behind(tmp_path):
         rep = json.loads((out / "nodes" / f"node{i}" / "result.json").read_text())
         assert rep["status"] == "failed" and rep["error"]
         assert "Traceback" not in logs[i].read_text()
+
+
+def test_dropout_continue_with_a_killed_node_equals_the_simulation_of_that_schedule(tmp_path):
+    path = scenario_file(tmp_path, n_nodes=6, max_iter=3, timeout=2.0)
+    path.write_text(path.read_text().replace("[deploy]", '[deploy]\non_dropout = "continue"', 1))
+    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True)
+    roster = Roster.load(kit.roster_path)
+    from p2pem.deploy.dropout import survivor_topology
+    from p2pem.deploy.launcher import compare_with_simulate
+
+    def droppable(k: int) -> bool:
+        try:
+            survivor_topology(roster.neighbours, {k})
+        except Exception:  # noqa: BLE001 - ProtocolError: the rest would be disconnected
+            return False
+        return True
+
+    victim = next(k for k in range(kit.n_nodes) if droppable(k))
+    broker = start_kit_broker(kit)
+    try:
+        dep = Deployment(kit)
+        dep.start()
+        try:
+            wait_until(lambda: dep.progress().min_iter >= 1, 120, "the first M-step")
+            dep.processes[victim].send_signal(signal.SIGKILL)
+            codes = dep.wait(watchdog=60)
+        finally:
+            dep.terminate()
+    finally:
+        broker.stop()
+    doc = collect_results(kit, codes, 0.0)
+    (left,) = doc["deployment"]["dropped"]
+    assert left["node"] == victim and left["iteration"] >= 1 and left["detected_by"] in roster.neighbours[victim]
+    assert codes[victim] == -signal.SIGKILL and all(codes[i] == 0 for i in range(kit.n_nodes) if i != victim)
+    assert compare_with_simulate(kit, doc) <= 1e-9

@@ -264,6 +264,10 @@ def _print_summary(kit, doc: dict, elapsed: float) -> None:
         f"{dep['envelopes_published']} envelopes ({dep['wire_bytes'] / 1e6:.2f} MB), {dep['deliveries']} deliveries, "
         f"{dep['duplicates']} duplicates, {dep['rejected']} rejected, {dep['reconnects']} reconnects"
     )
+    for d in dep.get("dropped", []):
+        print(f"  node {d['node']} dropped out in EM iteration {d['iteration']} (noticed by node {d['detected_by']}); the model is the EM of the other nodes' rows")
+    if dep.get("seeded"):
+        print("  INSECURE: protocol noise from the scenario seed (--insecure-reproducible-seed); not private")
     startup = dep["startup_s"]
     print(
         f"  wall {run['wall_s']:.2f} s (all nodes online {startup:.2f} s after launch, consensus {dep['run_s']:.2f} s); "

@@ -1199,6 +1199,7 @@ def run_node(runtime: NodeRuntime) -> dict[str, Any]:
             caught.append(sig)
             task.cancel()
 
+        loop.set_exception_handler(_loop_error)
         for sig in (signal.SIGTERM, signal.SIGHUP):
             try:
                 loop.add_signal_handler(sig, on_signal, sig)
@@ -1216,19 +1217,41 @@ def run_node(runtime: NodeRuntime) -> dict[str, Any]:
     try:
         report = asyncio.run(main())
     except P2pemError as exc:
+        _finishing()
         runtime.status, runtime.error = "failed", exc
         runtime.write_result()
         raise
     except KeyboardInterrupt:
+        _finishing()
         runtime.status = "failed"
         runtime.error = Interrupted(f"node {runtime.node_id}: interrupted in {runtime.where()}")
         runtime.write_result()
         raise
     except Exception as exc:  # noqa: BLE001 - a bug outside run(): still one line and a result file
+        _finishing()
         log.error("node %d: internal error", runtime.node_id, exc_info=exc)
         runtime.status = "failed"
         runtime.error = InternalError(f"node {runtime.node_id}: internal error: {type(exc).__name__}: {exc}")
         runtime.write_result()
         raise runtime.error from None
+    _finishing()
     runtime.write_result()
     return report
+
+
+def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Errors in callbacks nobody awaits (e.g. the MQTT client's socket callbacks racing a
+    broker that just died): one log line, not a traceback; the runtime sees the lost link."""
+    exc = context.get("exception")
+    log.warning("event loop: %s%s", context.get("message", "error"), f" ({type(exc).__name__}: {exc})" if exc else "")
+
+
+def _finishing() -> None:
+    """The event loop is gone (and with it the signal handlers): a late SIGTERM (say, the
+    kernel's parent-death signal right after the node stopped by itself) must not kill the
+    process before its result file is written."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):  # pragma: no cover - not the main thread
+            pass

@@ -14,7 +14,10 @@ Topic layout, for run ``<run>``::
 
 from __future__ import annotations
 
+import asyncio
+import math
 import re
+from collections import deque
 from collections.abc import Iterable
 from typing import NamedTuple, Protocol
 
@@ -25,6 +28,7 @@ from p2pem.messages import Message
 __all__ = [
     "TOPIC_ROOT",
     "ConnectionLost",
+    "Inbox",
     "Incoming",
     "Link",
     "LinkTimeout",
@@ -47,6 +51,50 @@ class Incoming(NamedTuple):
 
     topic: str
     payload: bytes
+
+
+class Inbox:
+    """The receiving half every link shares: an unbounded queue and one waiter.
+
+    A link appends to ``_inbox`` and calls :meth:`_wake`; :meth:`_next` waits for the next
+    item, calling the link's ``_raise_if_down()`` whenever the queue is empty.
+    """
+
+    address: str
+
+    def __init__(self) -> None:
+        self._inbox: deque[Incoming] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def pending(self) -> int:
+        """Number of received messages waiting in the queue."""
+        return len(self._inbox)
+
+    def _raise_if_down(self) -> None:
+        """Raise ConnectionLost or TransportError when nothing more can arrive."""
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _next(self, wait: float) -> Incoming:
+        if self._inbox:  # the common case under load: no future, no timer
+            return self._inbox.popleft()
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(None if math.isinf(wait) else wait):
+                while not self._inbox:
+                    self._raise_if_down()
+                    self._waiter = loop.create_future()
+                    try:
+                        await self._waiter
+                    finally:
+                        self._waiter = None
+        except TimeoutError:
+            raise LinkTimeout(f"no message from {self.address} within {wait:g} s") from None
+        return self._inbox.popleft()
 
 
 class Link(Protocol):

@@ -13,15 +13,13 @@ reconnections run in milliseconds, without sockets.
 from __future__ import annotations
 
 import asyncio
-import math
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from p2pem.errors import TransportError
-from p2pem.transports.base import ConnectionLost, Incoming, LinkTimeout
+from p2pem.transports.base import ConnectionLost, Inbox, Incoming
 
 __all__ = ["Delivery", "Faults", "MemoryBroker", "MemoryLink"]
 
@@ -82,15 +80,14 @@ class MemoryBroker:
                 link._deliver(Incoming(topic, payload))
 
 
-class MemoryLink:
+class MemoryLink(Inbox):
     """One client of a :class:`MemoryBroker`; same calls and errors as :class:`~p2pem.transports.mqtt.MqttLink`."""
 
     def __init__(self, broker: MemoryBroker, subscriptions: Iterable[str] = (), *, name: str = "memory") -> None:
         self.broker = broker
         self.subscriptions = tuple(dict.fromkeys(subscriptions))
         self.name = name
-        self._inbox: deque[Incoming] = deque()
-        self._waiter: asyncio.Future[None] | None = None
+        Inbox.__init__(self)
         self._up = False
         self._lost = False
         self.dead = False
@@ -103,10 +100,6 @@ class MemoryLink:
     @property
     def connected(self) -> bool:
         return self._up and not self._lost
-
-    @property
-    def pending(self) -> int:
-        return len(self._inbox)
 
     async def connect(self) -> None:
         self._up, self._lost = True, False
@@ -142,35 +135,19 @@ class MemoryLink:
             self.broker._publish(topic, bytes(payload), retain)
 
     async def receive(self, timeout: float | None = None) -> Incoming:
-        if self._inbox:
-            return self._inbox.popleft()
-        wait = 10.0 if timeout is None else float(timeout)
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(None if math.isinf(wait) else wait):
-                while not self._inbox:
-                    if self._lost:
-                        raise ConnectionLost(f"{self.address}: connection lost")
-                    if not self._up:
-                        raise TransportError(f"{self.address}: link closed")
-                    self._waiter = loop.create_future()
-                    try:
-                        await self._waiter
-                    finally:
-                        self._waiter = None
-        except TimeoutError:
-            raise LinkTimeout(f"{self.address}: nothing within {wait:g} s") from None
-        return self._inbox.popleft()
+        return await self._next(10.0 if timeout is None else float(timeout))
+
+    def _raise_if_down(self) -> None:
+        if self._lost:
+            raise ConnectionLost(f"{self.address}: connection lost")
+        if not self._up:
+            raise TransportError(f"{self.address}: link closed")
 
     def _deliver(self, item: Incoming) -> None:
         if self.dead:
             return
         self._inbox.append(item)
         self._wake()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
 
 
 @dataclass

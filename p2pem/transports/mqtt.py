@@ -32,7 +32,6 @@ import logging
 import math
 import socket
 import ssl
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 
@@ -43,6 +42,7 @@ from p2pem.errors import ConfigError, TransportError
 from p2pem.transports.base import (
     TOPIC_ROOT,
     ConnectionLost,
+    Inbox,
     Incoming,
     LinkTimeout,
     parse_topic,
@@ -86,7 +86,7 @@ class _Forward(asyncio.Queue):  # type: ignore[type-arg]
         self._sink(item)
 
 
-class MqttLink:
+class MqttLink(Inbox):
     """One connection to an MQTT broker: subscribe, publish bytes, receive bytes.
 
     Use it as ``async with MqttLink(...) as link:``.  All broker operations have an
@@ -172,8 +172,7 @@ class MqttLink:
         self._client: aiomqtt.Client | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._pump: asyncio.Task[None] | None = None
-        self._inbox: deque[Incoming] = deque()
-        self._waiter: asyncio.Future[None] | None = None
+        Inbox.__init__(self)
         self._lost: str | None = None
         self.connections = 0
 
@@ -196,11 +195,6 @@ class MqttLink:
     def subscriptions(self) -> tuple[str, ...]:
         """Topic filters (re)subscribed on every connection."""
         return tuple(self._subscriptions)
-
-    @property
-    def pending(self) -> int:
-        """Number of received messages waiting in the queue."""
-        return len(self._inbox)
 
     # ------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> MqttLink:
@@ -419,22 +413,7 @@ class MqttLink:
         TransportError
             If the link is closed and its queue is empty.
         """
-        if self._inbox:  # the common case under load: no future, no timer
-            return self._inbox.popleft()
-        wait = self.timeout if timeout is None else float(timeout)
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(None if math.isinf(wait) else wait):
-                while not self._inbox:
-                    self._raise_if_down()
-                    self._waiter = loop.create_future()
-                    try:
-                        await self._waiter
-                    finally:
-                        self._waiter = None
-        except TimeoutError:
-            raise LinkTimeout(f"no message from MQTT broker at {self.address} within {wait:g} s") from None
-        return self._inbox.popleft()
+        return await self._next(self.timeout if timeout is None else float(timeout))
 
     def __aiter__(self) -> MqttLink:
         return self
@@ -458,11 +437,6 @@ class MqttLink:
             payload = b"" if payload is None else bytes(payload) if isinstance(payload, bytearray) else str(payload).encode()
         self._inbox.append(Incoming(message.topic.value, payload))
         self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
 
     async def _pump_messages(self, client: aiomqtt.Client) -> None:
         """Watch the connection: aiomqtt's message iterator raises when it is lost.

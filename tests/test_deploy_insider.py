@@ -97,7 +97,7 @@ def honest_outcome(codes, reports, sim) -> list[int]:
 
 @pytest.fixture
 def small_kit(tmp_path):
-    path = scenario_file(tmp_path, n_nodes=5, max_iter=2, timeout=2.0)
+    path = scenario_file(tmp_path, n_nodes=5, max_iter=2, timeout=1.5)
     kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True)
     broker = start_kit_broker(kit)
     yield kit, simulate(path)
@@ -183,7 +183,7 @@ def test_observer_with_the_scenario_file_learns_nothing_from_the_traffic(tmp_pat
 
 
 def test_second_launch_of_a_kit_ignores_the_first_launchs_messages(tmp_path):
-    path = scenario_file(tmp_path, n_nodes=4, max_iter=2, timeout=2.0)
+    path = scenario_file(tmp_path, n_nodes=4, max_iter=2, timeout=1.5)
     kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True)
     broker = start_kit_broker(kit)
     try:
@@ -191,7 +191,7 @@ def test_second_launch_of_a_kit_ignores_the_first_launchs_messages(tmp_path):
         first.start()
         try:
             wait_until(lambda: first.progress().online == kit.n_nodes, 60, "every node online")
-            first.processes[2].send_signal(signal.SIGKILL)  # the others abort, retained on the broker
+            first.processes[2].send_signal(signal.SIGTERM)  # it and the others abort, retained on the broker
             first.wait(watchdog=30)
         finally:
             first.terminate()
@@ -205,7 +205,7 @@ def test_second_launch_of_a_kit_ignores_the_first_launchs_messages(tmp_path):
 
 def test_data_file_of_the_wrong_width_stops_that_node_at_load(tmp_path):
     path = scenario_file(tmp_path, n_nodes=4, max_iter=2)
-    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True, timeouts=Timeouts(timeout=2.0, startup_timeout=3.0))
+    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True, timeouts=Timeouts(timeout=2.0, startup_timeout=2.0))
     data = kit.node_dir(2) / "data.csv"
     lines = data.read_text().splitlines()
     data.write_text("\n".join([lines[0] + ",extra"] + [ln + ",1.0" for ln in lines[1:]]) + "\n")
@@ -245,7 +245,7 @@ def test_sigkill_of_the_launcher_leaves_no_process_behind(tmp_path):
 
 
 def test_dropout_continue_with_a_killed_node_equals_the_simulation_of_that_schedule(tmp_path):
-    path = scenario_file(tmp_path, n_nodes=6, max_iter=3, timeout=2.0)
+    path = scenario_file(tmp_path, n_nodes=6, max_iter=3, timeout=1.5)
     path.write_text(path.read_text().replace("[deploy]", '[deploy]\non_dropout = "continue"', 1))
     kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True)
     roster = Roster.load(kit.roster_path)

@@ -34,7 +34,11 @@ schema of `p2pem simulate` plus a "deployment" section (per-node timings and mes
 counts).  Every node draws its secrets (initial duals) from the OS's entropy, so the result
 equals `p2pem simulate` up to the consensus error; --insecure-reproducible-seed draws them
 from the scenario seed instead (bit-identical to simulate, NOT private: whoever has the
-scenario file undoes the privacy noise).  Ctrl-C stops every node process and the broker.
+scenario file undoes the privacy noise).  Every message is validated; a node that breaks the
+protocol is named and the run stops; no node reports success before its neighbours showed it
+the same final model.  With `on_dropout = "continue"` in the scenario's [deploy] table the
+run goes on without a node that falls silent.  Ctrl-C, or killing this launcher, stops every
+node process and the broker.
 """
 
 KEYS_HELP = """\

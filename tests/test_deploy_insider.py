@@ -26,7 +26,6 @@ from p2pem.deploy.config import NodeConfig, Roster, Timeouts
 from p2pem.deploy.launcher import Deployment, DeploymentFailed, collect_results, prepare_kit, run_deployment, start_kit_broker
 from p2pem.deploy.runtime import AbortReason, NodeRuntime, run_reported
 from p2pem.messages import Message
-from p2pem.protocols.pdmm import NEVER
 from p2pem.scenario import load_scenario
 from p2pem.transports.base import subscriptions_for
 from p2pem.transports.mqtt import MqttLink

@@ -86,7 +86,11 @@ def run_in_memory(kit, out: Path, intercept=None, *, timeout: float = 0.4, on_dr
         return await asyncio.gather(*(run_reported(rt) for rt in runtimes))
 
     codes = asyncio.run(main())
-    return [(code, json.loads((out / f"result{i}.json").read_text())) for i, code in enumerate(codes)]
+    return [(code, json.loads((out / f"result{i}.json").read_text(), parse_constant=_no_nan)) for i, code in enumerate(codes)]
+
+
+def _no_nan(token: str):
+    raise AssertionError(f"result.json holds {token}, which is not JSON")
 
 
 def model(report: dict) -> np.ndarray:

@@ -125,22 +125,6 @@ TOPIC_ROOT = "p2pem"
 _TOPIC = re.compile(r"p2pem/([^/]+)/from/(-?\d+)/(?:all|to/(-?\d+))")
 
 
-class LinkTimeout(TransportError):
-    """Nothing arrived (or a broker operation did not complete) within the timeout."""
-
-
-class ConnectionLost(TransportError):
-    """The connection to the broker broke; call :meth:`MqttLink.reconnect`."""
-
-
-class Incoming(NamedTuple):
-    """One received MQTT message: the topic it was published on and its raw payload."""
-
-    topic: str
-    payload: bytes
-
-
-
 def topic_for(run_id: str, msg: Message) -> str:
     """Topic on which ``msg.sender`` publishes ``msg``.
 

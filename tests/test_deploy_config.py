@@ -265,9 +265,9 @@ def test_keys_new_show_and_roster(tmp_path, capsys):
 
     scenario = tmp_path / "s.toml"
     scenario.write_text(
-        f'seed = 3\n[data]\nsource = "synthetic"\nn_samples = 40\n[graph]\nkind = "edges"\n'
-        f"edges = [[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]]\n[em]\nn_components = 2\nmax_iter = 4\n"
-        f'[[protocols]]\nname = "pdmm-sp"\n'
+        'seed = 3\n[data]\nsource = "synthetic"\nn_samples = 40\n[graph]\nkind = "edges"\n'
+        "edges = [[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]]\n[em]\nn_components = 2\nmax_iter = 4\n"
+        '[[protocols]]\nname = "pdmm-sp"\n'
     )
     roster_path = tmp_path / "roster.toml"
     argv = ["keys", "roster", str(scenario), "--public", str(pubs), "--out", str(roster_path), "--run-id", "study-1"]

@@ -753,7 +753,7 @@ class NodeRuntime:
                 self._compare_final(j)
                 self._last_progress = time.monotonic()
         elif msg.kind == BYE:
-            if payload != () or msg.meta != () or msg.round != 0:
+            if not isinstance(payload, tuple) or payload or msg.meta != () or msg.round != 0:
                 raise self._violation(msg, "bye", f"payload of {_describe(payload)}, meta {msg.meta}")
             self._bye_from.add(j)
         elif msg.kind == ABORT:

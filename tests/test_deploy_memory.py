@@ -318,3 +318,25 @@ def _can_drop(roster, k, survivor_topology) -> bool:
     except Exception:  # noqa: BLE001 - ProtocolError: this node's loss would disconnect the graph
         return False
     return True
+
+
+def test_a_bug_inside_a_node_is_reported_not_raised(kit, tmp_path, monkeypatch):
+    """An unexpected exception: exit code 70, one line in result.json, the others told why."""
+    from p2pem.node import Node
+
+    kit, sim = kit
+    original = Node.receive
+    calls = {"n": 0}
+
+    def broken(self, msg):
+        if self.node_id == 3:
+            calls["n"] += 1
+            if calls["n"] == 30:
+                raise KeyError("bug")
+        return original(self, msg)
+
+    monkeypatch.setattr(Node, "receive", broken)
+    results = run_in_memory(kit, tmp_path)
+    code, rep = results[3]
+    assert code == 70 and rep["status"] == "failed" and "internal error" in rep["error"] and "KeyError" in rep["error"]
+    assert all(c != 0 and "node 3 hit an internal error" in r["error"] for i, (c, r) in enumerate(results) if i != 3)

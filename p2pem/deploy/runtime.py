@@ -391,7 +391,7 @@ class NodeRuntime:
                 f"node {self.node_id}: internal error in {self.where()}: {type(exc).__name__}: {exc}"
             )
             if not isinstance(exc, P2pemError):
-                log.error("node %d: internal error", self.node_id, exc_info=exc)
+                log.debug("node %d: internal error", self.node_id, exc_info=exc)  # the traceback only with -vv
                 err.abort = (AbortReason.INTERNAL, ())  # type: ignore[attr-defined]
             self.status = "failed"
             self.error = err
@@ -1229,7 +1229,7 @@ def run_node(runtime: NodeRuntime) -> dict[str, Any]:
         raise
     except Exception as exc:  # noqa: BLE001 - a bug outside run(): still one line and a result file
         _finishing()
-        log.error("node %d: internal error", runtime.node_id, exc_info=exc)
+        log.debug("node %d: internal error", runtime.node_id, exc_info=exc)
         runtime.status = "failed"
         runtime.error = InternalError(f"node {runtime.node_id}: internal error: {type(exc).__name__}: {exc}")
         runtime.write_result()

@@ -87,14 +87,23 @@ log = logging.getLogger(__name__)
 __all__ = [
     "AbortReason",
     "BrokerLost",
+    "CannotContinue",
     "Disagreement",
-    "PeerViolation",
+    "DropoutMismatch",
+    "InternalError",
     "Interrupted",
     "NeighbourSilent",
+    "NeverOnline",
     "NodeRuntime",
+    "PeerViolation",
     "RosterMismatch",
     "RunAborted",
+    "Stalled",
+    "Stop",
+    "UnusableAverage",
     "run_node",
+    "run_reported",
+    "write_failure",
 ]
 
 #: Iteration number of control messages (hello, final, bye, abort); the Node never sees them.
@@ -132,49 +141,119 @@ SILENT, STALLED, OFFLINE, BROKER, PROTOCOL, INTERRUPTED, MISMATCH = (
 )
 
 
-class PeerViolation(ProtocolError):
+class Stop:
+    """Mixin of the failures a node tells its neighbours about: why (``reason``) and whom it blames.
+
+    Parameters
+    ----------
+    text : str
+        The one-line message.
+    culprits : sequence of int
+        Node ids blamed (empty: nobody in particular).
+    """
+
+    reason: AbortReason = AbortReason.PROTOCOL
+
+    def __init__(self, text: str, culprits: Sequence[int] = ()) -> None:
+        self.culprits = tuple(int(c) for c in culprits)
+        super().__init__(text)  # type: ignore[call-arg]
+
+
+class NeighbourSilent(Stop, TransportError):
+    """A neighbour this node waits for sent nothing (not even a heartbeat) for ``timeout`` seconds."""
+
+    reason = AbortReason.SILENT
+
+
+class NeverOnline(Stop, TransportError):
+    """Neighbours did not come online within ``startup_timeout``."""
+
+    reason = AbortReason.OFFLINE
+
+
+class Stalled(Stop, TransportError):
+    """Neighbours are alive but the run makes no progress."""
+
+    reason = AbortReason.STALLED
+
+
+class BrokerLost(Stop, TransportError):
+    """The broker stayed unreachable for ``reconnect_timeout`` seconds."""
+
+    reason = AbortReason.BROKER
+
+
+class CannotContinue(Stop, TransportError):
+    """A node dropped out and the run cannot go on without it (or this node was dropped)."""
+
+    reason = AbortReason.SILENT
+
+
+class DropoutMismatch(Stop, ConfigError):
+    """A neighbour drops a node, but this node runs with ``on_dropout = "stop"``."""
+
+    reason = AbortReason.SILENT
+
+
+class RosterMismatch(Stop, ConfigError):
+    """A neighbour runs with a different roster."""
+
+    reason = AbortReason.MISMATCH
+
+
+class PeerViolation(Stop, ProtocolError):
     """An authenticated neighbour sent what no honest node sends; it is named as the culprit."""
 
+    reason = AbortReason.VIOLATION
+
     def __init__(self, node_id: int, culprit: int, text: str) -> None:
-        self.culprit = int(culprit)
-        super().__init__(f"node {node_id}: {text}")
-        self.abort = (AbortReason.VIOLATION, (self.culprit,))
+        super().__init__(f"node {node_id}: {text}", (culprit,))
 
 
-class Disagreement(ProtocolError):
+class Disagreement(Stop, ProtocolError):
     """Two neighbours finished with different models."""
 
+    reason = AbortReason.DISAGREE
+
     def __init__(self, node_id: int, other: int, text: str) -> None:
-        super().__init__(f"node {node_id}: {text}")
-        self.abort = (AbortReason.DISAGREE, (node_id, other))
+        super().__init__(f"node {node_id}: {text}", (node_id, other))
 
 
-class InternalError(P2pemError):
+class UnusableAverage(Stop, ProtocolError):
+    """The network average of an aggregation is unusable (a member sent absurd but valid-looking values)."""
+
+
+class InternalError(Stop, P2pemError):
     """A bug: an unexpected exception inside the node (reported, never a traceback)."""
 
+    reason = AbortReason.INTERNAL
     exit_code = 70
 
 
-class NeighbourSilent(TransportError):
-    """A neighbour this node waits for sent nothing (not even a heartbeat) for ``timeout`` seconds."""
-
-
-class BrokerLost(TransportError):
-    """The broker stayed unreachable for ``reconnect_timeout`` seconds."""
-
-
 class RunAborted(TransportError):
-    """Another node stopped the run; the message names the node it blames."""
+    """Another node stopped the run: its signed abort, to relay unchanged.
 
+    Parameters
+    ----------
+    text : str
+    meta : tuple of int
+        ``(reason, iteration, round, origin, *culprits)`` as the origin signed it.
+    signature : tuple of int
+        The origin's Ed25519 signature (two 256-bit integers).
+    """
 
-class RosterMismatch(ConfigError):
-    """A neighbour runs with a different roster."""
+    def __init__(self, text: str, meta: tuple[int, ...], signature: tuple[int, ...]) -> None:
+        super().__init__(text)
+        self.meta = meta
+        self.signature = signature
 
 
 class Interrupted(P2pemError):
-    """The node was stopped by a signal (Ctrl-C, SIGTERM from the launcher)."""
+    """The node was stopped by a signal (Ctrl-C, SIGTERM from the launcher) or lost its launcher."""
 
-    exit_code = 130
+    def __init__(self, text: str, exit_code: int = 130) -> None:
+        super().__init__(text)
+        self.exit_code = exit_code
 
 
 def _nodes(ids: Sequence[int]) -> str:
@@ -307,7 +386,7 @@ class NodeRuntime:
         # state
         self.started = False
         self.status = "created"
-        self.error: BaseException | None = None
+        self.error: P2pemError | None = None
         self.epoch = 0
         self._hello_seq = 0
         self._hello_due = False
@@ -392,7 +471,6 @@ class NodeRuntime:
             )
             if not isinstance(exc, P2pemError):
                 log.debug("node %d: internal error", self.node_id, exc_info=exc)  # the traceback only with -vv
-                err.abort = (AbortReason.INTERNAL, ())  # type: ignore[attr-defined]
             self.status = "failed"
             self.error = err
             await self._abort_for(err)
@@ -454,7 +532,7 @@ class NodeRuntime:
 
     async def _timers(self, now: float) -> None:
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
-            raise Interrupted(f"node {self.node_id}: the launcher (pid {self.parent_pid}) exited; stopping in {self.where()}")
+            raise Interrupted(f"node {self.node_id}: the launcher (pid {self.parent_pid}) exited; stopping in {self.where()}", 128 + signal.SIGTERM)
         # Start-up needs no fast periodic hellos: a node answers every neighbour's first hello
         # at once (_hello_due), and a hello is only sent after the node's own subscriptions
         # are acknowledged, so of any two neighbours the later one is always heard.
@@ -468,12 +546,11 @@ class NodeRuntime:
             if not missing:
                 await self._start()
             elif now - self._t0 > self.timeouts.startup_timeout:
-                exc = TransportError(
+                raise NeverOnline(
                     f"node {self.node_id}: {_nodes(missing)} never came online "
-                    f"(no hello within {self.timeouts.startup_timeout:g} s of start-up)"
+                    f"(no hello within {self.timeouts.startup_timeout:g} s of start-up)",
+                    missing,
                 )
-                exc.abort = (OFFLINE, tuple(missing))  # type: ignore[attr-defined]
-                raise exc
             return
         if self.node.done and (self._final is None or self.status == "finished"):
             return
@@ -486,24 +563,22 @@ class NodeRuntime:
             return
         if silent:
             quiet = max(now - self._last_heard[j] for j in silent)
-            exc = NeighbourSilent(
+            raise NeighbourSilent(
                 f"node {self.node_id}: neighbour {_nodes(silent)} fell silent in {self.where()}: "
-                f"nothing received for {quiet:.1f} s (timeout {self.timeouts.timeout:g} s)"
+                f"nothing received for {quiet:.1f} s (timeout {self.timeouts.timeout:g} s)",
+                silent,
             )
-            exc.abort = (SILENT, tuple(silent))  # type: ignore[attr-defined]
-            raise exc
         # Until the first aggregation has finished, the network may still be waiting for a
         # late node several hops away (alive neighbours, no progress); that node's
         # neighbours enforce the start-up timeout.  pdmm-sp cannot finish an aggregation
         # before every node took part, so afterwards everyone is known to be running.
         stall = self.timeouts.stall if self.node.rounds else self.timeouts.stall + self.timeouts.startup_timeout
         if now - self._last_progress > stall:
-            exc = TransportError(
+            raise Stalled(
                 f"node {self.node_id}: no progress for {now - self._last_progress:.1f} s in {self.where()}, "
-                f"waiting for {_nodes(missing) if missing else 'nothing?'} (alive but stuck)"
+                f"waiting for {_nodes(missing) if missing else 'nothing?'} (alive but stuck)",
+                missing,
             )
-            exc.abort = (STALLED, tuple(missing))  # type: ignore[attr-defined]
-            raise exc
 
     def missing(self) -> list[int]:
         """Neighbours whose message for the current protocol round (or final model) has not arrived."""
@@ -670,9 +745,7 @@ class NodeRuntime:
                 exc = ProtocolViolation(self._global[exc.sender], exc.iteration, exc.round, exc.check, exc.detail)
             raise PeerViolation(self.node_id, exc.sender, f"in {self.where()}: {exc}") from None
         except EMFailed as exc:
-            err = ProtocolError(f"{exc} (a member sent values that are finite but absurd)")
-            err.abort = (PROTOCOL, ())  # type: ignore[attr-defined]
-            raise err from None
+            raise UnusableAverage(f"{exc} (a member sent values that are finite but absurd)") from None
         except ProtocolError as exc:
             # An authenticated, fresh, well-formed message the protocol state machine cannot
             # take (e.g. two rounds ahead): honest peers never send one.
@@ -713,12 +786,11 @@ class NodeRuntime:
             if not self._plausible_receivers(j, msg.receivers):
                 raise self._violation(msg, "hello", f"receivers {msg.receivers} are not the sender's neighbours")
             if payload != (self._digest,):
-                exc = RosterMismatch(
+                raise RosterMismatch(
                     f"node {self.node_id}: neighbour node {j} runs with a different roster "
-                    f"(every node needs the same roster.toml)"
+                    f"(every node needs the same roster.toml)",
+                    (j,),
                 )
-                exc.abort = (MISMATCH, (j,))  # type: ignore[attr-defined]
-                raise exc
             if msg.round <= self._hello_seen.get(j, -1):
                 self.counters["stale_hellos"] += 1
                 return
@@ -760,20 +832,16 @@ class NodeRuntime:
             meta, signature = self._verify_abort(msg)
             if meta[3] == self.node_id:
                 return  # our own abort, relayed back
-            exc = RunAborted(f"node {self.node_id}: run stopped in {self.where()}: {describe_abort(meta)}; relayed by node {j}")
-            exc.abort_meta = meta  # type: ignore[attr-defined]
-            exc.abort_signature = signature  # type: ignore[attr-defined]
-            raise exc
+            raise RunAborted(f"node {self.node_id}: run stopped in {self.where()}: {describe_abort(meta)}; relayed by node {j}", meta, signature)
         elif msg.kind == DROP:
             meta, signature = self._verify_drop(msg)
             k, it, origin = meta
             if self.on_dropout != "continue":
-                exc = ConfigError(
+                raise DropoutMismatch(
                     f"node {self.node_id}: node {origin} drops node {k} (on_dropout = 'continue'), "
-                    f"but this node runs with on_dropout = 'stop' (every node needs the same setting)"
+                    f"but this node runs with on_dropout = 'stop' (every node needs the same setting)",
+                    (k,),
                 )
-                exc.abort = (SILENT, (k,))  # type: ignore[attr-defined]
-                raise exc
             await self._drop(k, it, origin, signature)
         else:
             raise self._violation(msg, "kind", "unknown control message")
@@ -838,20 +906,14 @@ class NodeRuntime:
             return
         me = self.node_id
         if k == me:
-            exc = RunAborted(f"node {me}: node {origin} declared this node silent in EM iteration {it} and the others go on without it")
-            exc.abort = (SILENT, (me,))  # type: ignore[attr-defined]
-            raise exc
+            raise CannotContinue(f"node {me}: node {origin} declared this node silent in EM iteration {it} and the others go on without it", (me,))
         if not self.started or self.node.done or self.node.iteration != it:
-            exc = ProtocolError(f"node {me}: cannot drop node {k} in EM iteration {it} (noticed by node {origin}): this node is in {self.where()}")
-            exc.abort = (SILENT, (k,))  # type: ignore[attr-defined]
-            raise exc
+            raise CannotContinue(f"node {me}: cannot drop node {k} in EM iteration {it} (noticed by node {origin}): this node is in {self.where()}", (k,))
         dropped = {*self._dropped, k}
         try:
             survivors, topology = survivor_topology(self.roster.neighbours, dropped)
         except ProtocolError as exc:
-            err = TransportError(f"node {me}: node {k} fell silent in {self.where()} (noticed by node {origin}) and the run cannot go on: {exc}")
-            err.abort = (SILENT, (k,))  # type: ignore[attr-defined]
-            raise err from None
+            raise CannotContinue(f"node {me}: node {k} fell silent in {self.where()} (noticed by node {origin}) and the run cannot go on: {exc}", (k,)) from None
         meta = (k, it, origin)
         if signature is None:
             raw = self.identity.sign(self._abort_statement(meta, _DROP_DOMAIN))
@@ -1001,12 +1063,10 @@ class NodeRuntime:
                 await self._publish_raw(items)
             except TransportError as exc:
                 if time.monotonic() >= deadline:
-                    err = BrokerLost(
+                    raise BrokerLost(
                         f"node {self.node_id}: lost the MQTT broker at {self.link.address} in {self.where()} "
                         f"and could not reconnect within {self.timeouts.reconnect_timeout:g} s ({exc})"
-                    )
-                    err.abort = (BROKER, ())  # type: ignore[attr-defined]
-                    raise err from None
+                    ) from None
                 await asyncio.sleep(0.2)
                 continue
             self._publish_error = None
@@ -1018,12 +1078,12 @@ class NodeRuntime:
             return
 
     async def _abort_for(self, exc: BaseException) -> None:
-        meta = getattr(exc, "abort_meta", None)
-        if meta is not None:  # relay what we were told, signed by its origin
-            await self._try_send_abort(tuple(meta), getattr(exc, "abort_signature"))
-            return
-        reason, culprits = getattr(exc, "abort", (PROTOCOL if isinstance(exc, ProtocolError) else BROKER, ()))
-        await self._try_abort(reason, culprits)
+        if isinstance(exc, RunAborted):  # relay what we were told, signed by its origin
+            await self._try_send_abort(exc.meta, exc.signature)
+        elif isinstance(exc, Stop):
+            await self._try_abort(exc.reason, exc.culprits)
+        else:
+            await self._try_abort(PROTOCOL if isinstance(exc, ProtocolError) else BROKER, ())
 
     async def _try_abort(self, reason: int, culprits: Sequence[int]) -> None:
         it = self.node.iteration
@@ -1058,7 +1118,7 @@ class NodeRuntime:
             "dropped": sorted(self._dropped.values(), key=lambda d: d["node"]),
             "status": self.status,
             "error": None if self.error is None else str(self.error),
-            "exit_code": 0 if self.error is None else int(getattr(self.error, "exit_code", 1)),
+            "exit_code": 0 if self.error is None else int(self.error.exit_code),
             "iteration": self.node.iteration,
             "round": self._round() if not self.node.done else None,
             "n_rows": self.n_rows,
@@ -1162,7 +1222,7 @@ async def run_reported(runtime: NodeRuntime) -> int:
     except ConfigError as exc:
         log.error("%s", exc)
         return int(ConfigError.exit_code)
-    return 0 if runtime.error is None else int(getattr(runtime.error, "exit_code", 1))
+    return 0 if runtime.error is None else int(runtime.error.exit_code)
 
 
 def write_failure(config: NodeConfig, error: P2pemError) -> None:
@@ -1171,7 +1231,7 @@ def write_failure(config: NodeConfig, error: P2pemError) -> None:
         "node_id": config.node_id,
         "status": "failed",
         "error": str(error),
-        "exit_code": int(getattr(error, "exit_code", 1)),
+        "exit_code": int(error.exit_code),
     }
     path = config.result
     tmp = path.with_name(f".{path.name}.tmp")
@@ -1209,9 +1269,9 @@ def run_node(runtime: NodeRuntime) -> dict[str, Any]:
             return await runtime.run()
         except asyncio.CancelledError:
             if caught:
-                exc = Interrupted(f"node {runtime.node_id}: stopped by {signal.Signals(caught[0]).name} in {runtime.where()}")
-                exc.exit_code = 128 + caught[0]
-                raise exc from None
+                raise Interrupted(
+                    f"node {runtime.node_id}: stopped by {signal.Signals(caught[0]).name} in {runtime.where()}", 128 + caught[0]
+                ) from None
             raise
 
     try:

@@ -28,9 +28,12 @@ if [[ -z "${BROKER_RUNNING:-}" ]]; then
     sleep 0.5
 fi
 
+# A fresh launch nonce, shared by every node of this launch: messages (e.g. retained aborts)
+# of an earlier launch of the same kit are then refused.
+launch=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 node_pids=()
 for config in "$kit"/nodes/node*/node.toml; do
-    "$p2pem" -v node --config "$config" 2>>"$(dirname "$config")/node.log" &
+    "$p2pem" -v node --config "$config" --launch "$launch" 2>>"$(dirname "$config")/node.log" &
     node_pids+=("$!")
     pids+=("$!")
 done

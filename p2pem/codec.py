@@ -80,6 +80,7 @@ __all__ = [
     "Codec",
     "Envelope",
     "ForgedMessage",
+    "InconsistentMessage",
     "InvalidMessage",
     "MalformedMessage",
     "NotAddressed",
@@ -116,6 +117,11 @@ class InvalidMessage(ProtocolError):
 
 class MalformedMessage(InvalidMessage):
     """The bytes are not a well-formed envelope, or a message cannot be encoded."""
+
+
+class InconsistentMessage(MalformedMessage):
+    """The tag verifies, but the envelope contradicts itself (payload length, receivers of a
+    sealed payload): only its authenticated sender can have written it."""
 
 
 class WrongRun(InvalidMessage):
@@ -232,6 +238,10 @@ class Codec:
     node_id : int, optional
         This node's id; needed together with ``identity``.  A codec without both is
         an observer: it can :meth:`parse` envelopes but not authenticate them.
+    launch : bytes, default b""
+        Nonce of this launch of the run (fresh per ``p2pem deploy``), bound into every tag:
+        an envelope from an earlier launch of the same run (a retained message still on
+        the broker, a recorded replay) does not authenticate in this one.
 
     Raises
     ------
@@ -259,8 +269,14 @@ class Codec:
         *,
         identity: Identity | None = None,
         node_id: int | None = None,
+        launch: bytes = b"",
     ) -> None:
         self.run_id = validate_run_id(run_id)
+        if not isinstance(launch, bytes) or len(launch) > 64:
+            raise ConfigError("the launch nonce must be at most 64 bytes")
+        self.launch = launch
+        self._domain = _MAC_DOMAIN + (bytes([len(launch)]) + launch if launch else b"")
+        self._data_domain = self._domain
         self._run_bytes = run_id.encode("utf-8")
         self.roster: dict[int, PublicIdentity] = dict(roster)
         if (identity is None) != (node_id is None):
@@ -280,6 +296,19 @@ class Codec:
 
     def __repr__(self) -> str:
         return f"Codec(run_id={self.run_id!r}, node_id={self.node_id!r}, roster={len(self.roster)} nodes)"
+
+    def set_generation(self, context: bytes) -> None:
+        """Bind ``context`` into the tags of protocol messages (iteration >= 0) from now on.
+
+        A deployment that drops a node and re-runs an aggregation calls it with the set of
+        dropped nodes, at every survivor: messages of the abandoned attempt, still in flight,
+        then no longer authenticate, so they cannot mix with the new attempt's.  Control
+        messages (iteration < 0) keep the launch's tags.
+        """
+        self._data_domain = self._domain + b"\x00gen" + bytes([len(context)]) + bytes(context)
+
+    def _domain_for(self, iteration: int) -> bytes:
+        return self._data_domain if iteration >= 0 else self._domain
 
     # ----------------------------------------------------------------- encode
     def encode(self, msg: Message) -> bytes:
@@ -317,7 +346,8 @@ class Codec:
         else:
             body = plain
         authenticated = _LEN.pack(len(header)) + header + body
-        tags = [mac(self._edge_key(r, role="receiver"), _MAC_DOMAIN, authenticated) for r in msg.receivers]
+        domain = self._domain_for(msg.iteration)
+        tags = [mac(self._edge_key(r, role="receiver"), domain, authenticated) for r in msg.receivers]
         return b"".join([authenticated, *tags])
 
     def _pack(self, msg: Message) -> tuple[bytes, bytes]:
@@ -422,21 +452,21 @@ class Codec:
         k = env.receivers.index(self.node_id)
         key = self._edge_key(env.sender, role="sender")
         try:
-            check_mac(key, env.tags[k * MAC_SIZE : (k + 1) * MAC_SIZE], _MAC_DOMAIN, env.authenticated)
+            check_mac(key, env.tags[k * MAC_SIZE : (k + 1) * MAC_SIZE], self._domain_for(env.iteration), env.authenticated)
         except CryptoError:
             raise ForgedMessage(
                 f"message claiming to be from {who} does not authenticate under the key of edge "
-                f"{key.pair} (forged or altered in transit)"
+                f"{key.pair} in this launch (forged, altered in transit, or from an earlier launch)"
             ) from None
         # Checks of what an authenticated sender wrote come after the tag, so that the
         # reason names a sender who really sent it.
         expected = env.payload_nbytes + (SEAL_OVERHEAD if env.encrypted else 0)
         if len(env.body) != expected:
-            raise MalformedMessage(
+            raise InconsistentMessage(
                 f"message from {who}: payload is {len(env.body)} bytes, header announces {expected}"
             )
         if env.encrypted and len(env.receivers) != 1:
-            raise MalformedMessage(f"encrypted message from {who} has {len(env.receivers)} receivers, not 1")
+            raise InconsistentMessage(f"encrypted message from {who} has {len(env.receivers)} receivers, not 1")
         return env
 
     def decode(self, data: bytes) -> Message:
@@ -569,6 +599,10 @@ class ReplayGuard:
             f"node {msg.sender} sent two different {msg.kind!r} messages for iteration {msg.iteration} "
             f"round {msg.round} to {msg.receivers} (replay or equivocation)"
         )
+
+    def forget_from(self, iteration: int) -> None:
+        """Drop the keys of iterations ``iteration`` and later (their aggregation runs again)."""
+        self._seen = {k: v for k, v in self._seen.items() if not 0 <= iteration <= k[1]}
 
     def forget_before(self, iteration: int) -> None:
         """Drop the keys of iterations before ``iteration`` to bound memory in long runs.

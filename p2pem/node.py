@@ -20,13 +20,22 @@ from p2pem.em import EMSettings, EMState
 from p2pem.errors import ProtocolError
 from p2pem.gmm import FloatArray
 from p2pem.messages import Message
-from p2pem.protocols.base import Aggregation, NodeContext, ProtocolSpec
+from p2pem.protocols.base import Aggregation, NodeContext, ProtocolSpec, ProtocolViolation
 
 log = logging.getLogger(__name__)
 
 
+#: Messages of the next aggregation a neighbour may send before this node begins it
+#: (pdmm-sp: a dual-init and a first primal).
+MAX_AHEAD = 4
+
+
 class OutOfRound(ProtocolError):
     """A message for an aggregation this node has already finished (stale, replayed or reordered)."""
+
+
+class EMFailed(ProtocolError):
+    """The network average of an aggregation is unusable (not finite, or the M-step fails on it)."""
 
 
 class Node:
@@ -55,6 +64,8 @@ class Node:
         self.unconverged: list[int] = []
         self.sent_messages = 0
         self.sent_bytes = 0
+        #: Check queued messages of the next aggregation when it begins (set by a deployment).
+        self.validate = False
 
     @property
     def done(self) -> bool:
@@ -81,9 +92,40 @@ class Node:
         if msg.iteration > self.iteration:
             if msg.iteration > self.iteration + 1:
                 raise OutOfRound(f"node {self.node_id}: message from node {msg.sender} is {msg.iteration - self.iteration} EM iterations ahead")
-            self._pending[msg.iteration].append(msg)
+            pending = self._pending[msg.iteration]
+            if self.validate and sum(m.sender == msg.sender for m in pending) >= MAX_AHEAD:
+                raise ProtocolViolation(msg.sender, msg.iteration, msg.round, "ahead", f"more than {MAX_AHEAD} messages for the next aggregation")
+            pending.append(msg)
             return []
         return self._count(self.agg.receive(msg)) + self._maybe_advance()
+
+    def check(self, msg: Message) -> None:
+        """Raise :class:`~p2pem.protocols.base.ProtocolViolation` if ``msg`` cannot come from an honest peer.
+
+        A deployment calls it for every authenticated message before :meth:`receive`.
+        Messages of the current aggregation are checked by its state machine now; those of
+        the next one are checked when it begins (:meth:`receive` keeps them until then),
+        before any of them is folded in.  Stale messages are left to :meth:`receive`
+        (:class:`OutOfRound`, harmless).
+        """
+        if self.agg is not None and not self.done and msg.iteration == self.iteration:
+            self.agg.check(msg)
+
+    def restart(self, ctx: NodeContext) -> list[Message]:
+        """Run the current aggregation again from its start, over ``ctx``'s topology.
+
+        For a deployment that drops a node that fell silent: the survivors re-run the EM
+        iteration in progress among themselves (the EM state has not absorbed it yet, so
+        its contribution is recomputed unchanged).  Queued messages belong to the abandoned
+        attempt and are discarded.
+        """
+        if self.done:
+            raise ProtocolError(f"node {self.node_id}: cannot restart an aggregation after EM finished")
+        self.ctx = ctx
+        self.node_id = ctx.node_id
+        self._pending.clear()
+        self._previous = None
+        return self._begin()
 
     def wake(self) -> list[Message]:
         """One asynchronous activation (pdmm-sp in async mode)."""
@@ -110,8 +152,20 @@ class Node:
         value = self.em.contribution()[0]
         self.agg = self.protocol.node_aggregation(self.ctx, self.em.iteration)
         out = self._count(self.agg.start(value))
-        for msg in self._pending.pop(self.em.iteration, []):
-            out += self._count(self.agg.receive(msg))
+        pending = self._pending.pop(self.em.iteration, [])
+        if self.validate:
+            for msg in pending:
+                self.agg.check(msg)
+        for msg in pending:
+            try:
+                out += self._count(self.agg.receive(msg))
+            except ProtocolViolation:
+                raise
+            except ProtocolError as exc:
+                if not self.validate:
+                    raise
+                # the state machine refused a queued message: blame its sender, not the current one
+                raise ProtocolViolation(msg.sender, msg.iteration, msg.round, "state", str(exc)) from None
         return out + self._maybe_advance()
 
     def _maybe_advance(self) -> list[Message]:
@@ -124,7 +178,14 @@ class Node:
         self.rounds[self.em.iteration] = agg.rounds
         if not agg.converged:
             self.unconverged.append(self.em.iteration)
-        self.em.absorb(np.asarray(agg.result, dtype=float))
+        result = np.asarray(agg.result, dtype=float)
+        if not np.all(np.isfinite(result)):
+            raise EMFailed(f"node {self.node_id}: the network average of EM iteration {self.em.iteration} is not finite")
+        try:
+            self.em.absorb(result)
+        except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
+            # finite but absurd averages (a member lying about its statistics) can break the M-step
+            raise EMFailed(f"node {self.node_id}: EM iteration {self.em.iteration} failed on the network average ({exc})") from None
         if self.em.finished:
             self.agg = None
             return []

@@ -62,6 +62,7 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     reconnect_timeout = 20.0       #   s of reconnect attempts after losing the broker
     max_node_spread = 1e-6         #   largest accepted disagreement between nodes
     broker = "host:1883"           #   use a running broker instead of starting one
+    on_dropout = "stop"            #   "continue": go on without a node that falls silent
 
 Integer keys reject booleans and floats; number keys accept integers and floats
 (not booleans, not NaN or infinity).
@@ -659,15 +660,16 @@ def _parse_protocols(top: Table) -> tuple[ProtocolConfig, ...]:
 
 
 #: Keys of the ``[deploy]`` table (used by :mod:`p2pem.deploy`), all optional.
-DEPLOY_KEYS = ("timeout", "startup_timeout", "heartbeat", "reconnect_timeout", "max_node_spread", "broker")
+DEPLOY_KEYS = ("timeout", "startup_timeout", "heartbeat", "reconnect_timeout", "max_node_spread", "broker", "on_dropout")
 
 
 def _parse_deploy(top: Table) -> Mapping[str, Any]:
     """The ``[deploy]`` table: positive numbers of seconds, a spread, a ``host:port`` broker."""
     table = top.free_table("deploy")
     sec = Table(top.where, dict(table), "deploy", DEPLOY_KEYS)
-    for key in DEPLOY_KEYS[:-1]:
+    for key in DEPLOY_KEYS[:5]:
         sec.number(key, default=None, positive=True)
+    sec.choice("on_dropout", ("stop", "continue"), default="stop")
     broker = sec.string("broker", default=None)
     if broker is not None:
         host, _, port = broker.rpartition(":")

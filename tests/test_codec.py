@@ -9,6 +9,7 @@ from p2pem.codec import (
     MAX_RING_INT,
     Codec,
     ForgedMessage,
+    InconsistentMessage,
     InvalidMessage,
     MalformedMessage,
     NotAddressed,
@@ -228,8 +229,16 @@ def test_message_for_someone_else_and_observers(codecs, roster):
 
 def test_malformed_bytes_are_rejected(codecs):
     good = codecs[0].encode(Message(0, (1,), 0, 0, "dual", np.arange(4.0)))
-    for junk in (b"", b"\x00" * 10, good[:-1], good + b"\x00", b"x" * 200):
-        with pytest.raises(InvalidMessage):
+    cases = [
+        (b"", MalformedMessage, "only 0 bytes"),
+        (b"\x00" * 10, MalformedMessage, "only 10 bytes"),
+        (b"x" * 200, MalformedMessage, "header length 2021161080 does not fit in 200 bytes"),
+        # a byte less or more shifts the tag: it no longer authenticates
+        (good[:-1], ForgedMessage, "claiming to be from node 0"),
+        (good + b"\x00", ForgedMessage, "claiming to be from node 0"),
+    ]
+    for junk, error, match in cases:
+        with pytest.raises(error, match=match):
             codecs[1].decode(junk)
     version = bytearray(good)
     version[8] = 99
@@ -238,27 +247,53 @@ def test_malformed_bytes_are_rejected(codecs):
 
 
 @pytest.mark.parametrize(
-    "msg",
+    "msg, error, match",
     [
-        Message(1, (2,), 0, 0, "dual", np.arange(3.0)),  # wrong sender for codec 0
-        Message(0, (1, 2), 0, 0, "dual", np.arange(3.0), encrypted=True),
-        Message(0, (), 0, 0, "dual", np.arange(3.0), encrypted=True),
-        Message(0, (1,), 0, 0, "dual", np.arange(3, dtype=np.int64)),
-        Message(0, (1,), 0, 0, "dual", np.arange(3, dtype=np.float32)),
-        Message(0, (1,), 0, 0, "ring", (-1,)),
-        Message(0, (1,), 0, 0, "ring", (MAX_RING_INT,)),
-        Message(0, (1,), 0, 0, "ring", (1.5,)),  # type: ignore[arg-type]
-        Message(0, (1,), 0, 0, "", np.arange(3.0)),
-        Message(0, (0,), 0, 0, "dual", np.arange(3.0)),
-        Message(0, (1,), 0, 0, "dual", [1.0, 2.0]),  # type: ignore[arg-type]
-        Message(0, (1,), 2**63, 0, "dual", np.arange(3.0)),
-        Message(0, (), 0, 0, "primal", np.arange(3.0)),
-        Message(0, (7,), 0, 0, "dual", np.arange(3.0)),  # receiver not in the roster
+        (Message(1, (2,), 0, 0, "dual", np.arange(3.0)), MalformedMessage, "cannot encode a message claiming sender 1"),
+        (Message(0, (1, 2), 0, 0, "dual", np.arange(3.0), encrypted=True), MalformedMessage, "exactly one receiver, has 2"),
+        (Message(0, (), 0, 0, "dual", np.arange(3.0), encrypted=True), MalformedMessage, "exactly one receiver, has 0"),
+        (Message(0, (1,), 0, 0, "dual", np.arange(3, dtype=np.int64)), MalformedMessage, "must be float64, got int64"),
+        (Message(0, (1,), 0, 0, "dual", np.arange(3, dtype=np.float32)), MalformedMessage, "must be float64, got float32"),
+        (Message(0, (1,), 0, 0, "ring", (-1,)), MalformedMessage, r"outside \[0, 2\*\*256\)"),
+        (Message(0, (1,), 0, 0, "ring", (MAX_RING_INT,)), MalformedMessage, r"outside \[0, 2\*\*256\)"),
+        (Message(0, (1,), 0, 0, "ring", (1.5,)), MalformedMessage, "entries must be int, not float"),  # type: ignore[arg-type]
+        (Message(0, (1,), 0, 0, "", np.arange(3.0)), MalformedMessage, "kind must be 1-255 bytes"),
+        (Message(0, (0,), 0, 0, "dual", np.arange(3.0)), MalformedMessage, "lists its sender among the receivers"),
+        (Message(0, (1,), 0, 0, "dual", [1.0, 2.0]), MalformedMessage, "not list"),  # type: ignore[arg-type]
+        (Message(0, (1,), 2**63, 0, "dual", np.arange(3.0)), MalformedMessage, "iteration 9223372036854775808 out of range"),
+        (Message(0, (), 0, 0, "primal", np.arange(3.0)), MalformedMessage, "has no receiver"),
+        (Message(0, (7,), 0, 0, "dual", np.arange(3.0)), UnknownSender, "node 7 is not in the roster"),  # receiver not in the roster
     ],
 )
-def test_unencodable_messages_raise(codecs, msg):
-    with pytest.raises((MalformedMessage, UnknownSender)):
+def test_unencodable_messages_raise(codecs, msg, error, match):
+    with pytest.raises(error, match=match):
         codecs[0].encode(msg)
+
+
+def test_launch_nonce_separates_launches_of_one_run(keys, roster):
+    """Same run, same keys, another launch: nothing of the first launch authenticates."""
+    first = {i: Codec(RUN, roster, identity=keys[i], node_id=i, launch=b"launch-A") for i in (0, 1)}
+    second = Codec(RUN, roster, identity=keys[1], node_id=1, launch=b"launch-B")
+    for encrypted in (False, True):
+        data = first[0].encode(Message(0, (1,), 0, 0, "dual", np.arange(3.0), encrypted=encrypted))
+        assert first[1].decode(data).payload.tolist() == [0.0, 1.0, 2.0]
+        with pytest.raises(ForgedMessage, match="from an earlier launch"):
+            second.decode(data)
+
+
+def test_sender_holding_the_tag_key_is_blamed_for_an_inconsistent_envelope(keys, roster, codecs):
+    """A tag over a payload that contradicts the header can only come from its sender."""
+    data = codecs[0].encode(Message(0, (1,), 0, 0, "dual", np.arange(4.0), encrypted=True))
+    k01 = derive_edge_key(keys[0], 0, roster[1], 1, RUN)
+    for cut in (1, 8):  # a shorter sealed box: wrong length, or a box that no longer opens
+        body = bytearray(data[: -MAC_SIZE])
+        if cut == 1:
+            body = body[:-1]
+        else:
+            body[-1] ^= 0x01
+        forged = bytes(body) + mac(k01, b"p2pem/envelope/v2\x00", bytes(body))
+        with pytest.raises(InconsistentMessage if cut == 1 else TamperedMessage, match="node 0"):
+            codecs[1].decode(forged)
 
 
 def test_codec_configuration_checks(keys, roster):

@@ -265,9 +265,9 @@ def test_keys_new_show_and_roster(tmp_path, capsys):
 
     scenario = tmp_path / "s.toml"
     scenario.write_text(
-        f'seed = 3\n[data]\nsource = "synthetic"\nn_samples = 40\n[graph]\nkind = "edges"\n'
-        f"edges = [[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]]\n[em]\nn_components = 2\nmax_iter = 4\n"
-        f'[[protocols]]\nname = "pdmm-sp"\n'
+        'seed = 3\n[data]\nsource = "synthetic"\nn_samples = 40\n[graph]\nkind = "edges"\n'
+        "edges = [[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]]\n[em]\nn_components = 2\nmax_iter = 4\n"
+        '[[protocols]]\nname = "pdmm-sp"\n'
     )
     roster_path = tmp_path / "roster.toml"
     argv = ["keys", "roster", str(scenario), "--public", str(pubs), "--out", str(roster_path), "--run-id", "study-1"]
@@ -314,3 +314,29 @@ def test_kit_templates(tmp_path):
     script = ROOT / "nodes" / "launch.sh"
     assert os.access(script, os.X_OK)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+@pytest.mark.skipif(find_mosquitto("mosquitto_passwd") is None, reason="prepare_kit needs mosquitto_passwd")
+def test_every_deploy_key_reaches_the_node_configs(tmp_path):
+    """[deploy] timeouts (reconnect_timeout included), on_dropout; --timeout overrides keep the rest;
+    secrets come from OS entropy unless the insecure seed is asked for."""
+    from p2pem.deploy.launcher import deploy_settings, prepare_kit
+
+    text = SCENARIO.read_text().replace("../data", str(ROOT / "data"))
+    text = text.replace("[deploy]\n", '[deploy]\nreconnect_timeout = 33.0\non_dropout = "continue"\n', 1)
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    scenario = load_scenario(path)
+    timeouts, _, _ = deploy_settings(scenario, {"timeout": 12.0})
+    kit = prepare_kit(scenario, tmp_path / "kit", broker=("127.0.0.1", 1883), timeouts=timeouts)
+    config = NodeConfig.load(kit.config_path(5))
+    assert config.timeouts == Timeouts(timeout=12.0, startup_timeout=60.0, heartbeat=1.0, reconnect_timeout=33.0)
+    assert config.on_dropout == "continue" and config.seed is None and not kit.seeded
+    roster = Roster.load(kit.roster_path)
+    assert roster.n_features == 2
+    seeded = prepare_kit(scenario, tmp_path / "seeded", broker=("127.0.0.1", 1883), seeded=True)
+    assert NodeConfig.load(seeded.config_path(5)).seed == scenario.seed and seeded.seeded
+    bad = text.replace('on_dropout = "continue"', 'on_dropout = "maybe"')
+    path.write_text(bad)
+    with pytest.raises(ConfigError, match="on_dropout"):
+        load_scenario(path)

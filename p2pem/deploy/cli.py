@@ -8,6 +8,7 @@ stays fast.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -30,9 +31,14 @@ broker: split the data into per-node files, generate keys, roster and node confi
 start Mosquitto on a free loopback port (unless --broker is given), start the nodes, show
 progress, check that every node ended with the same model and write DIR/result.json in the
 schema of `p2pem simulate` plus a "deployment" section (per-node timings and message
-counts).  By default the nodes draw their protocol noise from the scenario seed, so the
-result equals `p2pem simulate` on the same scenario; --os-entropy draws it as a real
-deployment must.  Ctrl-C stops every node process and the broker.
+counts).  Every node draws its secrets (initial duals) from the OS's entropy, so the result
+equals `p2pem simulate` up to the consensus error; --insecure-reproducible-seed draws them
+from the scenario seed instead (bit-identical to simulate, NOT private: whoever has the
+scenario file undoes the privacy noise).  Every message is validated; a node that breaks the
+protocol is named and the run stops; no node reports success before its neighbours showed it
+the same final model.  With `on_dropout = "continue"` in the scenario's [deploy] table the
+run goes on without a node that falls silent.  Ctrl-C, or killing this launcher, stops every
+node process and the broker.
 """
 
 KEYS_HELP = """\
@@ -50,6 +56,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     node.add_argument("--config", required=True, metavar="NODE_TOML", help="this node's config file (node.toml)")
     node.add_argument("--progress", action="store_true", help="print machine-readable progress lines ('online', 'progress K N') to stdout")
     node.add_argument("--exit-with-parent", action="store_true", help="stop when the process that started this node exits (used by `p2pem deploy`)")
+    node.add_argument(
+        "--launch",
+        metavar="HEX",
+        default=os.environ.get("P2PEM_LAUNCH", ""),
+        help="nonce of this launch (hex, same for every node; default $P2PEM_LAUNCH): bound into every message, "
+        "so messages of an earlier launch of the same roster are refused. `p2pem deploy` and nodes/launch.sh draw a fresh one",
+    )
     node.set_defaults(func=cmd_node)
 
     dep = sub.add_parser("deploy", help="run a scenario as one process per node over an MQTT broker", description=DEPLOY_HELP, formatter_class=raw)
@@ -62,7 +75,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     dep.add_argument("--run-id", metavar="ID", help="run id bound into message tags, keys and topics (default: scenario name + random suffix)")
     dep.add_argument("--timeout", type=float, metavar="S", help="seconds a node waits for a silent neighbour before the run stops (default: [deploy] timeout or 20)")
     dep.add_argument("--startup-timeout", type=float, metavar="S", help="seconds every node's neighbours have to come online (default: [deploy] startup_timeout or 60)")
-    dep.add_argument("--os-entropy", action="store_true", help="draw the protocol noise from OS entropy, as a real deployment must (the result then differs from simulate by the consensus error only)")
+    dep.add_argument("--insecure-reproducible-seed", action="store_true", help="TESTING ONLY: draw the nodes' protocol noise from the scenario seed so that the result equals `p2pem simulate` bit for bit; anyone with the scenario file can then undo the privacy noise (recorded in result.json and the logs)")
+    dep.add_argument("--os-entropy", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
     dep.add_argument("--prepare-only", action="store_true", help="write the kit (keys, roster, configs, broker files) and stop; run it later with --kit DIR or nodes/launch.sh DIR")
     dep.add_argument("--check", action="store_true", help="also run `p2pem simulate` on the same scenario and print the largest relative difference")
     dep.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -98,35 +112,62 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
-    import os
-
     from p2pem.deploy.config import NodeConfig
-    from p2pem.deploy.runtime import NodeRuntime, run_node
+    from p2pem.deploy.runtime import NodeRuntime, run_node, write_failure
+    from p2pem.errors import P2pemError
+
+    parent = os.getppid() if args.exit_with_parent else None
+    if parent is not None:
+        from p2pem.broker import die_with_parent
+
+        die_with_parent()
+    try:
+        launch = bytes.fromhex(args.launch)
+    except ValueError:
+        raise ConfigError(f"--launch must be hex digits, got {args.launch!r}") from None
+    if not launch:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "no launch nonce (--launch/P2PEM_LAUNCH): messages of an earlier launch of this roster would be accepted"
+        )
 
     def progress(event: str, n_iter: int, max_iter: int) -> None:
-        print("online" if event == "online" else f"progress {n_iter} {max_iter}", flush=True)
+        _say("online" if event == "online" else f"progress {n_iter} {max_iter}")
 
     config = NodeConfig.load(args.config)
-    runtime = NodeRuntime(
-        config,
-        progress=progress if args.progress else None,
-        parent_pid=os.getppid() if args.exit_with_parent else None,
-    )
+    try:
+        runtime = NodeRuntime(config, progress=progress if args.progress else None, parent_pid=parent, launch=launch)
+    except P2pemError as exc:
+        write_failure(config, exc)
+        raise
     report = run_node(runtime)
     if not args.progress:
         ll = report["loglik"][-1] if report["loglik"] else float("nan")
-        print(
+        _say(
             f"node {report['node_id']}: {report['n_iter']} EM iterations, final loglik {ll:.6f}, "
             f"{report['messages']} messages, result in {config.result}"
         )
     return 0
 
 
+def _say(line: str) -> None:
+    """Print a line; if nobody reads stdout any more (the launcher died), drop it quietly."""
+    try:
+        print(line, flush=True)
+    except (BrokenPipeError, ValueError):
+        # Point stdout at /dev/null so that the interpreter's final flush cannot fail either.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+
+
 # ---------------------------------------------------------------------------------- deploy
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from p2pem.deploy.config import Timeouts, parse_broker_address
+    from p2pem.deploy.config import parse_broker_address
     from p2pem.deploy.launcher import Kit, compare_with_simulate, deploy, prepare_kit, run_kit
 
     if (args.scenario is None) == (args.kit is None):
@@ -148,14 +189,13 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             if not args.out:
                 raise ConfigError("--out DIR is required with a SCENARIO")
             scenario = load_scenario(args.scenario)
-            base, _, _ = deploy_settings(scenario)
             overrides = {k: v for k, v in (("timeout", args.timeout), ("startup_timeout", args.startup_timeout)) if v is not None}
-            timeouts = Timeouts(**{**{k: getattr(base, k) for k in ("timeout", "startup_timeout")}, **overrides})
+            timeouts, _, _ = deploy_settings(scenario, overrides)
             if args.prepare_only:
                 from p2pem.broker import free_port
 
                 address = broker or deploy_settings(scenario)[2] or (args.listen, free_port(args.listen))
-                kit = prepare_kit(scenario, args.out, broker=address, protocol=args.protocol, run_id=args.run_id, seeded=not args.os_entropy, timeouts=timeouts)
+                kit = prepare_kit(scenario, args.out, broker=address, protocol=args.protocol, run_id=args.run_id, seeded=args.insecure_reproducible_seed, timeouts=timeouts)
                 print(f"prepared {kit.n_nodes} node kits for run {kit.run_id} in {kit.root} (broker {kit.broker_host}:{kit.broker_port})")
                 print(f"start them with: p2pem deploy --kit {kit.root}   or   nodes/launch.sh {kit.root}")
                 return 0
@@ -166,7 +206,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                 broker=broker,
                 listen=args.listen,
                 run_id=args.run_id,
-                seeded=not args.os_entropy,
+                seeded=args.insecure_reproducible_seed,
                 timeouts=timeouts,
                 progress=progress,
             )
@@ -228,6 +268,10 @@ def _print_summary(kit, doc: dict, elapsed: float) -> None:
         f"{dep['envelopes_published']} envelopes ({dep['wire_bytes'] / 1e6:.2f} MB), {dep['deliveries']} deliveries, "
         f"{dep['duplicates']} duplicates, {dep['rejected']} rejected, {dep['reconnects']} reconnects"
     )
+    for d in dep.get("dropped", []):
+        print(f"  node {d['node']} dropped out in EM iteration {d['iteration']} (noticed by node {d['detected_by']}); the model is the EM of the other nodes' rows")
+    if dep.get("seeded"):
+        print("  INSECURE: protocol noise from the scenario seed (--insecure-reproducible-seed); not private")
     startup = dep["startup_s"]
     print(
         f"  wall {run['wall_s']:.2f} s (all nodes online {startup:.2f} s after launch, consensus {dep['run_s']:.2f} s); "

@@ -82,6 +82,8 @@ __all__ = [
 
 #: Version of the roster layout written by :meth:`Roster.save`.
 ROSTER_FORMAT = 1
+#: What a node may do when a neighbour falls silent (``on_dropout``).
+ON_DROPOUT = ("stop", "continue")
 #: Protocols (and modes) a deployment can run.
 DEPLOYABLE = ("pdmm-sp (mode = 'sync')",)
 
@@ -226,6 +228,12 @@ class Roster:
     def where(self) -> str:
         return str(self.path) if self.path is not None else "roster"
 
+    @property
+    def n_features(self) -> int | None:
+        """Columns every node's data must have (``em.n_features``; None in rosters written without it)."""
+        value = self.em.get("n_features")
+        return None if value is None else int(value)
+
     # -- what a node builds from it -----------------------------------------------------
 
     def topology(self):
@@ -276,8 +284,12 @@ class Roster:
     # -- building and files --------------------------------------------------------------
 
     @classmethod
-    def build(cls, run_id: str, graph, settings, spec, keys: Sequence[Any], *, ring: Sequence[int] | None = None) -> Roster:
+    def build(
+        cls, run_id: str, graph, settings, spec, keys: Sequence[Any], *, ring: Sequence[int] | None = None, n_features: int | None = None
+    ) -> Roster:
         """Roster for ``graph`` (nodes ``0..n-1``), EM ``settings``, protocol ``spec`` and public ``keys``.
+
+        ``n_features`` (the data's column count) lets every node check its data file at load.
 
         Raises
         ------
@@ -300,6 +312,8 @@ class Roster:
             "reg_covar": float(settings.reg_covar),
             "init_seed": int(settings.init_seed),
         }
+        if n_features is not None:
+            em["n_features"] = int(n_features)
         if settings.init is not None:
             em["init"] = {k: np.asarray(v).tolist() for k, v in settings.init.as_dict().items()}
         protocol = {"name": spec.name, **spec.params()}
@@ -366,7 +380,7 @@ class Roster:
         n = topo.integer("n_nodes", minimum=2)
         diameter = topo.integer("diameter", minimum=1)
         ring = topo.int_list("ring", default=None)
-        em_t = top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "init_seed", "init"))
+        em_t = top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "init_seed", "n_features", "init"))
         em: dict[str, Any] = {
             "n_components": em_t.integer("n_components", minimum=1),
             "max_iter": em_t.integer("max_iter", minimum=0),
@@ -374,6 +388,8 @@ class Roster:
             "reg_covar": em_t.number("reg_covar", minimum=0.0),
             "init_seed": em_t.integer("init_seed", minimum=0),
         }
+        if "n_features" in em_t.table:
+            em["n_features"] = em_t.integer("n_features", minimum=1)
         if "init" in em_t.table:
             init_t = em_t.section("init", ("weights", "means", "covariances"))
             em["init"] = {k: init_t.require(k) for k in ("weights", "means", "covariances")}
@@ -527,6 +543,10 @@ class NodeConfig:
         With ``seed``: the noise generator is ``default_rng(SeedSequence(seed, spawn_key))``;
         ``p2pem deploy`` writes the scenario seed and ``(3, node_id)``, exactly the
         generator ``p2pem simulate`` gives node ``node_id``.
+    on_dropout : {"stop", "continue"}
+        When a neighbour falls silent: stop the run (default), or agree with the other
+        nodes to drop it and go on without it (if the rest stays connected with a cycle).
+        Every node of a run needs the same value.
     path : pathlib.Path, optional
         Where the config was read from.
     """
@@ -541,6 +561,7 @@ class NodeConfig:
     columns: tuple[str, ...] | None = None
     seed: int | None = None
     spawn_key: tuple[int, ...] = ()
+    on_dropout: str = "stop"
     path: Path | None = None
 
     def protocol_rng(self) -> np.random.Generator:
@@ -556,7 +577,7 @@ class NodeConfig:
         doc = _read_toml(path, "node config")
         where = str(path)
         base = path.parent
-        top = Table(where, doc, "", ("node_id", "roster", "key_file", "data", "columns", "result", "broker", "timeouts", "reproducibility"))
+        top = Table(where, doc, "", ("node_id", "roster", "key_file", "data", "columns", "result", "broker", "timeouts", "reproducibility", "on_dropout"))
         node_id = top.integer("node_id", minimum=0)
         b = top.section("broker", BrokerConfig.KEYS)
         port = b.integer("port", default=1883, minimum=1)
@@ -588,6 +609,7 @@ class NodeConfig:
             if any(k < 0 for k in spawn_key):
                 r.fail("'reproducibility.spawn_key' must hold non-negative integers")
         columns = top.string_list("columns", default=None)
+        on_dropout = top.choice("on_dropout", ON_DROPOUT, default="stop")
         return cls(
             node_id=node_id,
             roster=top.path("roster", base),
@@ -599,6 +621,7 @@ class NodeConfig:
             columns=None if columns is None else tuple(columns),
             seed=seed,
             spawn_key=spawn_key,
+            on_dropout=on_dropout,
             path=path,
         )
 
@@ -631,6 +654,7 @@ class NodeConfig:
         if self.columns is not None:
             doc["columns"] = list(self.columns)
         doc["result"] = rel(self.result)
+        doc["on_dropout"] = self.on_dropout
         doc["broker"] = broker
         doc["timeouts"] = self.timeouts.to_dict()
         if self.seed is not None:

@@ -89,7 +89,7 @@ class Kit:
     broker_host: str
     broker_port: int
     max_node_spread: float = MAX_NODE_SPREAD
-    seeded: bool = True
+    seeded: bool = False
 
     @property
     def roster_path(self) -> Path:
@@ -160,7 +160,7 @@ class Kit:
             broker_host=doc["broker_host"],
             broker_port=int(doc["broker_port"]),
             max_node_spread=float(doc.get("max_node_spread", MAX_NODE_SPREAD)),
-            seeded=bool(doc.get("seeded", True)),
+            seeded=bool(doc.get("seeded", False)),
         )
 
     def set_broker(self, host: str, port: int) -> Kit:
@@ -196,11 +196,16 @@ def _pick_protocol(scenario, protocol: str | None):
     return spec
 
 
-def deploy_settings(scenario) -> tuple[Timeouts, float, tuple[str, int] | None]:
-    """Timeouts, max node spread and broker address from a scenario's ``[deploy]`` table."""
+def deploy_settings(scenario, overrides: dict[str, float] | None = None) -> tuple[Timeouts, float, tuple[str, int] | None]:
+    """Timeouts, max node spread and broker address from a scenario's ``[deploy]`` table.
+
+    ``overrides`` (e.g. ``--timeout`` on the command line) replace keys of the table before
+    the derived defaults (heartbeat, reconnect_timeout) are computed, and every key given
+    reaches the node configs.
+    """
     from p2pem.deploy.config import parse_broker_address
 
-    table = dict(scenario.deploy)
+    table = {**dict(scenario.deploy), **(overrides or {})}
     timeouts = Timeouts.from_mapping(table, f"{scenario.path}: deploy")
     spread = float(table.get("max_node_spread", MAX_NODE_SPREAD))
     broker = None
@@ -219,9 +224,10 @@ def prepare_kit(
     broker: tuple[str, int],
     protocol: str | None = None,
     run_id: str | None = None,
-    seeded: bool = True,
+    seeded: bool = False,
     timeouts: Timeouts | None = None,
     max_node_spread: float | None = None,
+    on_dropout: str | None = None,
 ) -> Kit:
     """Write everything the node processes and the broker need into ``out``.
 
@@ -236,13 +242,17 @@ def prepare_kit(
         Which of the scenario's protocols to deploy; default the first.
     run_id : str, optional
         Default ``<scenario name>-<random>``.
-    seeded : bool, default True
-        Write the scenario seed into every node config so that the protocol noise equals
-        ``p2pem simulate``'s (reproducible, *not private*); False draws it from OS entropy.
+    seeded : bool, default False
+        INSECURE, for tests and reproductions only: write the scenario seed into every node
+        config so that the protocol noise (initial duals) equals ``p2pem simulate``'s;
+        anyone holding the scenario file then recovers every node's statistics from the
+        broker traffic.  By default every node draws its secrets from the OS's entropy.
     timeouts : Timeouts, optional
         Default: the scenario's ``[deploy]`` table.
     max_node_spread : float, optional
         Largest accepted relative disagreement between the nodes' models.
+    on_dropout : {"stop", "continue"}, optional
+        Default: the scenario's ``[deploy] on_dropout``, else "stop".
 
     Returns
     -------
@@ -278,12 +288,17 @@ def prepare_kit(
     if passwd is None:
         raise ConfigError("mosquitto_passwd not found; install mosquitto (e.g. apt-get install mosquitto) to write the broker's password file")
 
+    if seeded:
+        log.warning(
+            "INSECURE REPRODUCIBLE SEED: the nodes' protocol noise is drawn from the scenario seed; "
+            "whoever has the scenario file can undo the privacy noise (use only for tests)"
+        )
     root.mkdir(exist_ok=True)
     (root / "nodes").mkdir()
     broker_dir = root / "broker"
     broker_dir.mkdir()
     identities = [Identity.generate() for _ in range(n)]
-    roster = Roster.build(run_id, graph, settings, spec, [ident.public for ident in identities])
+    roster = Roster.build(run_id, graph, settings, spec, [ident.public for ident in identities], n_features=int(parts[0].shape[1]))
     roster.save(root / "roster.toml")
     write_broker_auth(broker_dir, run_id, n, executable=passwd)
     host, port = broker
@@ -306,6 +321,7 @@ def prepare_kit(
             timeouts=timeouts,
             seed=int(protocol_stream.entropy) if seeded else None,
             spawn_key=(*protocol_stream.spawn_key, i) if seeded else (),
+            on_dropout=str(scenario.deploy.get("on_dropout", "stop")) if on_dropout is None else on_dropout,
         )
         config.save(d / "node.toml")
     kit = Kit(
@@ -449,6 +465,8 @@ class Deployment:
         Interpreter that runs ``-m p2pem node``.
     verbose : int
         ``-v`` flags passed to the nodes (their logs go to ``node.log``).
+    nodes : sequence of int, optional
+        Start only these nodes (default all; tests run the others themselves).
     """
 
     def __init__(
@@ -458,8 +476,10 @@ class Deployment:
         wrap: Callable[[int], Sequence[str]] | None = None,
         python: str = sys.executable,
         verbose: int = 1,
+        nodes: Sequence[int] | None = None,
     ) -> None:
         self.kit = kit
+        self.nodes = list(range(kit.n_nodes)) if nodes is None else list(nodes)
         self.wrap = wrap
         self.python = python
         self.verbose = verbose
@@ -471,12 +491,15 @@ class Deployment:
         self.started_at = 0.0
         self.started_unix = 0.0
         self.exit_times: dict[int, float] = {}
+        #: Fresh per launch and bound into every envelope, so a second launch of the same kit
+        #: never accepts the first one's (e.g. retained) messages.
+        self.launch = secrets.token_bytes(16)
 
     def command(self, i: int) -> list[str]:
         cmd = [self.python, "-m", "p2pem"]
         if self.verbose:
             cmd.append("-" + "v" * self.verbose)
-        cmd += ["node", "--config", str(self.kit.config_path(i)), "--progress", "--exit-with-parent"]
+        cmd += ["node", "--config", str(self.kit.config_path(i)), "--progress", "--exit-with-parent", "--launch", self.launch.hex()]
         return [*(self.wrap(i) if self.wrap is not None else ()), *cmd]
 
     def start(self) -> None:
@@ -484,7 +507,7 @@ class Deployment:
         self.started_at = time.monotonic()
         self.started_unix = time.time()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        for i in range(self.kit.n_nodes):
+        for i in self.nodes:
             self.kit.result_path(i).unlink(missing_ok=True)
             with open(self.kit.log_path(i), "ab") as logfile:
                 try:
@@ -546,7 +569,7 @@ class Deployment:
             have fired long before; the processes are terminated).
         """
         while True:
-            for i, p in enumerate(self.processes):
+            for i, p in zip(self.nodes, self.processes):
                 if i not in self.exit_times and p.poll() is not None:
                     self.exit_times[i] = time.monotonic() - self.started_at
             if progress is not None:
@@ -621,7 +644,9 @@ def run_deployment(
     finally:
         dep.terminate()
     wall = time.perf_counter() - t0
-    return collect_results(kit, codes, wall, exit_times=dep.exit_times, launched_unix=dep.started_unix)
+    doc = collect_results(kit, codes, wall, exit_times=dep.exit_times, launched_unix=dep.started_unix)
+    doc["deployment"]["launch"] = dep.launch.hex()
+    return doc
 
 
 def collect_results(
@@ -643,11 +668,27 @@ def collect_results(
             reports.append(json.loads(kit.result_path(i).read_text(encoding="utf-8")))
         except (OSError, ValueError):
             reports.append(None)
-    failed = [i for i in range(kit.n_nodes) if codes[i] != 0 or reports[i] is None or reports[i].get("status") != "finished"]
+    # nodes the others agreed to drop (on_dropout = "continue") are not failures of the run
+    dropped: dict[int, dict[str, Any]] = {}
+    for rep in reports:
+        if rep is not None and rep.get("status") == "finished":
+            for d in rep.get("dropped", []):
+                dropped.setdefault(int(d["node"]), d)
+    failed = [
+        i for i in range(kit.n_nodes) if i not in dropped and (codes[i] != 0 or reports[i] is None or reports[i].get("status") != "finished")
+    ]
     if failed:
         raise DeploymentFailed(_failure_summary(kit, codes, reports, failed))
-    ok: list[dict[str, Any]] = reports  # type: ignore[assignment]
-    return _combine(kit, ok, wall, exit_times or {}, launched_unix)
+    survivors = [i for i in range(kit.n_nodes) if i not in dropped]
+    sets = {tuple(sorted(int(d["node"]) for d in reports[i].get("dropped", []))) for i in survivors}  # type: ignore[union-attr]
+    if len(sets) > 1:
+        raise DeploymentFailed(f"deployment failed: the surviving nodes disagree on who dropped out ({sorted(sets)})")
+    ok: list[dict[str, Any]] = [reports[i] for i in survivors]  # type: ignore[misc]
+    doc = _combine(kit, ok, wall, exit_times or {}, launched_unix)
+    doc["deployment"]["dropped"] = [
+        {"node": k, "iteration": int(d["iteration"]), "detected_by": int(d["detected_by"])} for k, d in sorted(dropped.items())
+    ]
+    return doc
 
 
 def _failure_summary(kit: Kit, codes: Sequence[int], reports: Sequence[dict | None], failed: list[int]) -> str:
@@ -662,8 +703,15 @@ def _failure_summary(kit: Kit, codes: Sequence[int], reports: Sequence[dict | No
         return f"node {i} exited with code {code}" + (f": {tail}" if tail else "")
 
     reasons = {i: reason(i) for i in failed}
-    # Prefer a node that saw the cause over one that was told by a neighbour.
-    primary = next((i for i in failed if "run stopped" not in reasons[i] and "launcher" not in reasons[i]), failed[0])
+    # Prefer a node that failed by itself (bad data, a violation it caught) over one that only
+    # noticed a neighbour's absence, and that over one told by a neighbour.
+    def rank(i: int) -> int:
+        text = reasons[i]
+        if "run stopped" in text or "launcher" in text:
+            return 2
+        return 1 if any(w in text for w in ("never came online", "fell silent", "no progress", "was killed by")) else 0
+
+    primary = min(failed, key=rank)
     others = len(failed) - 1
     more = f"; {others} other node{'s' if others != 1 else ''} stopped too" if others else ""
     return f"deployment failed: {reasons[primary]}{more} (logs: {kit.root / 'nodes'}/node*/node.log)"
@@ -729,6 +777,8 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
                 if launched_unix is None or t.get("online_s") is None
                 else t["started_unix"] + t["online_s"] - launched_unix,
                 "run_s": None if t.get("finished_s") is None or t.get("online_s") is None else t["finished_s"] - t["online_s"],
+                "agree_s": None if t.get("agreed_s") is None or t.get("finished_s") is None else t["agreed_s"] - t["finished_s"],
+                **{k: v for k, v in r.get("costs", {}).items()},
                 "total_s": t.get("total_s"),
                 "cpu_s": r.get("cpu_s"),
                 "exit_s": exit_times.get(r["node_id"]),
@@ -753,6 +803,7 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
         "broker": f"{kit.broker_host}:{kit.broker_port}",
         "n_processes": kit.n_nodes,
         "seeded": kit.seeded,
+        "secrets": "INSECURE: protocol noise from the scenario seed (reproducible, not private)" if kit.seeded else "OS entropy",
         "wall_s": wall,
         "startup_s": max(online) if online else None,  # launch -> last node online
         "run_s": max(run_s) if run_s else None,
@@ -788,9 +839,20 @@ def compare_with_simulate(kit: Kit, doc: dict[str, Any]) -> float:
         raise ConfigError("the kit has no scenario to simulate")
     scenario = load_scenario(kit.scenario_file)
     roster = Roster.load(kit.roster_path)
-    sim = run_protocol(
-        load_data(scenario), build_graph(scenario), roster.protocol_spec(), em_settings(scenario), seed=scenario.streams()["protocol"]
-    )
+    schedule = {int(d["node"]): int(d["iteration"]) for d in doc.get("deployment", {}).get("dropped", [])}
+    if schedule:
+        from p2pem.deploy.dropout import simulate_with_dropouts
+        from p2pem.simulate import protocol_streams
+
+        parts = load_data(scenario)
+        sim, _ = simulate_with_dropouts(
+            parts, roster.neighbours, roster.protocol_spec(), em_settings(scenario), schedule,
+            rngs=protocol_streams(scenario.streams()["protocol"], len(parts)),
+        )
+    else:
+        sim = run_protocol(
+            load_data(scenario), build_graph(scenario), roster.protocol_spec(), em_settings(scenario), seed=scenario.streams()["protocol"]
+        )
     run = doc["protocols"][0]
     err = 0.0
     for key, ref in (("weights", sim.weights), ("means", sim.means), ("covariances", sim.covariances)):
@@ -806,7 +868,7 @@ def deploy(
     broker: tuple[str, int] | None = None,
     listen: str = "127.0.0.1",
     run_id: str | None = None,
-    seeded: bool = True,
+    seeded: bool = False,
     timeouts: Timeouts | None = None,
     progress: Callable[[DeployProgress], None] | None = None,
     on_broker: Callable[[Any], None] | None = None,

@@ -283,6 +283,57 @@ class AggregateOutcome:
     trace: list[Message] | None = None
 
 
+class ProtocolViolation(ProtocolError):
+    """An authenticated message that an honest sender never sends: the sender broke the protocol.
+
+    Parameters
+    ----------
+    sender : int
+        Who sent it (authenticated, so the blame is certain).
+    iteration, round : int
+        The message's EM iteration and protocol round.
+    check : str
+        Short name of the failed check (``kind``, ``dtype``, ``shape``, ``finite``, ``meta``, ...).
+    detail : str
+        One line saying what was wrong.
+    """
+
+    def __init__(self, sender: int, iteration: int, round: int, check: str, detail: str) -> None:
+        self.sender = int(sender)
+        self.iteration = int(iteration)
+        self.round = int(round)
+        self.check = check
+        self.detail = detail
+        super().__init__(
+            f"protocol violation by node {sender} (EM iteration {iteration}, round {round}, check '{check}'): {detail}"
+        )
+
+
+#: Largest magnitude accepted in a float payload.  Honest values (sufficient statistics,
+#: perturbed duals) stay far below; larger ones would overflow float64 in the sums of a round.
+MAX_PAYLOAD_ABS = 1e100
+
+
+def check_vector(msg: Message, length: int) -> None:
+    """Raise :class:`ProtocolViolation` unless ``msg.payload`` is a finite float64 vector of ``length``."""
+    payload = msg.payload
+
+    def bad(check: str, detail: str) -> ProtocolViolation:
+        return ProtocolViolation(msg.sender, msg.iteration, msg.round, check, f"{msg.kind} message: {detail}")
+
+    if not isinstance(payload, np.ndarray):
+        raise bad("dtype", f"payload is {type(payload).__name__}, not a float64 array")
+    if payload.dtype != np.float64:
+        raise bad("dtype", f"payload dtype {payload.dtype}, not float64")
+    if payload.shape != (length,):
+        raise bad("shape", f"payload shape {payload.shape}, expected ({length},)")
+    # one reduction for both checks (NaN fails the comparison): this runs for every message
+    if length and not np.abs(payload).max() <= MAX_PAYLOAD_ABS:
+        if not np.all(np.isfinite(payload)):
+            raise bad("finite", "payload holds NaN or infinite values")
+        raise bad("range", f"payload holds values beyond {MAX_PAYLOAD_ABS:g} in magnitude")
+
+
 class Aggregation(abc.ABC):
     """One node's part of one aggregation (one EM iteration)."""
 
@@ -299,6 +350,14 @@ class Aggregation(abc.ABC):
     @abc.abstractmethod
     def receive(self, msg: Message) -> list[Message]:
         """Consume one message addressed to this node; returns the messages to send."""
+
+    def check(self, msg: Message) -> None:
+        """Raise :class:`ProtocolViolation` if ``msg`` is not a message an honest peer sends now.
+
+        Called by a deployment before :meth:`receive`, after :meth:`start`, for every
+        authenticated message of this aggregation, so that nothing malformed touches the state.
+        The default accepts everything (protocols that are not deployed).
+        """
 
     def wake(self) -> list[Message]:
         """One asynchronous activation (only asynchronous protocols override this)."""

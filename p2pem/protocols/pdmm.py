@@ -68,7 +68,7 @@ import numpy as np
 
 from p2pem.errors import ConfigError, ProtocolError
 from p2pem.messages import Message
-from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology
+from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, ProtocolViolation, Topology, check_vector
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -642,6 +642,39 @@ class PdmmNode(Aggregation):
             Message(me, (j,), self.iteration, 0, "dual-init", self.z_own[k].copy(), self.spec.encrypt_duals)
             for k, j in enumerate(self.nbrs)
         ]
+
+    def check(self, msg: Message) -> None:
+        """What an honest neighbour sends in synchronous mode (see the module docstring).
+
+        ``dual-init``: round 0, only to this node, encrypted, no meta.  ``primal``: round
+        1..max_iter to all of the sender's neighbours, in clear, meta ``(g, stop_at)`` with
+        ``0 <= g < round`` (g grows by at most one per round) and ``stop_at`` either never or
+        in ``[round, round - 1 + D]`` (a sender past its stop round has stopped; a stop round
+        is fixed at most D rounds ahead).  Both carry a finite float64 vector of this node's
+        input length.
+        """
+        def bad(check: str, detail: str) -> ProtocolViolation:
+            return ProtocolViolation(msg.sender, msg.iteration, msg.round, check, f"{msg.kind} message: {detail}")
+
+        j, t = msg.sender, msg.round
+        if j not in self.index:
+            raise bad("sender", "the sender is not a neighbour")
+        if msg.kind == "dual-init":
+            if t != 0 or msg.receivers != (self.ctx.node_id,) or msg.meta != () or msg.encrypted != self.spec.encrypt_duals:
+                raise bad("header", f"round {t}, receivers {msg.receivers}, meta {msg.meta}, encrypted {msg.encrypted}")
+        elif msg.kind == "primal":
+            if not 1 <= t <= self.spec.max_iter or msg.encrypted or tuple(msg.receivers) != self.ctx.topology.neighbours[j]:
+                raise bad("header", f"round {t} (1..{self.spec.max_iter}), receivers {msg.receivers}, encrypted {msg.encrypted}")
+            if len(msg.meta) != 2:
+                raise bad("meta", f"{len(msg.meta)} meta fields, expected 2 (g, stop round)")
+            g, stop_at = msg.meta
+            if not 0 <= g < t:
+                raise bad("meta", f"settled counter {g} outside 0..{t - 1}")
+            if stop_at != NEVER and not t <= stop_at <= t - 1 + self.diam:
+                raise bad("meta", f"stop round {stop_at} outside {t}..{t - 1 + self.diam}")
+        else:
+            raise bad("kind", "pdmm-sp sends only dual-init and primal messages")
+        check_vector(msg, self.s.shape[0])
 
     def receive(self, msg: Message) -> list[Message]:
         k = self.index.get(msg.sender)

@@ -30,19 +30,25 @@ import contextlib
 import functools
 import logging
 import math
-import re
 import socket
 import ssl
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import NamedTuple
+
 
 import aiomqtt
 
-from p2pem.codec import validate_run_id
 from p2pem.errors import ConfigError, TransportError
-from p2pem.messages import Message
+from p2pem.transports.base import (
+    TOPIC_ROOT,
+    ConnectionLost,
+    Inbox,
+    Incoming,
+    LinkTimeout,
+    parse_topic,
+    subscriptions_for,
+    topic_for,
+)
 
 logger = logging.getLogger(__name__)
 _paho_logger = logging.getLogger(__name__ + ".paho")
@@ -57,26 +63,6 @@ __all__ = [
     "subscriptions_for",
     "topic_for",
 ]
-
-#: First level of every p2pem topic.
-TOPIC_ROOT = "p2pem"
-_TOPIC = re.compile(r"p2pem/([^/]+)/from/(-?\d+)/(?:all|to/(-?\d+))")
-
-
-class LinkTimeout(TransportError):
-    """Nothing arrived (or a broker operation did not complete) within the timeout."""
-
-
-class ConnectionLost(TransportError):
-    """The connection to the broker broke; call :meth:`MqttLink.reconnect`."""
-
-
-class Incoming(NamedTuple):
-    """One received MQTT message: the topic it was published on and its raw payload."""
-
-    topic: str
-    payload: bytes
-
 
 #: Socket options of every broker connection: Nagle off (see the module docstring).
 SOCKET_OPTIONS = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
@@ -100,66 +86,7 @@ class _Forward(asyncio.Queue):  # type: ignore[type-arg]
         self._sink(item)
 
 
-def topic_for(run_id: str, msg: Message) -> str:
-    """Topic on which ``msg.sender`` publishes ``msg``.
-
-    A message with exactly one receiver (always the case for encrypted messages) goes
-    to ``p2pem/<run>/from/<sender>/to/<receiver>``; any other to
-    ``p2pem/<run>/from/<sender>/all``, where every neighbour of the sender listens
-    (receivers not listed in the message ignore it).
-
-    Raises
-    ------
-    ConfigError
-        If the run id is invalid or the message has no receiver.
-    """
-    validate_run_id(run_id)
-    if not msg.receivers:
-        raise ConfigError(f"message from node {msg.sender} has no receiver")
-    base = f"{TOPIC_ROOT}/{run_id}/from/{int(msg.sender)}"
-    if len(msg.receivers) == 1:
-        return f"{base}/to/{int(msg.receivers[0])}"
-    return f"{base}/all"
-
-
-def subscriptions_for(run_id: str, node_id: int, neighbours: Iterable[int]) -> list[str]:
-    """Topic filters node ``node_id`` subscribes to: each neighbour's broadcasts and its messages to this node.
-
-    Returns
-    -------
-    list of str
-        ``2 * len(neighbours)`` filters, ordered by neighbour id.  No wildcards, so a
-        node never receives point-to-point traffic of other pairs.
-    """
-    validate_run_id(run_id)
-    filters = []
-    for j in sorted({int(j) for j in neighbours}):
-        if j == node_id:
-            raise ConfigError(f"node {node_id} lists itself as a neighbour")
-        base = f"{TOPIC_ROOT}/{run_id}/from/{j}"
-        filters += [f"{base}/all", f"{base}/to/{int(node_id)}"]
-    return filters
-
-
-def parse_topic(run_id: str, topic: str) -> tuple[int, int | None]:
-    """Inverse of :func:`topic_for`: ``(sender, receiver)``, receiver None for ``.../all``.
-
-    Lets the runtime check that the topic (which the broker ACL ties to a login)
-    names the same sender as the authenticated envelope header.
-
-    Raises
-    ------
-    TransportError
-        If ``topic`` is not a p2pem topic of ``run_id``.
-    """
-    match = _TOPIC.fullmatch(topic)
-    if match is None or match.group(1) != run_id:
-        raise TransportError(f"topic {topic!r} is not a p2pem topic of run {run_id!r}")
-    receiver = match.group(3)
-    return int(match.group(2)), None if receiver is None else int(receiver)
-
-
-class MqttLink:
+class MqttLink(Inbox):
     """One connection to an MQTT broker: subscribe, publish bytes, receive bytes.
 
     Use it as ``async with MqttLink(...) as link:``.  All broker operations have an
@@ -245,8 +172,7 @@ class MqttLink:
         self._client: aiomqtt.Client | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._pump: asyncio.Task[None] | None = None
-        self._inbox: deque[Incoming] = deque()
-        self._waiter: asyncio.Future[None] | None = None
+        Inbox.__init__(self)
         self._lost: str | None = None
         self.connections = 0
 
@@ -269,11 +195,6 @@ class MqttLink:
     def subscriptions(self) -> tuple[str, ...]:
         """Topic filters (re)subscribed on every connection."""
         return tuple(self._subscriptions)
-
-    @property
-    def pending(self) -> int:
-        """Number of received messages waiting in the queue."""
-        return len(self._inbox)
 
     # ------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> MqttLink:
@@ -492,22 +413,7 @@ class MqttLink:
         TransportError
             If the link is closed and its queue is empty.
         """
-        if self._inbox:  # the common case under load: no future, no timer
-            return self._inbox.popleft()
-        wait = self.timeout if timeout is None else float(timeout)
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(None if math.isinf(wait) else wait):
-                while not self._inbox:
-                    self._raise_if_down()
-                    self._waiter = loop.create_future()
-                    try:
-                        await self._waiter
-                    finally:
-                        self._waiter = None
-        except TimeoutError:
-            raise LinkTimeout(f"no message from MQTT broker at {self.address} within {wait:g} s") from None
-        return self._inbox.popleft()
+        return await self._next(self.timeout if timeout is None else float(timeout))
 
     def __aiter__(self) -> MqttLink:
         return self
@@ -531,11 +437,6 @@ class MqttLink:
             payload = b"" if payload is None else bytes(payload) if isinstance(payload, bytearray) else str(payload).encode()
         self._inbox.append(Incoming(message.topic.value, payload))
         self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
 
     async def _pump_messages(self, client: aiomqtt.Client) -> None:
         """Watch the connection: aiomqtt's message iterator raises when it is lost.

@@ -26,6 +26,7 @@ On any exception (Ctrl-C included) every node process still running is terminate
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -711,7 +712,12 @@ def _failure_summary(kit: Kit, codes: Sequence[int], reports: Sequence[dict | No
             return 2
         return 1 if any(w in text for w in ("never came online", "fell silent", "no progress", "was killed by")) else 0
 
-    primary = min(failed, key=rank)
+    # Among nodes that noticed a silence, prefer one accusing the node most others accuse: a
+    # node that was itself paused (SIGSTOP) wakes up to find every neighbour gone and accuses
+    # them all, while its neighbours agree on it.
+    accused = {i: re.findall(r"\bnode (\d+) fell silent", reasons[i]) for i in failed}
+    votes = collections.Counter(a for names in accused.values() for a in set(names))
+    primary = min(failed, key=lambda i: (rank(i), -max((votes[a] for a in accused[i]), default=0), i))
     others = len(failed) - 1
     more = f"; {others} other node{'s' if others != 1 else ''} stopped too" if others else ""
     return f"deployment failed: {reasons[primary]}{more} (logs: {kit.root / 'nodes'}/node*/node.log)"

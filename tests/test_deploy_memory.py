@@ -283,7 +283,8 @@ def test_dropout_continue_ends_with_the_simulation_of_the_same_schedule(kit, tmp
     kit, _ = kit
     roster = Roster.load(kit.roster_path)
     victim = next(k for k in range(kit.n_nodes) if _can_drop(roster, k, survivor_topology))
-    results = run_in_memory(kit, tmp_path, on_dropout="continue", kill=(victim, 60))
+    # 30 envelopes: past the initialisation, before the end (heavy-ball pdmm-sp needs ~40 per EM iteration here)
+    results = run_in_memory(kit, tmp_path, on_dropout="continue", kill=(victim, 30))
     survivors = [i for i in range(kit.n_nodes) if i != victim]
     assert results[victim][0] != 0
     assert all(results[i][0] == 0 for i in survivors), [results[i][1]["error"] for i in survivors]
@@ -306,7 +307,7 @@ def test_dropout_continue_ends_with_the_simulation_of_the_same_schedule(kit, tmp
 
 def test_dropout_stop_is_the_default(kit, tmp_path):
     kit, _ = kit
-    results = run_in_memory(kit, tmp_path, kill=(2, 60))
+    results = run_in_memory(kit, tmp_path, kill=(2, 30))
     for i, (code, rep) in enumerate(results):
         if i != 2:
             assert code != 0 and "node 2" in rep["error"] and not rep["dropped"]

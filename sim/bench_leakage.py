@@ -66,7 +66,7 @@ def main() -> None:
         lo, hi = r.mi_ci[-1]
         ex = None if r.exact_bits is None else r.exact_bits[-1]
         print(f"{r.protocol:<12} {r.node_label:>4} {r.mi_bits[-1]:>9.3f} {f'[{lo:.3f}, {hi:.3f}]':>17} {r.nmi[-1]:>6.3f} "
-              f"{_bits(ex):>7} {_bits(r.bound_bits):>11}  {r.bound}")
+              f"{_bits(ex):>7} {_bits(r.floor_bits):>11}  {r.floor}")
     pdmm = [r for r in report.iteration_runs if r.protocol == "pdmm-sp"]
     if pdmm:
         print("\npdmm-sp per iteration (KSG / exact), node " + ", ".join(r.node_label for r in pdmm) + ":")

@@ -55,6 +55,9 @@ FloatArray = npt.NDArray[np.float64]
 #: without moving any genuine comparison.
 _JITTER = 1e-10
 
+#: Slowest error rate n^-RATE_MIN that :func:`mi_interval` assumes for KSG.
+RATE_MIN = 0.25
+
 #: A column whose spread is below this fraction of its largest magnitude is constant.
 _CONSTANT_RTOL = 1e-12
 
@@ -352,9 +355,12 @@ def mi_interval(
     estimates are independent and identically distributed.
 
     *Sampling error.*  KSG's statistical error decays about as 1/sqrt(n) (Kraskov et al.
-    2004), so the batch standard deviation s gives the standard error at full size
-    ``se = s / sqrt(B)``; the half-width is ``t * se`` with the Student-t quantile for
-    B - 1 degrees of freedom.
+    2004), but more slowly at 1e4 samples in our checks (the plain 1/sqrt(n) scaling gave
+    intervals 10-15 % too narrow there).  So the rate is measured, as in subsampling
+    (Politis, Romano & Wolf 1999): the standard deviation s_m of the B batch estimates and
+    s_{m/2} of the 2B half-batch estimates give beta = log2(s_{m/2} / s_m), clamped to
+    [``RATE_MIN``, 1/2], and ``se = s_m / B**beta``; the half-width is ``t * se`` with the
+    Student-t quantile for B - 1 degrees of freedom.
 
     *Bias.*  KSG's bias, and the downward bias of a reduction fitted on the same samples
     (of order rank / n), both shrink roughly like 1/n.  With bias(m) = B bias(n), the mean
@@ -369,8 +375,8 @@ def mi_interval(
     of cases with exact values.  Far from Gaussian or in many joint dimensions the bias
     is not 1/n-like and the interval can still miss (see :func:`mutual_information`).
 
-    Cost: the batches together cost about one more full estimate (plus ``reduce`` on each
-    batch).
+    Cost: the batches and half-batches together cost about two more full estimates (plus
+    ``reduce`` on each).
     """
     k = _check_k(k)
     rng = _check_rng(rng)
@@ -393,8 +399,14 @@ def mi_interval(
     raw = estimate(xs, ys)
     batches = np.array_split(rng.permutation(n), n_batches)
     values = np.array([estimate(xs[b], ys[b]) for b in batches])
+    halves = np.array([estimate(xs[h], ys[h]) for b in batches for h in np.array_split(b, 2)])
     bias = float(values.mean() - raw) / (n_batches - 1)
-    se = float(values.std(ddof=1)) / math.sqrt(n_batches)
+    sd = float(values.std(ddof=1))
+    # the rate n^-beta at which the error shrinks, from batches of m and m/2 samples,
+    # clamped to [RATE_MIN, 1/2] (never narrower than the 1/sqrt(n) law)
+    ratio = float(halves.std(ddof=1)) / sd if sd > 0 else 2**0.5
+    beta = min(0.5, max(RATE_MIN, math.log2(ratio))) if ratio > 0 else 0.5
+    se = sd / n_batches**beta
     half_width = float(special.stdtrit(n_batches - 1, 0.5 + level / 2.0)) * se + abs(bias)
     corrected = raw - bias
     return MIInterval(

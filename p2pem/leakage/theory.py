@@ -1,9 +1,12 @@
-"""What each protocol discloses by design, in closed form, and the topology facts behind it.
+"""What each protocol discloses by design (the floor), in closed form, and the topology behind it.
 
 For i.i.d. Gaussian inputs every protocol here reveals, to a given adversary, the sums of
 some disjoint groups of honest inputs (a group of one is full disclosure) and nothing more,
-in the limit the protocol is designed for.  :func:`disclosed_groups` names those groups;
-:func:`closed_form_bits` turns the group of a node into bits with
+in the limit the protocol is designed for.  That is the *floor*: what any protocol that
+computes these sums exactly discloses (pdmm-sp at a finite perturbation can leak more, which
+the analysis reports beside it).  :func:`disclosed_groups` names those groups,
+:func:`disclosure_messages` says them in words per protocol, and :func:`closed_form_bits`
+turns the group of a node into bits with
 :func:`~p2pem.leakage.estimators.sum_leakage_bits`: I(X_i; sum of its group of n_g inputs)
 = 1/2 log2(n_g / (n_g - 1)).
 
@@ -238,6 +241,8 @@ def disclosure_messages(
     if len(groups) == 1 and groups[0] == honest:
         return []
     who = "an eavesdropper" if adversary.kind == "eavesdropper" else "the corrupt nodes " + _names(sorted(corrupt), label)
+    if adversary.kind == "both":
+        who += " reading every plaintext link"
     out = []
     if isinstance(spec, Federated):
         why = "the server is corrupt and sees every upload" if SERVER in adversary.corrupt else "the uploads to the server travel in plaintext"

@@ -112,8 +112,10 @@ def test_federated_leakage_is_at_the_estimators_full_disclosure_ceiling(
     measured = _measure(runs["federated"], HBC, estimator)
     for i in HONEST:
         assert _bound(runs["federated"], graph, HBC, i) == math.inf
-        assert measured[i].mi_bits[-1] == pytest.approx(ceiling, abs=1e-6)
+        # equal up to the tie-breaking jitter (a different random stream)
+        assert measured[i].mi_bits[-1] == pytest.approx(ceiling, abs=1e-3)
         assert measured[i].nmi[-1] == pytest.approx(1.0, abs=1e-9)
+        assert measured[i].estimates[-1].bias == 0.0  # saturated: no bias model
         assert measured[i].exact_bits[-1] == math.inf
     # Without the server, the corrupt clients learn only the output: the honest sum.
     clients = Adversary("honest-but-curious", frozenset({1, 3}))

@@ -13,7 +13,10 @@ from p2pem.leakage.config import parse_leakage
 from p2pem.scenario import load_scenario
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-RUN_KEYS = {"protocol", "adversary", "corrupt", "node", "iterations", "mi_bits", "mi_ci", "nmi", "bound_bits"}
+RUN_KEYS = {
+    "protocol", "label", "params", "adversary", "corrupt", "node", "iterations", "mi_bits", "mi_ci", "mi_bias_bits",
+    "mi_se_bits", "estimator", "r2", "nmi", "floor_bits", "floor", "exact_bits", "flags",
+}
 
 
 def _variant(tmp_path: Path, old: str, new: str, source: str = "fig1.toml") -> Path:
@@ -70,22 +73,32 @@ def test_leakage_command_writes_json_figure_and_table(tmp_path: Path, capsys: py
     out = tmp_path / "out"
     code = main(["leakage", str(SCENARIOS / "fig1.toml"), "--out", str(out), "--runs", "1000", "--iterations", "3", "-q"])
     assert code == 0
-    runs = json.loads((out / "leakage.json").read_text())
-    assert isinstance(runs, list) and len(runs) == 9
+    doc = json.loads((out / "leakage.json").read_text())
+    assert doc["format"] == "p2pem-leakage" and doc["version"] == 1
+    runs = doc["runs"]
+    assert len(runs) == 9
     for run in runs:
         assert RUN_KEYS <= set(run)
         assert run["iterations"] == [1, 2, 3]
         assert len(run["mi_bits"]) == len(run["mi_ci"]) == len(run["nmi"]) == 3
     by = {(r["protocol"], r["node_label"]): r for r in runs}
     assert by[("federated", "1")]["corrupt"] == [-1, 1, 3]
-    assert by[("federated", "1")]["bound_bits"] is None and by[("federated", "1")]["full_disclosure"]
-    assert by[("pdmm-sp", "1")]["bound_bits"] == pytest.approx(0.2924812503605781)
+    assert by[("federated", "1")]["floor_bits"] is None and by[("federated", "1")]["full_disclosure"]
+    assert by[("pdmm-sp", "1")]["floor_bits"] == pytest.approx(0.2924812503605781)
+    assert by[("pdmm-sp", "1")]["params"]["perturbation_std"] == 100.0 and by[("pdmm-sp", "1")]["flags"] == []
     assert by[("secure-sum", "3")]["nmi"][-1] == pytest.approx(1.0)
     assert (out / "leakage.png").stat().st_size > 10_000
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["format"] == "p2pem-leakage-summary" and summary["version"] == 1
     assert summary["honest_components"] == {"honest-but-curious": [[0, 2, 4]]}
+    ring = next(p for p in summary["protocols"] if p["protocol"] == "secure-sum")
+    assert sorted(ring["ring"]) == [0, 1, 2, 3, 4] and [2] in ring["arcs"]["honest-but-curious"]
     printed = capsys.readouterr().out
-    assert "closed form" in printed and "I(X1; X1+X3+X5)" in printed and "node labels: 1 = id 0" in printed
+    assert "floor" in printed and "I(X1; X1+X3+X5)" in printed and "node labels: 1 = id 0" in printed
+    # what secure-sum discloses by topology is printed before any estimate
+    disclosure = printed.index("warning: secure-sum: honest node 3's input is disclosed to the corrupt nodes {2, 4}")
+    assert disclosure < printed.index("KSG bits")
+    assert "warning: federated: every honest input is disclosed" in printed
 
 
 def test_leakage_command_sweep_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -94,8 +107,8 @@ def test_leakage_command_sweep_and_errors(tmp_path: Path, capsys: pytest.Capture
     path.write_text(text)
     out = tmp_path / "sweep"
     assert main(["leakage", str(path), "--out", str(out), "--runs", "1000", "--iterations", "3", "-q"]) == 0
-    runs = json.loads((out / "leakage.json").read_text())
-    swept = [r for r in runs if "perturbation_std" in r]
+    runs = json.loads((out / "leakage.json").read_text())["runs"]
+    swept = [r for r in runs if "em_rel_err" in r]
     assert len(swept) == 2 * 3
     small = next(r for r in swept if r["perturbation_std"] == 0.01 and r["node"] == 0)
     large = next(r for r in swept if r["perturbation_std"] == 100.0 and r["node"] == 0)
@@ -107,3 +120,81 @@ def test_leakage_command_sweep_and_errors(tmp_path: Path, capsys: pytest.Capture
     assert main(["leakage", str(path), "--out", str(tmp_path / "bad"), "--runs", "10"]) == 2
     assert "p2pem: error: --runs 10 is too few" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def _three_stds(tmp_path: Path) -> Path:
+    text = (SCENARIOS / "fig1.toml").read_text()
+    old = '[[protocols]]\nname = "pdmm-sp"\nperturbation_std = 100.0\n'
+    assert old in text
+    runs = "".join(f'[[protocols]]\nname = "pdmm-sp"\nperturbation_std = {v}\n\n' for v in ("1.0", "10.0", "100.0"))
+    text = text.replace(old, runs).replace('[[protocols]]\nname = "federated"\n', "").replace('[[protocols]]\nname = "secure-sum"\n', "")
+    path = tmp_path / "three.toml"
+    path.write_text(text)
+    return path
+
+
+def test_runs_of_one_protocol_are_told_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["leakage", str(_three_stds(tmp_path)), "--out", str(out), "--runs", "1000", "--iterations", "2", "-q"]) == 0
+    runs = json.loads((out / "leakage.json").read_text())["runs"]
+    labels = {r["label"] for r in runs}
+    assert labels == {"pdmm-sp (std 1)", "pdmm-sp (std 10)", "pdmm-sp (std 100)"}
+    assert {r["params"]["perturbation_std"] for r in runs} == {1.0, 10.0, 100.0}
+    printed = capsys.readouterr().out
+    for label in labels:
+        assert f"\n{label} " in printed  # a table row per run, under its own label
+    summary = json.loads((out / "summary.json").read_text())
+    assert len([k for k in summary["timings_s"] if k.startswith("estimate: ")]) == 3
+    assert sum(summary["timings_s"].values()) == pytest.approx(summary["wall_s"], rel=0.10)
+    # the figure's legend carries the three labels
+    from p2pem.leakage.analysis import LeakageRun
+    from p2pem.leakage import plots
+
+    seen: list[str] = []
+    original = plots.plt.Figure.legend
+
+    def spy(self, handles, legend_labels, **kw):  # type: ignore[no-untyped-def]
+        seen.extend(legend_labels)
+        return original(self, handles, legend_labels, **kw)
+
+    import unittest.mock
+
+    keys = set(LeakageRun.__dataclass_fields__)
+    records = [LeakageRun(**{k: (tuple(tuple(c) for c in v) if k == "mi_ci" else tuple(v) if isinstance(v, list) else v)
+                             for k, v in r.items() if k in keys}) for r in runs]
+    with unittest.mock.patch.object(plots.plt.Figure, "legend", spy):
+        plots.leakage_figure(records, tmp_path / "fig.png", title="t", ceiling_bits=9.0)
+    assert labels <= set(seen)
+
+
+def test_small_perturbation_reports_exact_leakage_beside_the_floor_and_flags_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the issue's case: Fig. 1's graph, K = 1 (statistic std 1), perturbation_std 1
+    path = _variant(tmp_path, "perturbation_std = 100.0", "perturbation_std = 1.0")
+    path.write_text(path.read_text().replace("[em]\nn_components = 2", "[em]\nn_components = 1"))
+    out = tmp_path / "out"
+    assert main(["leakage", str(path), "--out", str(out), "--runs", "1000", "--iterations", "20", "-q"]) == 0
+    runs = json.loads((out / "leakage.json").read_text())["runs"]
+    node1 = next(r for r in runs if r["protocol"] == "pdmm-sp" and r["node_label"] == "1")
+    assert node1["floor_bits"] == pytest.approx(0.2924812503605781)
+    assert node1["exact_bits"][-1] == pytest.approx(0.661, abs=0.001)
+    assert node1["flags"] and "perturbation too small" in node1["flags"][0]
+    assert node1["perturbation_relative"] == 1.0
+    printed = capsys.readouterr().out
+    assert "warning: pdmm-sp / honest-but-curious, node 1: perturbation too small" in printed
+    # the same number read relative to the statistic's scale at K = 2 gives the same exact leakage
+    rel = _variant(tmp_path, "perturbation_std = 100.0", "perturbation_std = 1.0")
+    rel.write_text(rel.read_text().replace("node_labels =", 'perturbation = "relative"\nnode_labels ='))
+    out2 = tmp_path / "rel"
+    assert main(["leakage", str(rel), "--out", str(out2), "--runs", "1000", "--iterations", "20", "-q"]) == 0
+    node1_rel = next(r for r in json.loads((out2 / "leakage.json").read_text())["runs"] if r["protocol"] == "pdmm-sp" and r["node_label"] == "1")
+    assert node1_rel["perturbation_std"] == 0.5 and node1_rel["perturbation_relative"] == 1.0
+    assert node1_rel["exact_bits"][-1] == pytest.approx(node1["exact_bits"][-1], abs=1e-6)
+
+
+def test_a_refusal_names_its_protocol_before_any_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a path graph has no cycle: pdmm-sp and secure-sum both refuse; the first one in the file speaks
+    path = _variant(tmp_path, "edges = [[0, 1], [1, 2], [2, 3], [3, 4], [4, 0], [0, 2], [2, 4]]", "edges = [[0, 1], [1, 2], [2, 3], [3, 4]]")
+    assert main(["leakage", str(path), "--out", str(tmp_path / "out"), "-q"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("p2pem: error: secure-sum: ") and "\n" not in captured.err.strip()
+    assert "warning" not in captured.out

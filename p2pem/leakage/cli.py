@@ -22,9 +22,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         description="Run one aggregation of every network protocol of the scenario over many Monte Carlo runs "
         "(private data X_i ~ N(0, 1)), build each adversary's view from the recorded messages and estimate, per "
         "iteration, the mutual information between an honest node's data and the view (KSG, bits, with a confidence "
-        "interval), its normalised value, the exact value from the view's linear structure and the protocol's closed "
-        "form.  Writes OUT/leakage.json (a list of runs), OUT/summary.json, OUT/leakage.png (cf. Fig. 3 of the paper) "
-        "and, with leakage.sweep_std, OUT/sweep.png.  Settings come from the scenario's [leakage] table.",
+        "interval that includes its estimated bias), its normalised value, the exact value from the view's linear "
+        "structure and the floor (what any exact protocol discloses by design).  Before any estimate it prints what "
+        "each protocol discloses by topology (secure-sum's arcs, the federated server, pdmm-sp's honest components).  "
+        "Writes OUT/leakage.json ({format, version, runs}), OUT/summary.json, OUT/leakage.png (cf. Fig. 3 of the "
+        "paper) and, with leakage.sweep_std, OUT/sweep.png.  Settings come from the scenario's [leakage] table; "
+        "pdmm-sp's perturbation_std is in units of the aggregated statistic r*X_i (std 1/K), or a multiple of "
+        "that scale with leakage.perturbation = \"relative\".",
     )
     p.add_argument("scenario", help="scenario TOML file with a [leakage] table, e.g. scenarios/fig1.toml")
     p.add_argument("--out", required=True, help="output folder (created; files are written atomically)")
@@ -40,7 +44,8 @@ def _progress(enabled: bool):
     from tqdm import tqdm
 
     def factory(label: str, total: int):
-        bar = tqdm(total=total, desc=f"{label:<40}", unit="estimate", file=sys.stderr, leave=False, dynamic_ncols=True)
+        # disable=None: no bar when stderr is not a terminal (logs, CI)
+        bar = tqdm(total=total, desc=f"{label:<40}", unit="estimate", file=sys.stderr, leave=False, dynamic_ncols=True, disable=None)
 
         def step() -> None:
             bar.update(1)
@@ -81,12 +86,17 @@ def cmd_leakage(args: argparse.Namespace) -> int:
     print(f"scenario {scenario.name}: {n_nodes} nodes; {config.runs} Monte Carlo runs, {config.iterations} iterations, KSG k={config.k}")
     if config.node_labels:
         print("  node labels: " + ", ".join(f"{lab(i)} = id {i}" for i in range(n_nodes)))
-    from p2pem.leakage.analysis import make_adversary
+    from p2pem.leakage.analysis import make_adversary, prepare_protocols
     from p2pem.leakage.theory import topology_report
     from p2pem.runner import build_graph
 
     graph = build_graph(scenario)
-    has_federated = any(p.name == "federated" for p in scenario.protocols)
+    prepared = prepare_protocols(scenario, config, graph)  # refusals name their protocol
+    has_federated = any(p.spec.name == "federated" for p in prepared)
+    print("  protocols: " + "; ".join(p.label for p in prepared))
+    for p in prepared:
+        if p.topology.ring is not None:
+            print(f"  {p.label} ring: " + " -> ".join(lab(v) for v in p.topology.ring))
     for kind in config.adversaries:
         adv = make_adversary(kind, config)
         rep = topology_report(graph, adv.corrupt_nodes)
@@ -99,13 +109,14 @@ def cmd_leakage(args: argparse.Namespace) -> int:
             if kind == "both":
                 who += ", reading every plaintext link"
         print(f"  {kind}: {who}; {rep.summary(lab)}")
-        for w in rep.warnings(lab):
-            print(f"  warning: {w}")
+        for p in prepared:
+            for w in p.disclosures[kind]:
+                print(f"  warning: {w}")
 
     t0 = time.perf_counter()
     with atomic_output(args.out) as tmp:
         report = analyse_scenario(scenario, config=config, progress=_progress(not args.quiet))
-        write_json(tmp / "leakage.json", [r.to_json() for r in report.runs])  # type: ignore[arg-type]
+        write_json(tmp / "leakage.json", report.leakage_json())
         write_json(tmp / "summary.json", report.summary_json())
         title = f"{scenario.name}: {config.runs} runs"
         if report.iteration_runs:
@@ -113,28 +124,37 @@ def cmd_leakage(args: argparse.Namespace) -> int:
         if report.sweep_runs:
             sweep_figure(report.sweep_runs, tmp / "sweep.png", title=title, ceiling_bits=report.ceiling_bits)
 
-    print(f"estimator: KSG on the adversary's cross-fitted linear estimate (a lower bound); full-disclosure ceiling "
-          f"{report.ceiling_bits:.3f} bits at {config.runs} runs (NMI = estimate / ceiling)")
+    print(f"estimator: KSG on the adversary's cross-fitted linear estimate, corrected for its estimated bias; the "
+          f"{config.level:.0%} interval holds the sampling error and the bias.  The population value is a lower bound on "
+          f"the leakage, the estimate is not.  Full-disclosure ceiling {report.ceiling_bits:.3f} bits at {config.runs} runs "
+          f"(NMI = estimate / ceiling).  exact: from the view's linear structure; floor: what any exact protocol discloses")
     if report.iteration_runs:
         its = report.iteration_runs[0].iterations
-        print(f"leakage after iteration {its[-1]} (exact: from the view's linear structure; closed form: by design)")
-        header = f"{'protocol':<42} {'adversary':<18} {'node':>4} {'KSG bits':>9} {'95% CI':>17} {'NMI':>6} {'exact':>7} {'closed form':>11}  "
+        width = max(len(r.label) for r in report.iteration_runs) + 2
+        print(f"leakage after iteration {its[-1]}")
+        header = (f"{'protocol':<{width}} {'adversary':<18} {'node':>4} {'KSG bits':>9} {f'{config.level:.0%} CI':>17} "
+                  f"{'bias':>7} {'NMI':>6} {'exact':>7} {'floor':>7}  ")
         print(header)
         print("-" * (len(header) + 20))
         for r in report.iteration_runs:
             lo, hi = r.mi_ci[-1]
             ex = None if r.exact_bits is None else r.exact_bits[-1]
-            print(f"{r.protocol:<42} {r.adversary:<18} {r.node_label:>4} {r.mi_bits[-1]:>9.3f} {f'[{lo:.3f}, {hi:.3f}]':>17} "
-                  f"{r.nmi[-1]:>6.3f} {_bits(ex):>7} {_bits(r.bound_bits):>11}  {r.bound}")
+            how = "" if r.estimator[-1] == "linear reduction" else f"  [{r.estimator[-1]}, R2 {r.r2[-1]:.2f}]"
+            print(f"{r.label:<{width}} {r.adversary:<18} {r.node_label:>4} {r.mi_bits[-1]:>9.3f} {f'[{lo:.3f}, {hi:.3f}]':>17} "
+                  f"{r.mi_bias_bits[-1]:>7.3f} {r.nmi[-1]:>6.3f} {_bits(ex):>7} {_bits(r.floor_bits):>7}  {r.floor}{how}")
     if report.sweep_runs:
         print(f"perturbation sweep (leakage after iteration {report.sweep_runs[0].iterations[-1]}; EM accuracy vs centralized)")
-        header = f"{'std':>9} {'adversary':<18} {'node':>4} {'KSG bits':>9} {'exact':>7} {'closed form':>11} {'EM rel err':>11} {'unconverged':>11}"
+        header = (f"{'std':>9} {'std/scale':>9} {'adversary':<18} {'node':>4} {'KSG bits':>9} {'exact':>7} {'floor':>7} "
+                  f"{'EM rel err':>11} {'unconverged':>11}")
         print(header)
         print("-" * len(header))
         for r in sorted(report.sweep_runs, key=lambda r: (r.protocol, r.adversary, r.node, r.perturbation_std)):
             ex = None if r.exact_bits is None else r.exact_bits[-1]
-            print(f"{r.perturbation_std:>9.3g} {r.adversary:<18} {r.node_label:>4} {r.mi_bits[-1]:>9.3f} {_bits(ex):>7} "
-                  f"{_bits(r.bound_bits):>11} {r.em_rel_err:>11.2e} {r.em_unconverged:>11}")
+            print(f"{r.perturbation_std:>9.3g} {r.perturbation_relative:>9.3g} {r.adversary:<18} {r.node_label:>4} "
+                  f"{r.mi_bits[-1]:>9.3f} {_bits(ex):>7} {_bits(r.floor_bits):>7} {r.em_rel_err:>11.2e} {r.em_unconverged:>11}")
+    for r in report.iteration_runs:
+        for f in r.flags:
+            print(f"warning: {r.label} / {r.adversary}, node {r.node_label}: {f}")
     files = ["leakage.json", "summary.json"] + (["leakage.png"] if report.iteration_runs else []) + (["sweep.png"] if report.sweep_runs else [])
     print(f"wrote {', '.join(f'{args.out}/{f}' for f in files)} in {time.perf_counter() - t0:.1f} s")
     return 0

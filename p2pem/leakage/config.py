@@ -15,6 +15,12 @@ Keys (all optional except as noted; unknown keys are errors)::
     folds = 5                           # cross-fitting folds of the adversary's linear estimate
     node_labels = ["1", "2", "3", "4", "5"]  # how nodes are printed (default: their ids)
     sweep_std = [1e-2, 1, 100]          # perturbation sweep: pdmm-sp initial-dual stds
+    perturbation = "absolute"           # or "relative": pdmm-sp's perturbation_std and
+                                        # sweep_std in multiples of the statistic's std 1/K
+
+pdmm-sp's ``perturbation_std`` is in the units of the aggregated statistic r X_i (X_i ~ N(0, 1),
+r = 1/K with K = ``em.n_components``), so with ``perturbation = "absolute"`` the same number
+hides less at K = 1 than at K = 3; ``"relative"`` makes it a multiple of that scale.
 
 Every error is one line naming the scenario file and the dotted key.  The table is validated
 here, when the leakage command runs, rather than in :func:`p2pem.scenario.load_scenario`, which
@@ -48,6 +54,7 @@ LEAKAGE_KEYS = (
     "folds",
     "node_labels",
     "sweep_std",
+    "perturbation",
 )
 
 
@@ -67,6 +74,7 @@ class LeakageConfig:
     folds: int = 5
     node_labels: tuple[str, ...] = ()
     sweep_std: tuple[float, ...] = ()
+    perturbation: str = "absolute"
 
     def label(self, node: int) -> str:
         """How ``node`` is printed."""
@@ -184,6 +192,10 @@ def parse_leakage(scenario: Scenario) -> LeakageConfig:
     if sweep and not any(p.name == "pdmm-sp" for p in scenario.protocols):
         t.fail("sweep_std", "needs a pdmm-sp entry in [[protocols]] to sweep")
 
+    perturbation = raw.get("perturbation", "absolute")
+    if perturbation not in ("absolute", "relative"):
+        t.fail("perturbation", f"must be 'absolute' or 'relative', got {perturbation!r}")
+
     return LeakageConfig(
         adversaries=tuple(adv),
         corrupt=corrupt,
@@ -197,4 +209,5 @@ def parse_leakage(scenario: Scenario) -> LeakageConfig:
         folds=folds,
         node_labels=tuple(labels),
         sweep_std=tuple(sorted(float(v) for v in sweep)),
+        perturbation=perturbation,
     )

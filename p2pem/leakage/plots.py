@@ -32,6 +32,22 @@ def _style(protocol: str) -> dict:
     return {"color": color, "marker": _MARKERS.get(base, "x")}
 
 
+def _styles(runs: Sequence[LeakageRun]) -> dict[str, dict]:
+    """One style per run label: the protocol's colour for its first run, others from tab10."""
+    out: dict[str, dict] = {}
+    spare = [c for c in plt.get_cmap("tab10").colors if c not in _COLORS.values()]
+    used: set[str] = set()
+    for r in runs:
+        if r.label in out:
+            continue
+        st = _style(r.label)
+        if r.protocol in used:
+            st["color"] = spare[len(out) % len(spare)]
+        used.add(r.protocol)
+        out[r.label] = st
+    return out
+
+
 def _floor(values: Sequence[float]) -> list[float]:
     return [max(v, FLOOR_BITS) for v in values]
 
@@ -40,8 +56,9 @@ def leakage_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceilin
     """MI in bits against iteration: one panel per (adversary, node), one curve per protocol.
 
     The shaded band is the confidence interval; the dashed line of the same colour is the
-    protocol's closed form (drawn at the estimator's full-disclosure ceiling when the closed
-    form is full disclosure).  The y axis is logarithmic, values below 1e-3 bits sit on its
+    floor, what any exact protocol discloses (drawn at the estimator's full-disclosure
+    ceiling for full disclosure); the dotted line is the exact leakage of the view where its
+    linear structure gives one.  Runs of the same protocol are told apart by their labels.  The y axis is logarithmic, values below 1e-3 bits sit on its
     bottom edge.
     """
     adversaries = list(dict.fromkeys(r.adversary for r in runs))
@@ -51,19 +68,23 @@ def leakage_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceilin
         n_rows, n_cols, figsize=(3.4 * n_cols + 0.6, 3.0 * n_rows + 0.9), dpi=120, squeeze=False, sharex=True, sharey=True
     )
     top = ceiling_bits * 1.6
+    styles = _styles(runs)
     for row, adv in enumerate(adversaries):
         for col, (node, label) in enumerate(nodes):
             ax = axes[row][col]
             for r in runs:
                 if r.adversary != adv or r.node != node:
                     continue
-                st = _style(r.protocol)
+                st = styles[r.label]
                 its = list(r.iterations)
-                ax.plot(its, _floor(r.mi_bits), label=r.protocol, color=st["color"], marker=st["marker"], markersize=3.5, linewidth=1.4)
+                ax.plot(its, _floor(r.mi_bits), label=r.label, color=st["color"], marker=st["marker"], markersize=3.5, linewidth=1.4)
                 ax.fill_between(its, _floor([c[0] for c in r.mi_ci]), _floor([c[1] for c in r.mi_ci]), color=st["color"], alpha=0.15, linewidth=0)
-                if r.bound_bits is not None:
-                    level = ceiling_bits if math.isinf(r.bound_bits) else max(r.bound_bits, FLOOR_BITS)
+                if r.floor_bits is not None:
+                    level = ceiling_bits if math.isinf(r.floor_bits) else max(r.floor_bits, FLOOR_BITS)
                     ax.axhline(level, color=st["color"], linestyle="--", linewidth=1.0, alpha=0.9)
+                if r.exact_bits is not None and r.floor_bits is not None and not math.isinf(r.floor_bits):
+                    exact = [ceiling_bits if math.isinf(v) else v for v in r.exact_bits]
+                    ax.plot(its, _floor(exact), color=st["color"], linestyle=":", linewidth=1.0)
             ax.set_yscale("log")
             ax.set_ylim(FLOOR_BITS * 0.8, top)
             ax.grid(alpha=0.3, which="both", linewidth=0.5)
@@ -76,7 +97,9 @@ def leakage_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceilin
     from matplotlib.lines import Line2D
 
     handles.append(Line2D([], [], color="black", linestyle="--", linewidth=1.0))
-    labels.append("closed form (full disclosure: estimator ceiling)")
+    labels.append("floor: what any exact protocol discloses (full disclosure: estimator ceiling)")
+    handles.append(Line2D([], [], color="black", linestyle=":", linewidth=1.0))
+    labels.append("exact leakage of the view")
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, 0.09 if n_rows == 1 else 0.05, 1, 1))
@@ -101,15 +124,15 @@ def sweep_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceiling_
         if all(r.exact_bits is not None for r in sel):
             exact = [ceiling_bits if math.isinf(r.exact_bits[-1]) else max(r.exact_bits[-1], FLOOR_BITS) for r in sel]
             ax_mi.plot(std, exact, color=color, linestyle=":", linewidth=1.2, label=f"{name}: exact (linear structure)")
-        bound = sel[0].bound_bits
+        bound = sel[0].floor_bits
         if bound is not None:
             ax_mi.axhline(ceiling_bits if math.isinf(bound) else bound, color=color, linestyle="--", linewidth=0.9, alpha=0.8)
     ax_mi.set_xscale("log")
     ax_mi.set_yscale("log")
     ax_mi.set_ylim(FLOOR_BITS * 0.8, ceiling_bits * 1.6)
-    ax_mi.set_xlabel("initial-dual standard deviation")
+    ax_mi.set_xlabel("initial-dual standard deviation (units of the statistic r X)")
     ax_mi.set_ylabel(f"I(X; view) after iteration {runs[0].iterations[-1]} [bits]")
-    ax_mi.set_title("leakage (dashed: honest-component sum)", fontsize=10)
+    ax_mi.set_title("leakage (dashed: the floor, the honest-component sum)", fontsize=10)
     ax_mi.grid(alpha=0.3, which="both", linewidth=0.5)
     ax_mi.legend(fontsize=7)
 

@@ -1,9 +1,12 @@
-"""What each protocol discloses by design, in closed form, and the topology facts behind it.
+"""What each protocol discloses by design (the floor), in closed form, and the topology behind it.
 
 For i.i.d. Gaussian inputs every protocol here reveals, to a given adversary, the sums of
 some disjoint groups of honest inputs (a group of one is full disclosure) and nothing more,
-in the limit the protocol is designed for.  :func:`disclosed_groups` names those groups;
-:func:`closed_form_bits` turns the group of a node into bits with
+in the limit the protocol is designed for.  That is the *floor*: what any protocol that
+computes these sums exactly discloses (pdmm-sp at a finite perturbation can leak more, which
+the analysis reports beside it).  :func:`disclosed_groups` names those groups,
+:func:`disclosure_messages` says them in words per protocol, and :func:`closed_form_bits`
+turns the group of a node into bits with
 :func:`~p2pem.leakage.estimators.sum_leakage_bits`: I(X_i; sum of its group of n_g inputs)
 = 1/2 log2(n_g / (n_g - 1)).
 
@@ -47,6 +50,7 @@ __all__ = [
     "closed_form_bits",
     "describe_group",
     "disclosed_groups",
+    "disclosure_messages",
     "topology_report",
 ]
 
@@ -192,3 +196,74 @@ def describe_group(groups: list[tuple[int, ...]] | None, node: int, label: Calla
                 return f"I(X{label(node)}; sum of {len(g)} inputs)"
             return f"I(X{label(node)}; " + "+".join(f"X{label(i)}" for i in g) + ")"
     return "nothing"
+
+
+def _names(nodes: Sequence[int], label: Callable[[int], str]) -> str:
+    return "{" + ", ".join(label(i) for i in nodes) + "}"
+
+
+def disclosure_messages(
+    spec: ProtocolSpec,
+    protocol_label: str,
+    topology: Topology,
+    graph: nx.Graph,
+    adversary: Adversary,
+    label: Callable[[int], str] = str,
+) -> list[str]:
+    """What ``spec`` discloses to ``adversary`` beyond the sum of all honest inputs, as text.
+
+    One line per disclosed input or partial sum, each starting with ``protocol_label`` and
+    saying why (which ring neighbours, the server, the missing honest neighbours), so a
+    user reads it before any estimate.  The sum of all honest inputs is not listed: every
+    exact protocol reveals it to corrupt nodes that know the output and their own inputs.
+
+    Parameters
+    ----------
+    spec : ProtocolSpec
+    protocol_label : str
+        How the run is named (e.g. ``"pdmm-sp (std 1)"``).
+    topology : Topology
+        What the protocol runs on (its ring for secure-sum).
+    graph : networkx.Graph
+    adversary : Adversary
+    label : callable
+        How nodes are printed.
+
+    Returns
+    -------
+    list of str
+    """
+    groups = disclosed_groups(spec, topology, graph, adversary)
+    if groups is None:
+        return []
+    corrupt = set(adversary.corrupt_nodes)
+    honest = tuple(i for i in range(topology.n_nodes) if i not in corrupt)
+    if len(groups) == 1 and groups[0] == honest:
+        return []
+    who = "an eavesdropper" if adversary.kind == "eavesdropper" else "the corrupt nodes " + _names(sorted(corrupt), label)
+    if adversary.kind == "both":
+        who += " reading every plaintext link"
+    out = []
+    if isinstance(spec, Federated):
+        why = "the server is corrupt and sees every upload" if SERVER in adversary.corrupt else "the uploads to the server travel in plaintext"
+        return [f"{protocol_label}: every honest input is disclosed to {who}: {why}"]
+    if isinstance(spec, PdmmSP) and adversary.eavesdrops and not spec.encrypt_duals:
+        return [f"{protocol_label}: every honest input is disclosed to {who}: the initial duals travel in plaintext"]
+    ring = topology.ring or ()
+    for g in groups:
+        if isinstance(spec, SecureSum):
+            # the arc's corrupt ends: walk the ring both ways from a member to a corrupt node
+            ends = []
+            for step in (-1, 1):
+                k = ring.index(g[0])
+                while ring[k % len(ring)] not in corrupt:
+                    k += step
+                ends.append(ring[k % len(ring)])
+            why = f"an arc of the secure-sum ring between corrupt nodes {label(ends[0])} and {label(ends[1])}"
+        else:
+            why = "it has no honest neighbour" if len(g) == 1 else "a connected component of the honest nodes"
+        if len(g) == 1:
+            out.append(f"{protocol_label}: honest node {label(g[0])}'s input is disclosed to {who} ({why})")
+        else:
+            out.append(f"{protocol_label}: the sum of the inputs of {_names(g, label)} is disclosed to {who} ({why})")
+    return out

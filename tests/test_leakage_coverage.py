@@ -1,0 +1,56 @@
+"""The leakage estimator's interval covers the exact value, and its limits are reported.
+
+The coverage case runs the analysis's own estimation pipeline (principal components, the
+adversary's cross-fitted linear estimate refitted per batch, KSG, bias correction) on a view
+that is linear in independent Gaussians, so :func:`exact_linear_mi` gives the true value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from p2pem.leakage.analysis import Estimator
+from p2pem.leakage.reduce import exact_linear_mi, principal_components
+
+REPEATS = 100
+
+
+def _linear_case(seed: int, n: int) -> tuple[np.ndarray, np.ndarray, float]:
+    rng = np.random.default_rng(seed)
+    latents = rng.standard_normal((n, 5))  # X, then four noises
+    x, n1, n2, n3, n4 = latents.T
+    view = np.column_stack([x + 1.2 * n1, n1 + n2, 0.5 * x + n3, n2 - n3 + n4])
+    exact = exact_linear_mi(latents, np.ones(5), view, [0])
+    assert exact is not None
+    return x, view, exact[0]
+
+
+@pytest.mark.slow
+def test_interval_covers_the_exact_value_at_the_nominal_rate() -> None:
+    covered = 0
+    biases = []
+    for seed in range(REPEATS):
+        x, view, exact = _linear_case(seed, 600)
+        est = Estimator(rng=np.random.default_rng(10_000 + seed)).estimate(x, principal_components(view))
+        covered += est.lo <= exact <= est.hi
+        biases.append(est.bias)
+        assert est.method == "linear reduction" and 0 < est.r2 < 1
+    rate = covered / REPEATS
+    # measured: 0.96 over these 100 seeds (0.98 at 2000 samples; 0.96 for Fig. 1's node 1 under
+    # pdmm-sp through the whole analysis at 1e4 runs, where the raw estimate with the sampling
+    # interval alone covered in 87-89 %)
+    assert rate >= 0.93, rate
+    # the bias is stated on its own and is small next to the value (exact 1.07 bits)
+    assert abs(float(np.mean(biases))) < 0.05
+
+
+def test_a_nonlinear_view_is_estimated_whole_and_says_so() -> None:
+    rng = np.random.default_rng(3)
+    n = 2_000
+    x = rng.standard_normal(n)
+    view = np.column_stack([x**2, x + 1.5 * rng.standard_normal(n)])  # |x| exactly, its sign roughly
+    est_linear = Estimator(rng=np.random.default_rng(1)).estimate(x, principal_components(view), linear=True)
+    est = Estimator(rng=np.random.default_rng(1)).estimate(x, principal_components(view), linear=False)
+    assert est_linear.method == "linear reduction" and est_linear.r2 < 0.5 and est_linear.bits < 0.5
+    assert est.method == "full view" and est.bits > 3 * est_linear.bits

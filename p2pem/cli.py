@@ -18,6 +18,47 @@ the baselines secure-sum, federated and centralized.
 """
 
 
+EXIT_CODES = """\
+exit codes:
+  0    success
+  1    an error of another kind
+  2    configuration: a scenario, node config or argument is wrong
+  3    data: unusable input data
+  4    protocol: a run failed or a member broke the protocol
+  5    transport: broker unreachable, a node fell silent, a timeout
+  130  interrupted (Ctrl-C)
+
+global options (-v, -q, --json) may stand before or after the command.
+"""
+
+#: Options every command takes, accepted before or after the command name.
+GLOBAL_FLAGS = frozenset({"-v", "-vv", "-vvv", "--verbose", "-q", "--quiet", "--json"})
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    """-v, -q and --json on a command (skipping any it already defines)."""
+    for flags, kwargs in (
+        (("-v", "--verbose"), {"action": "count", "default": 0, "help": "log more (-v info, -vv debug) to stderr"}),
+        (("-q", "--quiet"), {"action": "store_true", "help": "no progress bars"}),
+        (("--json",), {"action": "store_true", "help": "print a machine-readable JSON summary on stdout instead of the table"}),
+    ):
+        try:
+            parser.add_argument(*flags, **kwargs)  # type: ignore[arg-type]
+        except argparse.ArgumentError:
+            pass  # the command has its own
+
+
+def _hoist_global_flags(argv: list[str], commands: Sequence[str]) -> list[str]:
+    """Move global flags written before the command name to just after it."""
+    moved: list[str] = []
+    head: list[str] = []
+    for i, tok in enumerate(argv):
+        if tok in commands:
+            return head + [tok] + moved + argv[i + 1 :]
+        (moved if tok in GLOBAL_FLAGS else head).append(tok)
+    return head + moved
+
+
 def _progress_factory(enabled: bool):
     from tqdm import tqdm
 
@@ -48,7 +89,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     t0 = time.perf_counter()
     with atomic_output(args.out) as tmp:
-        result = run_scenario(scenario, engine=args.engine, progress=_progress_factory(not args.quiet))
+        result = run_scenario(scenario, engine=args.engine, device=args.device, progress=_progress_factory(not args.quiet))
         write_json(tmp / "result.json", result.to_json())
         loglik_figure(result.runs, tmp / "loglik.png", title=f"{scenario.name}: {result.n_rows} rows over {scenario.graph.n_nodes} nodes")
     gs = graph_summary(result.graph)
@@ -67,12 +108,33 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if r.unconverged_iterations:
             print(f"  warning: {r.protocol} consensus hit max_iter in EM iterations {r.unconverged_iterations[:10]}")
     print(f"wrote {args.out}/result.json and {args.out}/loglik.png in {time.perf_counter() - t0:.2f} s")
+    args.json_summary = {
+        "scenario": scenario.name,
+        "files": [f"{args.out}/result.json", f"{args.out}/loglik.png"],
+        "protocols": [
+            {
+                "protocol": r.protocol,
+                "n_iter": r.n_iter,
+                "final_loglik": None if r.loglik[-1] != r.loglik[-1] else r.loglik[-1],
+                "max_rel_err": None if ref is None else max_relative_difference(r, ref),
+                "messages": r.messages,
+                "bytes": r.bytes,
+                "wall_s": r.wall_s,
+            }
+            for r in result.runs
+        ],
+    }
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="p2pem", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug) to stderr")
+    from p2pem import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="p2pem", description=DESCRIPTION, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"p2pem {__version__}")
+    _add_common(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     sim = sub.add_parser(
@@ -91,7 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="vectorised (fast, default) or messages (the real per-node state machines over an in-memory transport); "
         "both give identical results",
     )
-    sim.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    sim.add_argument(
+        "--device",
+        default=None,
+        help="run pdmm-sp's vectorised consensus on this array device: cpu (default), cuda (needs the gpu extra, CuPy) "
+        "or array-api-strict (a portability check)",
+    )
     sim.set_defaults(func=cmd_simulate)
 
     for module in ("p2pem.leakage.cli", "p2pem.deploy.cli", "p2pem.dp.cli"):
@@ -102,22 +169,46 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         mod.add_commands(sub)
+    for command in sub.choices.values():
+        command.epilog = command.epilog or EXIT_CODES
+        if command.formatter_class is argparse.HelpFormatter:
+            command.formatter_class = argparse.RawDescriptionHelpFormatter
+        _add_common(command)
+    parser.set_defaults(commands=tuple(sub.choices))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import contextlib
+    import io
+    import json
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(_hoist_global_flags(raw, parser.get_default("commands")))
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    code = 0
+    error: str | None = None
+    table = io.StringIO()
     try:
-        return int(args.func(args) or 0)
+        with contextlib.redirect_stdout(table) if args.json else contextlib.nullcontext():
+            code = int(args.func(args) or 0)
     except P2pemError as exc:
+        error, code = str(exc), exc.exit_code
         print(f"p2pem: error: {exc}", file=sys.stderr)
-        return exc.exit_code
     except KeyboardInterrupt:
+        error, code = "interrupted", 130
         print("p2pem: interrupted", file=sys.stderr)
-        return 130
+    if args.json:
+        from p2pem import __version__
+
+        doc = {"format": "p2pem-cli-summary", "version": 1, "p2pem": __version__, "command": args.command, "exit_code": code,
+               "error": error} | getattr(args, "json_summary", {})
+        if "json_summary" not in args:
+            doc["output"] = table.getvalue().splitlines()
+        print(json.dumps(doc, indent=1))
+    return code
 
 
 if __name__ == "__main__":

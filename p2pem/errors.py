@@ -35,3 +35,9 @@ class TransportError(P2pemError):
     """A transport failed (broker unreachable, a node fell silent, a timeout)."""
 
     exit_code = 5
+
+
+class NotFittedError(P2pemError, ValueError, AttributeError):
+    """An estimator was used before ``fit`` (a ValueError and AttributeError, as scikit-learn's)."""
+
+    exit_code = 2

@@ -1,15 +1,25 @@
-"""A scikit-learn-like estimator around :func:`p2pem.simulate.run_protocol`."""
+"""A scikit-learn estimator around :func:`p2pem.simulate.run_protocol`.
+
+:class:`DistributedGMM` follows scikit-learn's estimator contract (parameters only in
+``__init__``, ``get_params``/``set_params`` so ``sklearn.base.clone`` works, fitted state with a
+trailing underscore, :class:`~p2pem.errors.NotFittedError` before ``fit``) and offers
+``GaussianMixture``'s inference methods on the fitted model.  scikit-learn itself is not a
+dependency.
+"""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import networkx as nx
 import numpy as np
+import numpy.typing as npt
 
 from p2pem.em import EMSettings
-from p2pem.gmm import FloatArray, GMMParams, params_from_dict
+from p2pem.errors import ConfigError, DataError, NotFittedError
+from p2pem.gmm import FloatArray, GMMParams, e_step, params_from_dict
 from p2pem.protocols import ProtocolSpec, make_protocol
 from p2pem.simulate import RunResult, run_protocol
 
@@ -19,33 +29,46 @@ class DistributedGMM:
 
     Parameters
     ----------
-    n_components : int
+    n_components : int, default 1
     protocol : str or ProtocolSpec
-        "pdmm-sp" (default), "secure-sum", "federated", "centralized", or a spec object such
-        as ``PdmmSP(mode="async", c=0.2, theta=0.5, perturbation_std=1e3, tol=1e-12)``.
+        "pdmm-sp" (default), "secure-sum", "federated", "centralized", "dp-central",
+        "dp-distributed", or a spec object such as
+        ``PdmmSP(mode="async", c=0.2, theta=0.5, perturbation_std=1e3, tol=1e-12)``.
     max_iter : int
         Number of M-steps at most (``tol=0`` runs exactly this many).
     tol : float
         Stop when the mean log-likelihood per row changes by less than this.
     reg_covar : float
         Added to covariance diagonals, as in scikit-learn.
-    seed : int
-        Public seed: the init draw and the protocol randomness are derived from it.
+    random_state : int
+        Public seed: the init draw and the protocol randomness of the simulation are
+        derived from it (scikit-learn's name for it).
     init : dict, optional
         ``{"weights", "means", "covariances"}`` to start every protocol from; by default the
         init is drawn from the privately averaged global mean and covariance.
     engine : {"vectorised", "messages"}
     record_trace : bool
         Keep every message in ``result_.trace``.
+    graph : networkx.Graph, optional
+        The communication graph used when :meth:`fit` is not given one; None draws a random
+        geometric graph over the nodes from ``random_state``.
 
     Attributes
     ----------
     weights_, means_, covariances_ : arrays
         Fitted parameters (as held by node 0; see ``result_.node_spread`` for the others).
     loglik_ : list of float
-        Mean log-likelihood per row at every EM iteration (one more entry than ``n_iter_``).
+        Mean log-likelihood per row over the union of all nodes' rows, at every EM
+        iteration, as the network aggregated it (one more entry than ``n_iter_``: the last
+        is the final model's).
+    n_rows_ : int
+        Rows over all nodes (what the aggregated soft counts reveal to every node anyway).
+    network_loglik_ : float
+        Total log-likelihood of the final model over the union of rows, from the private
+        aggregation itself (``loglik_[-1] * n_rows_``), never from pooled data.
     n_iter_ : int
     converged_ : bool
+    n_features_in_ : int
     result_ : RunResult
 
     Examples
@@ -53,41 +76,102 @@ class DistributedGMM:
     >>> from p2pem import DistributedGMM, geometric_graph
     >>> rng = np.random.default_rng(0)
     >>> parts = [rng.normal(size=(3, 2)) + (i % 2) * 4 for i in range(20)]
-    >>> m = DistributedGMM(n_components=2, max_iter=20, seed=0).fit(parts, geometric_graph(20, seed=1))
+    >>> m = DistributedGMM(n_components=2, max_iter=20, random_state=0).fit(parts, geometric_graph(20, seed=1))
     >>> m.weights_.shape, m.means_.shape
     ((2,), (2, 2))
     """
 
     def __init__(
         self,
-        n_components: int,
+        n_components: int = 1,
         protocol: str | ProtocolSpec = "pdmm-sp",
         max_iter: int = 100,
         tol: float = 1e-6,
         reg_covar: float = 1e-6,
-        seed: int = 0,
+        random_state: int = 0,
         init: Mapping[str, Any] | None = None,
         engine: str = "vectorised",
         record_trace: bool = False,
+        graph: nx.Graph | None = None,
     ) -> None:
         self.n_components = n_components
         self.protocol = protocol
         self.max_iter = max_iter
         self.tol = tol
         self.reg_covar = reg_covar
-        self.seed = seed
+        self.random_state = random_state
         self.init = init
         self.engine = engine
         self.record_trace = record_trace
+        self.graph = graph
 
-    def fit(self, parts: Sequence[FloatArray], graph: nx.Graph) -> DistributedGMM:
+    # -- scikit-learn's parameter protocol ---------------------------------------------------
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [p for p in sig.parameters if p != "self"]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor's parameters (scikit-learn's contract; ``deep`` has no effect)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> DistributedGMM:
+        """Set constructor parameters; an unknown name is a ConfigError naming it."""
+        known = self._param_names()
+        for name, value in params.items():
+            if name not in known:
+                raise ConfigError(f"DistributedGMM has no parameter {name!r} (known: {', '.join(known)})")
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values() if p.name != "self"}
+        shown = [f"{k}={v!r}" for k, v in self.get_params().items() if not _same(v, defaults[k])]
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+    # -- fitting -------------------------------------------------------------------------------
+
+    def fit(
+        self,
+        X: Sequence[FloatArray] | npt.ArrayLike,
+        y: Any = None,
+        *,
+        graph: nx.Graph | None = None,
+        groups: npt.ArrayLike | None = None,
+    ) -> DistributedGMM:
+        """Fit the mixture with the configured protocol over the graph.
+
+        Parameters
+        ----------
+        X : list of (n_i, d) arrays, or (n_rows, d) array
+            One array per node, or all rows at once with ``groups`` giving each row's node.
+        y : networkx.Graph or None
+            Ignored (scikit-learn passes ``y``), except that a graph here is taken as
+            ``graph``, so ``fit(parts, graph)`` works.
+        graph : networkx.Graph, optional
+            Nodes ``0..n-1``; default: the ``graph`` parameter, else a random geometric
+            graph over the nodes drawn from ``random_state``.
+        groups : array_like of int, shape (n_rows,), optional
+            With a 2-D ``X``: the node id (0..n-1) holding each row.  This is a simulation
+            convenience so the estimator fits scikit-learn tooling.
+        """
         from p2pem.data import check_parts
         from p2pem.scenario import seed_streams
 
+        if isinstance(y, nx.Graph) and graph is None:
+            graph = y
+        parts = _parts(X, groups)
         check_parts(parts, self.n_components)
+        if graph is None:
+            graph = self.graph
+        if graph is None:
+            from p2pem.graphs import geometric_graph
+
+            graph = geometric_graph(len(parts), seed=self.random_state)
         d = int(np.asarray(parts[0]).shape[1])
         init = None if self.init is None else params_from_dict(dict(self.init), self.n_components, d)
-        streams = seed_streams(self.seed)
+        streams = seed_streams(self.random_state)
         settings = EMSettings(
             self.n_components, self.max_iter, self.tol, self.reg_covar, init, int(streams["init"].generate_state(1)[0])
         )
@@ -100,14 +184,113 @@ class DistributedGMM:
         self.loglik_ = result.loglik
         self.n_iter_ = result.n_iter
         self.converged_ = result.converged
+        self.n_features_in_ = d
+        self.n_rows_ = int(sum(len(p) for p in parts))
+        self.network_loglik_ = float(result.loglik[-1]) * self.n_rows_ if result.loglik else float("nan")
         return self
+
+    # -- inference (GaussianMixture's methods) ----------------------------------------------
 
     @property
     def params_(self) -> GMMParams:
+        self._check_fitted()
         return self.result_.params
 
-    def score(self, X: FloatArray) -> float:
-        """Mean log-likelihood per row of ``X`` under the fitted model."""
-        from p2pem.gmm import mean_loglik
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "result_"):
+            raise NotFittedError(
+                f"This {type(self).__name__} instance is not fitted yet: call fit() before using this estimator"
+            )
 
-        return mean_loglik(np.asarray(X, dtype=float), self.params_)
+    def _X(self, X: npt.ArrayLike) -> FloatArray:
+        self._check_fitted()
+        arr = np.asarray(X, dtype=float)
+        if arr.ndim != 2 or arr.shape[1] != self.n_features_in_:
+            raise DataError(f"X must have shape (n_rows, {self.n_features_in_}), got {arr.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise DataError("X holds NaN or infinite values")
+        return arr
+
+    def score_samples(self, X: npt.ArrayLike) -> FloatArray:
+        """Log-likelihood log p(x) of every row of ``X`` under the fitted mixture."""
+        return e_step(self._X(X), self.params_)[1]
+
+    def score(self, X: npt.ArrayLike, y: Any = None) -> float:
+        """Mean log-likelihood per row of ``X`` (scikit-learn's ``score``)."""
+        return float(self.score_samples(X).mean())
+
+    def predict_proba(self, X: npt.ArrayLike) -> FloatArray:
+        """Posterior probability of each component for every row of ``X``, shape (n, K)."""
+        return np.exp(e_step(self._X(X), self.params_)[0])
+
+    def predict(self, X: npt.ArrayLike) -> npt.NDArray[np.intp]:
+        """The most probable component of every row of ``X``."""
+        return np.argmax(e_step(self._X(X), self.params_)[0], axis=1)
+
+    def sample(self, n_samples: int = 1, *, rng: np.random.Generator | int | None = None) -> tuple[FloatArray, npt.NDArray[np.intp]]:
+        """Draw ``n_samples`` rows from the fitted mixture: ``(X, component labels)``.
+
+        Component counts are multinomial with the fitted weights, then each component's rows
+        are drawn from its Gaussian; rows come grouped by component, as in scikit-learn.
+        ``rng`` is an explicit Generator (or a seed for one); None uses ``random_state``.
+        """
+        self._check_fitted()
+        if not (isinstance(n_samples, (int, np.integer)) and n_samples >= 1):
+            raise ConfigError(f"n_samples must be a positive integer, got {n_samples!r}")
+        gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(self.random_state if rng is None else rng)
+        counts = gen.multinomial(int(n_samples), self.weights_)
+        X = np.vstack([gen.multivariate_normal(m, c, size=int(k)) for m, c, k in zip(self.means_, self.covariances_, counts)])
+        labels = np.repeat(np.arange(self.n_components), counts)
+        return X, labels
+
+    def _n_parameters(self) -> int:
+        """Free parameters of a full-covariance mixture (as scikit-learn counts them)."""
+        k, d = self.n_components, self.n_features_in_
+        return int(k * d * (d + 1) / 2 + k * d + k - 1)
+
+    def bic(self, X: npt.ArrayLike | None = None) -> float:
+        """Bayesian information criterion; lower is better.
+
+        With ``X``: on those rows, as scikit-learn computes it.  Without: over the union of
+        every node's rows, from the private aggregation (``network_loglik_``, ``n_rows_``).
+        """
+        if X is None:
+            self._check_fitted()
+            return -2.0 * self.network_loglik_ + self._n_parameters() * np.log(self.n_rows_)
+        arr = self._X(X)
+        return -2.0 * self.score(arr) * arr.shape[0] + self._n_parameters() * np.log(arr.shape[0])
+
+    def aic(self, X: npt.ArrayLike | None = None) -> float:
+        """Akaike information criterion; lower is better (``X`` as for :meth:`bic`)."""
+        if X is None:
+            self._check_fitted()
+            return -2.0 * self.network_loglik_ + 2 * self._n_parameters()
+        arr = self._X(X)
+        return -2.0 * self.score(arr) * arr.shape[0] + 2 * self._n_parameters()
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) if not isinstance(a, np.ndarray) else False
+    except Exception:  # noqa: BLE001 - objects without a usable ==
+        return a is b
+
+
+def _parts(X: Sequence[FloatArray] | npt.ArrayLike, groups: npt.ArrayLike | None) -> list[FloatArray]:
+    """One array per node from either form :meth:`DistributedGMM.fit` accepts."""
+    if groups is None:
+        if isinstance(X, np.ndarray):
+            raise DataError("a 2-D X needs groups= (the node id of every row), or pass one array per node")
+        return [np.asarray(p, dtype=float) for p in X]  # type: ignore[union-attr]
+    arr = np.asarray(X, dtype=float)
+    g = np.asarray(groups)
+    if arr.ndim != 2 or g.shape != (arr.shape[0],):
+        raise DataError(f"groups must hold one node id per row of X ({arr.shape[0]}), got shape {g.shape}")
+    if not np.issubdtype(g.dtype, np.integer) or g.size == 0 or g.min() < 0:
+        raise DataError("groups must be non-negative integer node ids")
+    n = int(g.max()) + 1
+    parts = [arr[g == i] for i in range(n)]
+    empty = [i for i, p in enumerate(parts) if len(p) == 0]
+    if empty:
+        raise DataError(f"groups names nodes 0..{n - 1} but node {empty[0]} holds no row")
+    return parts

@@ -22,6 +22,10 @@ from p2pem.scenario import Scenario, load_data
 from p2pem.simulate import Progress, RunResult, run_protocol
 
 
+#: Format name and version of the result.json that ``p2pem simulate`` writes.
+RESULT_FORMAT = ("p2pem-result", 1)
+
+
 def build_graph(scenario: Scenario) -> nx.Graph:
     """The scenario's communication graph (drawn from its "graph" stream when geometric)."""
     cfg = scenario.graph
@@ -60,7 +64,10 @@ class ScenarioRun:
     n_rows: int = 0
 
     def to_json(self) -> dict:
+        fmt, version = RESULT_FORMAT
         return {
+            "format": fmt,
+            "version": version,
             "scenario": self.scenario.name,
             "scenario_file": str(self.scenario.path),
             "seed": self.scenario.seed,
@@ -76,6 +83,7 @@ def run_scenario(
     engine: str = "vectorised",
     progress: Callable[[ProtocolSpec], Progress | None] | None = None,
     record_trace: bool = False,
+    device: str | None = None,
 ) -> ScenarioRun:
     """Run every protocol of ``scenario`` from the same data, graph and initialisation."""
     parts = load_data(scenario)
@@ -89,7 +97,8 @@ def run_scenario(
     for spec in specs:
         cb = progress(spec) if progress is not None else None
         runs.append(
-            run_protocol(parts, g, spec, settings, seed=scenario.streams()["protocol"], engine=engine, record_trace=record_trace, progress=cb)
+            run_protocol(parts, g, spec, settings, seed=scenario.streams()["protocol"], engine=engine, record_trace=record_trace, progress=cb,
+                         device=device)
         )
     return ScenarioRun(scenario, g, runs, int(sum(len(p) for p in parts)))
 

@@ -127,8 +127,8 @@ def test_distributed_gmm_api_and_user_init():
     parts = np.array_split(X, 9)
     g = geometric_graph(9, seed=3, radius=0.6)
     init = {"weights": [0.5, 0.5], "means": X[:2].tolist(), "covariances": [np.eye(2).tolist()] * 2}
-    m = DistributedGMM(n_components=2, protocol="pdmm-sp", max_iter=100, tol=1e-6, reg_covar=1e-6, seed=0, init=init).fit(parts, g)
-    c = DistributedGMM(n_components=2, protocol="centralized", max_iter=100, tol=1e-6, seed=0, init=init).fit(parts, g)
+    m = DistributedGMM(n_components=2, protocol="pdmm-sp", max_iter=100, tol=1e-6, reg_covar=1e-6, random_state=0, init=init).fit(parts, g)
+    c = DistributedGMM(n_components=2, protocol="centralized", max_iter=100, tol=1e-6, random_state=0, init=init).fit(parts, g)
     assert m.n_iter_ == c.n_iter_ < 100 and m.converged_
     np.testing.assert_allclose(m.means_, c.means_, rtol=1e-8)
     assert len(m.loglik_) == m.n_iter_ + 1

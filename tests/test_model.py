@@ -1,0 +1,101 @@
+"""DistributedGMM honours scikit-learn's estimator contract and agrees with GaussianMixture."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from p2pem import DistributedGMM
+from p2pem.errors import ConfigError, DataError, NotFittedError
+from p2pem.graphs import geometric_graph
+
+sklearn = pytest.importorskip("sklearn")
+from sklearn.base import clone  # noqa: E402
+from sklearn.mixture import GaussianMixture  # noqa: E402
+
+
+def _data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = np.vstack([rng.normal(size=(60, 2)), rng.normal(size=(60, 2)) + [5.0, 1.0], rng.normal(size=(60, 2)) * 0.5 - 3.0])
+    groups = rng.integers(0, 12, size=X.shape[0])
+    groups[:12] = np.arange(12)  # every node holds a row
+    return X, groups
+
+
+@pytest.fixture(scope="module")
+def fitted() -> tuple[DistributedGMM, np.ndarray, np.ndarray]:
+    X, groups = _data()
+    m = DistributedGMM(3, protocol="secure-sum", max_iter=30, random_state=1).fit(X, groups=groups, graph=geometric_graph(12, seed=2))
+    return m, X, groups
+
+
+def _twin(m: DistributedGMM) -> GaussianMixture:
+    """scikit-learn's mixture holding exactly the fitted parameters."""
+    gm = GaussianMixture(n_components=m.n_components, covariance_type="full")
+    gm.weights_, gm.means_, gm.covariances_ = m.weights_, m.means_, m.covariances_
+    gm.precisions_cholesky_ = np.linalg.cholesky(np.linalg.inv(m.covariances_))
+    gm.precisions_ = np.linalg.inv(m.covariances_)
+    gm.converged_, gm.n_iter_, gm.n_features_in_ = True, m.n_iter_, m.n_features_in_
+    return gm
+
+
+def test_clone_repr_and_params() -> None:
+    m = DistributedGMM(3, protocol="pdmm-sp", max_iter=7, random_state=5)
+    c = clone(m)
+    assert c is not m and c.get_params() == m.get_params()
+    assert repr(m) == "DistributedGMM(n_components=3, max_iter=7, random_state=5)"
+    assert m.set_params(tol=0.0) is m and m.tol == 0.0
+    with pytest.raises(ConfigError, match="no parameter 'seed'"):
+        m.set_params(seed=1)
+
+
+def test_not_fitted_error_is_clear_and_sklearn_compatible() -> None:
+    m = DistributedGMM(2)
+    for call in (lambda: m.score(np.zeros((3, 2))), lambda: m.predict(np.zeros((3, 2))), m.bic, lambda: m.sample(3)):
+        with pytest.raises(NotFittedError, match="not fitted yet: call fit"):
+            call()
+    assert issubclass(NotFittedError, (ValueError, AttributeError))
+
+
+def test_inference_agrees_with_gaussian_mixture(fitted) -> None:
+    m, X, _ = fitted
+    gm = _twin(m)
+    Xt = np.random.default_rng(9).normal(size=(50, 2)) * 3
+    np.testing.assert_allclose(m.score_samples(Xt), gm.score_samples(Xt), rtol=1e-10, atol=0)
+    np.testing.assert_allclose(m.predict_proba(Xt), gm.predict_proba(Xt), rtol=1e-10, atol=1e-14)
+    np.testing.assert_array_equal(m.predict(Xt), gm.predict(Xt))
+    assert m.score(Xt) == pytest.approx(gm.score(Xt), rel=1e-10)
+    assert m.bic(Xt) == pytest.approx(gm.bic(Xt), rel=1e-10)
+    assert m.aic(Xt) == pytest.approx(gm.aic(Xt), rel=1e-10)
+
+
+def test_network_figures_come_from_the_aggregation_and_match_the_pooled_value(fitted) -> None:
+    m, X, _ = fitted
+    # computed from the aggregated log-likelihood, never from pooled rows; an exact protocol
+    # therefore equals the pooled computation to rounding
+    assert m.n_rows_ == X.shape[0]
+    assert m.network_loglik_ == pytest.approx(_twin(m).score(X) * X.shape[0], rel=1e-10)
+    assert m.bic() == pytest.approx(_twin(m).bic(X), rel=1e-10)
+    assert m.aic() == pytest.approx(_twin(m).aic(X), rel=1e-10)
+
+
+def test_sample_is_reproducible_and_follows_the_model(fitted) -> None:
+    m, _, _ = fitted
+    X1, y1 = m.sample(20_000, rng=np.random.default_rng(3))
+    X2, y2 = m.sample(20_000, rng=np.random.default_rng(3))
+    np.testing.assert_array_equal(X1, X2)
+    np.testing.assert_array_equal(y1, y2)
+    assert X1.shape == (20_000, 2) and np.all(np.diff(y1) >= 0)
+    np.testing.assert_allclose(np.bincount(y1, minlength=3) / 20_000, m.weights_, atol=0.02)
+    for k in range(3):
+        np.testing.assert_allclose(X1[y1 == k].mean(axis=0), m.means_[k], atol=0.1)
+
+
+def test_fit_with_groups_equals_fit_with_parts() -> None:
+    X, groups = _data(1)
+    g = geometric_graph(12, seed=2)
+    a = DistributedGMM(2, protocol="federated", max_iter=5, random_state=0).fit(X, groups=groups, graph=g)
+    b = DistributedGMM(2, protocol="federated", max_iter=5, random_state=0).fit([X[groups == i] for i in range(12)], g)
+    np.testing.assert_array_equal(a.means_, b.means_)
+    with pytest.raises(DataError, match="needs groups="):
+        DistributedGMM(2).fit(X)

@@ -474,6 +474,10 @@ def test_cli_deploy_writes_the_simulate_schema(tmp_path):
     dep_doc = json.loads((tmp_path / "dep" / "result.json").read_text())
     sim_doc = json.loads((tmp_path / "sim" / "result.json").read_text())
     assert set(sim_doc) <= set(dep_doc) and "deployment" in dep_doc
+    from test_schemas import validate
+
+    validate(dep_doc)
+    validate(sim_doc)
     assert set(sim_doc["protocols"][0]) == set(dep_doc["protocols"][0])
     assert dep_doc["graph"] == sim_doc["graph"] and dep_doc["n_rows"] == sim_doc["n_rows"]
     a, b = dep_doc["protocols"][0], sim_doc["protocols"][0]

@@ -64,6 +64,9 @@ def test_tradeoff_writes_versioned_json_and_figure(tmp_path, capsys):
     assert main(["tradeoff", str(_scenario(tmp_path)), "--out", str(out), "-q"]) == 0
     doc = json.loads((out / "tradeoff.json").read_text())
     assert doc["format"] == "p2pem-tradeoff" and doc["version"] == 1
+    from test_schemas import validate
+
+    validate(doc)
     runs = doc["runs"]
     # 2 private protocols x 2 epsilons x 2 seeds, secure-sum x 2 seeds, centralized once
     assert len(runs) == 2 * 2 * 2 + 2 + 1

@@ -240,7 +240,7 @@ class _ProgressBar:
             return
         self.last = state
         if self.bar is None:
-            self.bar = tqdm(desc="deploy", unit="EM it", file=sys.stderr, leave=False, dynamic_ncols=True, total=None)
+            self.bar = tqdm(desc="deploy", unit="EM it", file=sys.stderr, leave=False, dynamic_ncols=True, total=None, disable=None)
         if p.max_iter and self.bar.total != p.max_iter:
             self.bar.total = p.max_iter
         if self.bar.n != p.min_iter:

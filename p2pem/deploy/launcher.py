@@ -790,7 +790,9 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
                 "exit_s": exit_times.get(r["node_id"]),
             }
         )
-    doc: dict[str, Any] = {}
+    from p2pem.runner import RESULT_FORMAT
+
+    doc: dict[str, Any] = {"format": RESULT_FORMAT[0], "version": RESULT_FORMAT[1]}
     scenario = None
     if kit.scenario_file is not None and kit.scenario_file.exists():
         from p2pem.runner import build_graph, graph_summary

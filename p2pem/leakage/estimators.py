@@ -391,15 +391,22 @@ def mi_interval(
             f"need more than k={k} (use fewer batches or more samples)"
         )
 
-    def estimate(xb: FloatArray, yb: FloatArray) -> float:
-        if reduce is not None:
-            yb = np.asarray(reduce(xb, yb, rng), dtype=np.float64).reshape(xb.shape[0], -1)
-        return _ksg_bits(xb, yb, k, rng)
+    def reduced(xb: FloatArray, yb: FloatArray) -> FloatArray:
+        return np.asarray(reduce(xb, yb, rng), dtype=np.float64).reshape(xb.shape[0], -1) if reduce is not None else yb
 
-    raw = estimate(xs, ys)
+    full = reduced(xs, ys)
+
+    def estimate(idx: npt.NDArray[np.intp]) -> float:
+        try:
+            return _ksg_bits(xs[idx], reduced(xs[idx], ys[idx]), k, rng)
+        except DataError:
+            # too few samples to refit the reduction here: reuse the full-sample one
+            return _ksg_bits(xs[idx], full[idx], k, rng)
+
+    raw = _ksg_bits(xs, full, k, rng)
     batches = np.array_split(rng.permutation(n), n_batches)
-    values = np.array([estimate(xs[b], ys[b]) for b in batches])
-    halves = np.array([estimate(xs[h], ys[h]) for b in batches for h in np.array_split(b, 2)])
+    values = np.array([estimate(b) for b in batches])
+    halves = np.array([estimate(h) for b in batches for h in np.array_split(b, 2)])
     bias = float(values.mean() - raw) / (n_batches - 1)
     sd = float(values.std(ddof=1))
     # the rate n^-beta at which the error shrinks, from batches of m and m/2 samples,

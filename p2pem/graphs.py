@@ -202,8 +202,10 @@ def degree_report(g: nx.Graph) -> DegreeReport:
 def hamiltonian_cycle(g: nx.Graph, *, time_budget: float = 10.0) -> list[int]:
     """A Hamiltonian cycle of ``g`` (list of nodes starting at 0; the closing edge is implied).
 
-    Cheap necessary conditions are checked first (minimum degree 2, no cut vertex).  Graphs of
-    up to 16 nodes are searched exhaustively, so an error there proves that no cycle exists.
+    Cheap necessary conditions are checked first (minimum degree 2, no cut vertex, and for a
+    bipartite graph two sides of equal size, since a cycle alternates between them).  Graphs of
+    up to 16 nodes are searched exhaustively, so an error there proves that no cycle exists
+    (unless the search runs out of ``time_budget``, which the error then says).
     Larger graphs use Posa's rotation-extension heuristic (extend the path greedily; when both
     ends are stuck, rotate the path at a neighbour of its end), with a fixed seed so the cycle
     is reproducible.  It finds cycles in dense random geometric graphs quickly; when it gives
@@ -223,17 +225,29 @@ def hamiltonian_cycle(g: nx.Graph, *, time_budget: float = 10.0) -> list[int]:
     cut = next(iter(nx.articulation_points(g)), None)
     if cut is not None:
         raise GraphError(f"the graph has no Hamiltonian cycle: node {cut} is a cut vertex")
+    if nx.is_bipartite(g):
+        side = nx.bipartite.sets(g)[0]
+        if 2 * len(side) != n:
+            raise GraphError(
+                f"the graph has no Hamiltonian cycle: it is bipartite with sides of {len(side)} and {n - len(side)} nodes"
+            )
     adj = [sorted(g.neighbors(v)) for v in range(n)]
     if n <= 16:
-        return _exhaustive_cycle(adj)
+        return _exhaustive_cycle(adj, time_budget)
     return _posa_cycle(adj, time_budget)
 
 
-def _exhaustive_cycle(adj: list[list[int]]) -> list[int]:
+def _exhaustive_cycle(adj: list[list[int]], time_budget: float) -> list[int]:
     n = len(adj)
     path, visited = [0], [True] + [False] * (n - 1)
+    deadline = time.monotonic() + time_budget
+    calls = 0
 
     def extend() -> bool:
+        nonlocal calls
+        calls += 1
+        if calls % 4096 == 0 and time.monotonic() > deadline:
+            raise GraphError(f"no Hamiltonian cycle found within {time_budget:g} s of exhaustive search (unfinished: the graph may have one)")
         v = path[-1]
         if len(path) == n:
             return 0 in adj[v]

@@ -129,3 +129,17 @@ def test_topology_from_edges_matches_from_graph():
     b = Topology.from_edges(150, np.array(list(g.edges())))
     assert a.neighbours == b.neighbours == tuple(tuple(sorted(g.neighbors(i))) for i in range(150))
     assert a.diameter == b.diameter and (a.eccentricity == b.eccentricity).all()
+
+
+def test_hamiltonian_search_refuses_unbalanced_bipartite_graphs_at_once_and_honours_its_budget() -> None:
+    from p2pem.errors import GraphError
+    from p2pem.graphs import _exhaustive_cycle, hamiltonian_cycle
+
+    with pytest.raises(GraphError, match="bipartite with sides of 7 and 9 nodes"):
+        hamiltonian_cycle(nx.complete_bipartite_graph(7, 9), time_budget=1.0)
+    # the exhaustive search alone on K_{7,9} takes about a minute to prove there is no cycle;
+    # with a budget it stops and says it did not finish
+    g = nx.complete_bipartite_graph(7, 9)
+    adj = [sorted(g.neighbors(v)) for v in range(16)]
+    with pytest.raises(GraphError, match="within 0.2 s of exhaustive search"):
+        _exhaustive_cycle(adj, 0.2)

@@ -24,7 +24,6 @@ import os
 import re
 import stat
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -267,19 +266,11 @@ class Identity:
             key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
             for key in (self.signing, self.agreement)
         )
+        from p2pem.files import atomic_write
+
         try:
-            fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            atomic_write(path, pem, mode=KEY_FILE_MODE)
         except OSError as exc:
-            raise KeyFileError(f"cannot write key file {path}: {exc.strerror}") from None
-        try:
-            os.fchmod(fd, KEY_FILE_MODE)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(pem)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp_name, path)
-        except OSError as exc:
-            Path(tmp_name).unlink(missing_ok=True)
             raise KeyFileError(f"cannot write key file {path}: {exc.strerror}") from None
         return path
 

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import networkx as nx
 import numpy as np
 
 from p2pem.em import EMSettings
-from p2pem.errors import ConfigError
+from p2pem.files import atomic_output as atomic_output  # re-exported: the commands import it from here
+from p2pem.files import write_json as write_json
 from p2pem.graphs import degree_report, geometric_graph, graph_from_edges
 from p2pem.protocols import ProtocolSpec, make_protocol
 from p2pem.scenario import Scenario, load_data
@@ -103,43 +98,3 @@ def run_scenario(
     return ScenarioRun(scenario, g, runs, int(sum(len(p) for p in parts)))
 
 
-@contextmanager
-def atomic_output(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
-    """Write into a temporary sibling folder and move files into ``out_dir`` only on success.
-
-    Nothing half-written is left behind: on any exception the temporary folder, and any
-    parent folders this call created, are removed and ``out_dir`` is untouched.
-    """
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out}: exists and is not a folder")
-    parent = out.resolve().parent
-    created: list[Path] = []
-    while not parent.exists():
-        created.append(parent)
-        parent = parent.parent
-    try:
-        for folder in reversed(created):
-            folder.mkdir()
-    except OSError as exc:
-        raise ConfigError(f"{out}: cannot create its folder ({exc.strerror})") from None
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.resolve().parent))
-    ok = False
-    try:
-        yield tmp
-        out.mkdir(exist_ok=True)
-        for f in tmp.iterdir():
-            os.replace(f, out / f.name)
-        ok = True
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not ok:
-            for folder in created:
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
-
-
-def write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")

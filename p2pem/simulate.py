@@ -83,11 +83,16 @@ class RunResult:
         }
 
 
+def relative_error(a, b) -> float:
+    """max|a - b| / max|b|: the one relative-difference formula p2pem reports everywhere."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
 def max_relative_difference(run, ref) -> float:
     """Largest relative difference of weights, means and covariances (each relative to ``ref``'s max)."""
     return max(
-        float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / np.max(np.abs(np.asarray(b))))
-        for a, b in ((run.weights, ref.weights), (run.means, ref.means), (run.covariances, ref.covariances))
+        relative_error(a, b) for a, b in ((run.weights, ref.weights), (run.means, ref.means), (run.covariances, ref.covariances))
     )
 
 
@@ -257,7 +262,7 @@ def _collect(states: list[EMState]) -> EMState:
 def _result(protocol, state: EMState, rounds, unconverged, messages, nbytes, wall, trace) -> RunResult:
     n = len(state.weights)
     flat = np.concatenate([state.weights.reshape(n, -1), state.means.reshape(n, -1), state.covariances.reshape(n, -1)], axis=1)
-    spread = float(np.max(np.abs(flat - flat[0])) / np.max(np.abs(flat[0])))
+    spread = relative_error(flat, flat[0])
     p = state.params(0)
     its = sorted(k for k in rounds if k > 0)
     return RunResult(

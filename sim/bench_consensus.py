@@ -66,7 +66,7 @@ from p2pem.graphs import geometric_graph
 from p2pem.protocols import PdmmSP
 from p2pem.protocols.base import Topology
 from p2pem.protocols.pdmm import auto_c, heavy_ball_params, metropolis_weights
-from p2pem.simulate import protocol_streams
+from p2pem.simulate import protocol_streams, relative_error
 from _common import print_table
 
 C_GRID = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
@@ -316,7 +316,7 @@ def part_c(args) -> dict:
                               ("before", PdmmSP(accel="none", c=old_auto_c(topo)), before),
                               *((k, sp_, topo) for k, sp_ in alternatives)):
             agg = spec.aggregate(values, tp, protocol_streams(0, n), 1)
-            runs[key] = (int(agg.rounds), float(np.max(np.abs(agg.results - mean)) / np.max(np.abs(mean))), agg.converged)
+            runs[key] = (int(agg.rounds), relative_error(agg.results, mean), agg.converged)
         first = PdmmSP(tol=0.0, max_iter=1).aggregate(values, topo, protocol_streams(0, n), 1).results
         target = runs["heavy-ball"][1]
         cheb_same = chebyshev_gossip_rounds(topo, first - first.mean(axis=0) + mean, mean, target)

@@ -29,7 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from p2pem.deploy.launcher import prepare_kit, run_deployment, start_kit_broker, write_result
     from p2pem.runner import build_graph, em_settings, protocols
     from p2pem.scenario import load_data, load_scenario
-    from p2pem.simulate import run_protocol
+    from p2pem.simulate import relative_error, run_protocol
 
     with tempfile.TemporaryDirectory(prefix="p2pem-bench-") as tmp:
         scenario_path = Path(args.scenario).resolve()
@@ -95,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
         ref = sims["vectorised"]
         err = max(
-            float(np.max(np.abs(np.asarray(run[k]) - getattr(ref, k))) / np.max(np.abs(getattr(ref, k))))
+            relative_error(run[k], getattr(ref, k))
             for k in ("weights", "means", "covariances")
         )
         print()

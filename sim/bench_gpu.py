@@ -43,7 +43,7 @@ from _common import print_table
 from p2pem.graphs import geometric_edges
 from p2pem.protocols import PdmmSP
 from p2pem.protocols.base import Topology
-from p2pem.simulate import protocol_streams
+from p2pem.simulate import protocol_streams, relative_error
 
 
 def _sync(device: str) -> None:
@@ -87,7 +87,7 @@ def part_a(args) -> list[dict]:
         if n <= args.cpu_upto:
             cpu_round = per_round(topo, values, "cpu")
             cpu_agg, cpu_s = timed(lambda: PdmmSP().aggregate(values, topo, protocol_streams(0, n), 1), "cpu")
-            diff = float(np.max(np.abs(dev_agg.results - cpu_agg.results)) / np.max(np.abs(cpu_agg.results)))
+            diff = relative_error(dev_agg.results, cpu_agg.results)
             rec.update(cpu_round_s=cpu_round, cpu_rounds=int(cpu_agg.rounds), cpu_aggregation_s=cpu_s, max_rel_diff=diff)
         out.append(rec)
         rows.append([f"{n:,}", f"{topo.dst.size:,}", f"{dev_round * 1e3:.3f}",

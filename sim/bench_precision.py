@@ -55,7 +55,7 @@ from p2pem.protocols import Centralized, PdmmSP
 from p2pem.protocols.base import Topology
 from p2pem.runner import build_graph, em_settings
 from p2pem.scenario import load_data, load_scenario
-from p2pem.simulate import max_relative_difference, protocol_streams, run_protocol
+from p2pem.simulate import max_relative_difference, protocol_streams, relative_error, run_protocol
 from _common import print_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +95,7 @@ def sweep(name, parts, g, settings, seed, args) -> dict:
     for std in args.stds:
         spec = PdmmSP(perturbation_std=std, max_iter=args.max_iter)
         agg = spec.aggregate(stats, topo, protocol_streams(seed(), len(parts)), 0)
-        cons_err = float(np.max(np.abs(agg.results - exact)) / np.max(np.abs(exact)))
+        cons_err = relative_error(agg.results, exact)
         rec = {"perturbation_std": std, "eps_std_over_scale": EPS * std / scale, "consensus_rel_error": cons_err,
                "consensus_rounds": int(agg.rounds), "consensus_converged": bool(agg.converged)}
         t0 = time.perf_counter()

@@ -58,7 +58,7 @@ from p2pem.protocols import Centralized, PdmmSP
 from p2pem.protocols.base import Topology
 from p2pem.graphs import geometric_edges
 from p2pem.protocols.pdmm import heavy_ball_params, metropolis_extremes, metropolis_weights
-from p2pem.simulate import protocol_streams
+from p2pem.simulate import protocol_streams, relative_error
 from p2pem.simulate import run_protocol
 from _common import print_table
 
@@ -77,7 +77,7 @@ def timed(fn):
 
 def rel_errors(run, ref) -> dict[str, float]:
     return {
-        name: float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+        name: relative_error(a, b)
         for name, a, b in (("weights", run.weights, ref.weights), ("means", run.means, ref.means),
                            ("covariances", run.covariances, ref.covariances))
     }
@@ -119,7 +119,7 @@ def setup_size(n: int, args) -> dict:
         for key, spec in (("lobpcg", PdmmSP()), ("exact", PdmmSP(c=c_x, momentum=beta_x))):
             agg = spec.aggregate(values, topo, protocol_streams(args.seed, n), 1)
             out[f"rounds_{key}"] = int(agg.rounds)
-            out[f"error_{key}"] = float(np.max(np.abs(agg.results - mean)) / np.max(np.abs(mean)))
+            out[f"error_{key}"] = relative_error(agg.results, mean)
         out.update(lambda2_exact=exact, exact_s=exact_s)
     return out
 

@@ -806,16 +806,9 @@ def _plain(value: Any) -> Any:
 
 def _write_text(path: Path, text: str, *, mode: int) -> None:
     """Write ``text`` to ``path`` atomically with the given permissions."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    from p2pem.files import atomic_write
+
+    atomic_write(path, text, mode=mode)
 
 
 def _read_toml(path: Path, what: str) -> dict[str, Any]:

@@ -736,14 +736,14 @@ def _flat(rep: dict[str, Any]) -> np.ndarray:
 
 
 def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: dict[int, float], launched_unix: float | None) -> dict[str, Any]:
-    from p2pem.simulate import RunResult
+    from p2pem.simulate import RunResult, relative_error
 
     ref = reports[0]
     n_iters = {r["n_iter"] for r in reports}
     if len(n_iters) != 1:
         raise ProtocolError(f"nodes disagree on the number of EM iterations: {sorted(n_iters)}")
     flat0 = _flat(ref)
-    spread = max((float(np.max(np.abs(_flat(r) - flat0)) / np.max(np.abs(flat0))) for r in reports[1:]), default=0.0)
+    spread = max((relative_error(_flat(r), flat0) for r in reports[1:]), default=0.0)
     if not spread <= kit.max_node_spread:
         raise ProtocolError(f"nodes ended with different models: relative spread {spread:.3g} > {kit.max_node_spread:g}")
     iterations = sorted({int(k) for r in reports for k in r["rounds"]})
@@ -830,18 +830,16 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
 
 def write_result(kit: Kit, doc: dict[str, Any]) -> Path:
     """Write ``DIR/result.json`` atomically."""
-    path = kit.root / "result.json"
-    tmp = kit.root / ".result.json.tmp"
-    tmp.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    from p2pem.files import write_json
+
+    return write_json(kit.root / "result.json", doc)
 
 
 def compare_with_simulate(kit: Kit, doc: dict[str, Any]) -> float:
     """Largest relative difference of weights, means, covariances to ``p2pem simulate`` (vectorised)."""
     from p2pem.runner import build_graph, em_settings
     from p2pem.scenario import load_data, load_scenario
-    from p2pem.simulate import run_protocol
+    from p2pem.simulate import relative_error, run_protocol
 
     if kit.scenario_file is None:
         raise ConfigError("the kit has no scenario to simulate")
@@ -864,7 +862,7 @@ def compare_with_simulate(kit: Kit, doc: dict[str, Any]) -> float:
     run = doc["protocols"][0]
     err = 0.0
     for key, ref in (("weights", sim.weights), ("means", sim.means), ("covariances", sim.covariances)):
-        err = max(err, float(np.max(np.abs(np.asarray(run[key]) - ref)) / np.max(np.abs(ref))))
+        err = max(err, relative_error(run[key], ref))
     return err
 
 

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 import math
 import os
@@ -68,6 +67,7 @@ from p2pem.crypto import CryptoError, Identity
 from p2pem.deploy.config import NodeConfig, Roster, load_node_data
 from p2pem.deploy.dropout import survivor_topology
 from p2pem.errors import ConfigError, DataError, P2pemError, ProtocolError, TransportError
+from p2pem.files import write_json
 from p2pem.messages import Message
 from p2pem.node import MAX_AHEAD, EMFailed, Node, OutOfRound
 from p2pem.protocols import NodeContext
@@ -1151,10 +1151,8 @@ class NodeRuntime:
     def write_result(self) -> Path:
         """Write :meth:`report` to the configured result file (atomically) and return its path."""
         path = self.config.result
-        tmp = path.with_name(f".{path.name}.tmp")
         try:
-            tmp.write_text(json.dumps(_json_safe(self.report()), indent=1, allow_nan=False) + "\n", encoding="utf-8")
-            os.replace(tmp, path)
+            write_json(path, _json_safe(self.report()), indent=1)
         except OSError as exc:
             raise ConfigError(f"cannot write the node result to {path}: {exc.strerror or exc}") from None
         return path
@@ -1234,10 +1232,8 @@ def write_failure(config: NodeConfig, error: P2pemError) -> None:
         "exit_code": int(error.exit_code),
     }
     path = config.result
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_json(path, doc, indent=1)
     except OSError as exc:
         log.error("cannot write the node result to %s: %s", path, exc.strerror or exc)
 

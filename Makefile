@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: parkinsons test mosquitto benchmarks clean
+.PHONY: parkinsons test check mosquitto benchmarks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,14 @@ mosquitto:
 
 test: $(STAMP) mosquitto
 	$(BIN)/python -m pytest -q
+
+# Static checks: ruff (real mistakes, see [tool.ruff]) and the architecture contracts of
+# [tool.importlinter] (the math imports no transport or crypto; only the MQTT link imports
+# aiomqtt; only p2pem.crypto imports cryptography).
+check: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[test,dev]"
+	$(BIN)/ruff check p2pem tests sim
+	$(BIN)/lint-imports
 
 benchmarks: $(STAMP)
 	for b in sim/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -49,7 +49,26 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = sorted(
-    ["ConfigError", "DataError", "GraphError", "Message", "P2pemError", "ProtocolError", "SERVER", "TransportError", *_LAZY]
-)
+__all__ = [
+    "SERVER",
+    "Centralized",
+    "ConfigError",
+    "DataError",
+    "DistributedGMM",
+    "EMSettings",
+    "Federated",
+    "GMMParams",
+    "GraphError",
+    "Message",
+    "P2pemError",
+    "PdmmSP",
+    "ProtocolError",
+    "RunResult",
+    "SecureSum",
+    "TransportError",
+    "geometric_graph",
+    "graph_from_edges",
+    "make_protocol",
+    "run_protocol",
+]
 __version__ = "0.1.0"

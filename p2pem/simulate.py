@@ -32,7 +32,7 @@ from p2pem.errors import ConfigError, ProtocolError
 from p2pem.gmm import FloatArray, GMMParams
 from p2pem.messages import SERVER, Message
 from p2pem.node import Node, Server
-from p2pem.protocols import Centralized, NodeContext, ProtocolSpec, Topology
+from p2pem.protocols import Centralized, NodeContext, ProtocolSpec
 from p2pem.data import check_parts
 
 Progress = Callable[[int, int], None]

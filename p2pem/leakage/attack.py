@@ -23,7 +23,7 @@ way, i.e. what an adversary knows without the group's sums.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,33 +154,111 @@ class Reconstruction:
     starts: int
 
 
-def _model_sums(X: FloatArray, observations: Sequence[Observation]) -> tuple[FloatArray, FloatArray]:
-    parts, jacs = [], []
-    for obs in observations:
-        s, j = init_row_statistics(X) if obs.model is None else row_statistics(X, obs.model)
-        parts.append(s.sum(axis=0))
-        jacs.append(j)
+class _Equations:
+    """The disclosed sums of all aggregations seen as one vectorised function of the rows.
+
+    Model-dependent constants (precisions, log-determinants) are computed once; an
+    evaluation is one batch over (aggregation, row, component) with no Python loop.
+    """
+
+    def __init__(self, observations: Sequence[Observation]) -> None:
+        self.init = [o for o in observations if o.model is None]
+        models = [o.model for o in observations if o.model is not None]
+        self.target = np.concatenate([o.sums for o in self.init] + [o.sums for o in observations if o.model is not None])
+        self.n_models = len(models)
+        if models:
+            self.log_w = np.log(np.stack([p.weights for p in models]))  # (T, K)
+            self.means = np.stack([p.means for p in models])  # (T, K, d)
+            cov = np.stack([p.covariances for p in models])
+            self.prec = np.linalg.inv(cov)
+            self.logdet = np.linalg.slogdet(cov)[1]
+
+    def __call__(self, X: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """Model sums (n_eq,) and their Jacobian (n_eq, m d), columns in X.ravel() order."""
+        m, d = X.shape
+        vals, jacs = [], []
+        for _ in self.init:
+            s, j = init_row_statistics(X)
+            vals.append(s.sum(axis=0))
+            jacs.append(np.transpose(j, (1, 0, 2)).reshape(j.shape[1], m * d))
+        if self.n_models:
+            s, j = _batch_row_statistics(X, self.log_w, self.means, self.prec, self.logdet)
+            t, _, p = s.shape
+            vals.append(s.sum(axis=1).ravel())
+            jacs.append(np.transpose(j, (0, 2, 1, 3)).reshape(t * p, m * d))
+        return np.concatenate(vals), np.concatenate(jacs, axis=0)
+
+
+def _batch_row_statistics(X, log_w, means, prec, logdet) -> tuple[FloatArray, FloatArray]:
+    """:func:`row_statistics` for T models at once: (T, m, P) and (T, m, P, d)."""
     m, d = X.shape
-    # d residual_o / d x_{r,a} = jac_r[o, a]: columns ordered row-major like X.ravel()
-    jac = np.concatenate([np.transpose(j, (1, 0, 2)).reshape(j.shape[1], m * d) for j in jacs], axis=0)
-    return np.concatenate(parts), jac
+    t, k = log_w.shape
+    diff = X[None, :, None, :] - means[:, None]  # (T, m, K, d)
+    pd = np.einsum("tkab,tmkb->tmka", prec, diff)
+    logp = log_w[:, None] - 0.5 * (d * math.log(2 * math.pi) + logdet[:, None] + np.einsum("tmka,tmka->tmk", diff, pd))
+    norm = logsumexp(logp, axis=2)
+    r = np.exp(logp - norm[..., None])  # (T, m, K)
+    gbar = -np.einsum("tmk,tmka->tma", r, pd)
+    dr = r[..., None] * (-pd - gbar[:, :, None, :])  # (T, m, K, d)
+    eye = np.eye(d)
+    iu = np.triu_indices(d)
+    b = r[..., None] * diff
+    db = dr[..., None, :] * diff[..., None] + r[..., None, None] * eye
+    c = b[..., iu[0]] * diff[..., iu[1]]
+    dc = dr[..., None, :] * (diff[..., iu[0]] * diff[..., iu[1]])[..., None] + r[..., None, None] * (
+        eye[iu[0]] * diff[..., iu[1], None] + diff[..., iu[0], None] * eye[iu[1]]
+    )
+    stats = np.concatenate([r, b.reshape(t, m, -1), c.reshape(t, m, -1), norm[..., None]], axis=2)
+    jac = np.concatenate([dr, db.reshape(t, m, k * d, d), dc.reshape(t, m, -1, d), gbar[:, :, None, :]], axis=2)
+    return stats, jac
 
 
-def _starts(observations: Sequence[Observation], m: int, d: int, rng: np.random.Generator) -> tuple[FloatArray, FloatArray]:
-    """Mean and covariance to draw starting rows from: the group's own moments if disclosed."""
-    for obs in observations:
-        if obs.model is None:
-            iu = np.triu_indices(d)
-            mean = obs.sums[1 : 1 + d] / m
+def _start_sampler(observations: Sequence[Observation], m: int, d: int) -> Callable[[np.random.Generator], FloatArray]:
+    """Draw starting rows from the mixture the disclosed sums themselves describe.
+
+    The sums at a model theta give each component's weight a_k, mean mu_k + b_k / a_k and
+    covariance C_k / a_k - delta delta^T (the M-step, eq. (5)-(7) of Li et al. 2022, applied
+    to the group alone); the last aggregation seen is used.  With only the initialisation,
+    the group's mean and covariance.
+    """
+    iu = np.triu_indices(d)
+    with_model = [o for o in observations if o.model is not None]
+    comps = []
+    if with_model:
+        obs = with_model[-1]
+        k = obs.model.n_components
+        a = obs.sums[:k]
+        b = obs.sums[k : k + k * d].reshape(k, d)
+        tri = obs.sums[k + k * d : -1].reshape(k, -1)
+        for j in range(k):
+            if a[j] <= 1e-9 * m:
+                continue
             second = np.zeros((d, d))
-            second[iu] = obs.sums[1 + d :] / m
+            second[iu] = tri[j] / a[j]
             second = second + np.triu(second, 1).T
-            cov = second - np.outer(mean, mean)
-            return mean, cov + 1e-9 * np.eye(d) * max(1.0, float(np.trace(cov)))
-    model = observations[0].model
-    mean = model.weights @ model.means
-    cov = np.einsum("k,kab->ab", model.weights, model.covariances + np.einsum("ka,kb->kab", model.means - mean, model.means - mean))
-    return mean, cov
+            delta = b[j] / a[j]
+            comps.append((a[j], obs.model.means[j] + delta, second - np.outer(delta, delta)))
+    else:
+        obs = observations[0]
+        mean = obs.sums[1 : 1 + d] / m
+        second = np.zeros((d, d))
+        second[iu] = obs.sums[1 + d :] / m
+        second = second + np.triu(second, 1).T
+        comps.append((1.0, mean, second - np.outer(mean, mean)))
+    weights = np.array([c[0] for c in comps])
+    weights = weights / weights.sum()
+    chols = []
+    for _, _, cov in comps:
+        vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
+        chols.append(vecs * np.sqrt(np.clip(vals, 0.0, None)))
+    means = np.array([c[1] for c in comps])
+
+    def draw(rng: np.random.Generator) -> FloatArray:
+        which = rng.choice(len(comps), size=m, p=weights)
+        noise = rng.standard_normal((m, d))
+        return means[which] + np.einsum("mab,mb->ma", np.array(chols)[which], noise)
+
+    return draw
 
 
 def reconstruct_rows(
@@ -190,6 +268,7 @@ def reconstruct_rows(
     rng: np.random.Generator,
     starts: int = 4,
     max_nfev: int | None = None,
+    initial: FloatArray | None = None,
 ) -> Reconstruction:
     """Find m rows whose statistics reproduce the disclosed sums of every aggregation seen.
 
@@ -206,6 +285,8 @@ def reconstruct_rows(
         below :data:`SOLVED_RTOL`).
     max_nfev : int or None
         Function evaluations per start (None: scipy's default, 100 per unknown).
+    initial : (m, d) array, optional
+        A first start to try before the random ones (e.g. the fit to fewer aggregations).
 
     Returns
     -------
@@ -219,8 +300,8 @@ def reconstruct_rows(
     Notes
     -----
     Nonlinear least squares on sum_t ||sum_r f(x_r; theta_{t-1}) - S(t)||^2 / m^2 (trust
-    region reflective, analytic Jacobian).  Starting rows are drawn from a Gaussian with the
-    group's disclosed mean and covariance.  Each evaluation costs O(T m K d^3); a step of the
+    region reflective, analytic Jacobian).  Starting rows are drawn from the mixture the group's
+    own sums describe (:func:`_start_sampler`).  Each evaluation costs O(T m K d^3); a step of the
     solver O(T P (m d)^2).
     """
     if not observations:
@@ -232,26 +313,34 @@ def reconstruct_rows(
         q = observations[0].sums.shape[0]
         d = int(round((-3 + math.sqrt(9 + 8 * (q - 1))) / 2))
     m = int(n_rows)
-    target = np.concatenate([o.sums for o in observations])
+    equations = _Equations(observations)
+    target = equations.target
     expected = sum((1 + d + d * (d + 1) // 2) if o.model is None else (o.model.n_components * (1 + d + d * (d + 1) // 2) + 1) for o in observations)
     if target.shape[0] != expected:
         raise DataError(f"disclosed sums have {target.shape[0]} entries, the models imply {expected}")
     scale = 1.0 / m
     norm = float(np.linalg.norm(target * scale)) or 1.0
-    mean, cov = _starts(observations, m, d, rng)
-    chol = np.linalg.cholesky(cov + 1e-12 * np.eye(d))
+    draw = _start_sampler(observations, m, d)
     best: Reconstruction | None = None
     tried = 0
-    for _ in range(starts):
+    for s in range(starts):
         tried += 1
-        x0 = mean + rng.standard_normal((m, d)) @ chol.T
+        x0 = initial if (s == 0 and initial is not None) else draw(rng)
+
+        cache: dict[bytes, tuple[FloatArray, FloatArray]] = {}
+
+        def evaluate(flat: FloatArray) -> tuple[FloatArray, FloatArray]:
+            key = flat.tobytes()
+            if key not in cache:
+                cache.clear()
+                cache[key] = equations(flat.reshape(m, d))
+            return cache[key]
 
         def fun(flat: FloatArray) -> FloatArray:
-            sums, _ = _model_sums(flat.reshape(m, d), observations)
-            return (sums - target) * scale
+            return (evaluate(flat)[0] - target) * scale
 
         def jac(flat: FloatArray) -> FloatArray:
-            return _model_sums(flat.reshape(m, d), observations)[1] * scale
+            return evaluate(flat)[1] * scale
 
         with np.errstate(over="ignore", under="ignore"):
             fit = least_squares(fun, x0.ravel(), jac=jac, method="trf", x_scale="jac", max_nfev=max_nfev, xtol=1e-15, ftol=1e-15, gtol=1e-15)

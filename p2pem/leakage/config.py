@@ -48,6 +48,7 @@ LEAKAGE_KEYS = (
     "folds",
     "node_labels",
     "sweep_std",
+    "whole_run",  # the [leakage.whole_run] table, validated by p2pem.leakage.wholerun_analysis
 )
 
 

@@ -108,6 +108,8 @@ class WholeRunView:
         The public final model.
     messages_observed : list of int
         Messages the adversary observed in each aggregation.
+    rounds : list of int
+        Protocol rounds of each aggregation (public).
     """
 
     protocol: str
@@ -122,6 +124,7 @@ class WholeRunView:
     loglik: list[float] = field(default_factory=list)
     final: GMMParams | None = None
     messages_observed: list[int] = field(default_factory=list)
+    rounds: list[int] = field(default_factory=list)
 
     def reduction_error(self) -> FloatArray:
         """(n_aggregations, n_groups): max |view sum - true sum| / max |true sum|."""
@@ -143,7 +146,17 @@ class WholeRunView:
 
 
 def _observed(trace: Sequence[Message], adversary: Adversary) -> list[Message]:
-    return [m for m in trace if adversary.observes(m)]
+    """The messages ``adversary`` observes (memoised by link: a broadcast repeats every round)."""
+    memo: dict[tuple[int, tuple[int, ...], bool], bool] = {}
+    out = []
+    for m in trace:
+        key = (m.sender, m.receivers, m.encrypted)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = adversary.observes(m)
+        if hit:
+            out.append(m)
+    return out
 
 
 def disclosed_sums(
@@ -153,6 +166,9 @@ def disclosed_sums(
     adversary: Adversary,
     trace: Sequence[Message],
     own_inputs: dict[int, FloatArray],
+    *,
+    observed: Sequence[Message] | None = None,
+    pdmm_index: _PdmmTrace | None = None,
 ) -> tuple[tuple[tuple[int, ...], ...], FloatArray]:
     """The group sums of one aggregation, computed from the messages the adversary observes.
 
@@ -166,6 +182,10 @@ def disclosed_sums(
         read.
     own_inputs : dict of int to (P,) array
         The corrupt nodes' own inputs (part of their view).
+    observed : sequence of Message, optional
+        The messages of ``trace`` the adversary observes, if already selected.
+    pdmm_index : optional
+        pdmm-sp only: the trace indexed once for several adversaries (``_pdmm_index``).
 
     Returns
     -------
@@ -184,10 +204,11 @@ def disclosed_sums(
     groups = disclosed_groups(spec, topology, graph, adversary)
     if groups is None or isinstance(spec, Centralized):
         raise ConfigError(f"{spec.name}: no whole-run reduction (use synchronous pdmm-sp, secure-sum or federated)")
-    seen = _observed(trace, adversary)
     if isinstance(spec, PdmmSP):
-        sums = _pdmm_sums(spec, topology, groups, seen)
-    elif isinstance(spec, SecureSum):
+        index = pdmm_index if pdmm_index is not None else _pdmm_index(trace, topology.n_nodes)
+        return tuple(groups), _pdmm_sums(spec, topology, groups, index, adversary)
+    seen = list(observed) if observed is not None else _observed(trace, adversary)
+    if isinstance(spec, SecureSum):
         sums = _ring_sums(topology, groups, seen)
     elif isinstance(spec, Federated):
         sums = _federated_sums(topology, groups, seen, adversary, own_inputs)
@@ -196,76 +217,108 @@ def disclosed_sums(
     return tuple(groups), sums
 
 
-def _pdmm_sums(spec: PdmmSP, topology: Topology, groups, seen: list[Message]) -> FloatArray:
-    theta = float(spec.theta)
-    c = spec.step_size(topology)
-    x: dict[int, dict[int, FloatArray]] = {}
+@dataclass(frozen=True, eq=False)
+class _PdmmTrace:
+    """One pdmm-sp aggregation's trace, indexed: broadcasts by round and node, initial duals by edge.
+
+    ``links`` keeps one message per link (sender, receivers) and how many messages used it:
+    whether an adversary observes a link does not change between rounds, so it is asked
+    once per link.
+    """
+
+    x: FloatArray  # (last + 1, n, P); row 0 unused
+    z0: dict[tuple[int, int], FloatArray]
+    links: dict[tuple[int, tuple[int, ...]], Message]
+    counts: dict[tuple[int, tuple[int, ...]], int]
+
+    @property
+    def last(self) -> int:
+        return self.x.shape[0] - 1
+
+    def observed_count(self, adversary: Adversary) -> int:
+        return sum(k for link, k in self.counts.items() if adversary.observes(self.links[link]))
+
+
+def _pdmm_index(trace: Sequence[Message], n_nodes: int) -> _PdmmTrace:
+    primal = [m for m in trace if m.kind == "primal"]
+    if not primal:
+        raise DataError("pdmm-sp: the trace holds no broadcast")
+    last = max(m.round for m in primal)
+    x = np.full((last + 1, n_nodes, np.asarray(primal[0].payload).shape[0]), np.nan)
+    links: dict[tuple[int, tuple[int, ...]], Message] = {}
+    counts: dict[tuple[int, tuple[int, ...]], int] = {}
     z0: dict[tuple[int, int], FloatArray] = {}
-    for m in seen:
+    for m in trace:
         if m.kind == "primal":
-            x.setdefault(m.round, {})[m.sender] = np.asarray(m.payload, dtype=float)
+            x[m.round, m.sender] = m.payload
         elif m.kind == "dual-init":
             z0[(m.sender, m.receivers[0])] = np.asarray(m.payload, dtype=float)
-    if not x:
-        raise DataError("pdmm-sp: the adversary observed no broadcast")
-    last = max(x)
-    if last < 2 or (last - 1) not in x:
-        raise DataError("pdmm-sp: the reduction needs the broadcasts of the last two rounds")
+        key = (m.sender, m.receivers)
+        links.setdefault(key, m)
+        counts[key] = counts.get(key, 0) + 1
+    return _PdmmTrace(x, z0, links, counts)
+
+
+def _pdmm_sums(spec: PdmmSP, topology: Topology, groups, index: _PdmmTrace, adversary: Adversary) -> FloatArray:
+    theta = float(spec.theta)
+    c = spec.step_size(topology)
+    n = topology.n_nodes
     nbrs = topology.neighbours
+    seen_x = np.array([adversary.observes(index.links[(i, nbrs[i])]) for i in range(n)])
+    if not seen_x.any():
+        raise DataError("pdmm-sp: the adversary observed no broadcast")
+    last = index.last
+    if last < 2:
+        raise DataError("pdmm-sp: the reduction needs the broadcasts of two rounds")
+    x = index.x
+    # an unobserved interior broadcast at the last two rounds is the consensus value up to
+    # the stopping tolerance: the mean of the observed broadcasts stands in for it
+    consensus = x[last - 1 :, seen_x].mean(axis=1)
     degree = topology.degrees.astype(float)
     out = []
-    consensus: dict[int, FloatArray] = {}
     for group in groups:
         members = set(group)
+        g = np.array(group)
         bnd = [(i, j) for i in group for j in nbrs[i] if j not in members]
-        missing = [e for e in bnd if e not in z0 or e[::-1] not in z0]
-        if missing:
-            i, j = missing[0]
-            raise DataError(f"pdmm-sp: the initial duals of edge {i}-{j} are not observed, the sum of {list(group)} is not determined")
-        sign = np.array([1.0 if i < j else -1.0 for i, j in bnd]).reshape(-1, 1)
-        before = _boundary_duals(bnd, sign, z0, x, c, theta, last) if bnd else {}
-
-        def primal(t: int, i: int) -> FloatArray:
-            got = x[t].get(i)
-            if got is not None:
-                return got
-            # an unobserved interior broadcast: at the last rounds it is the consensus value
-            if t not in consensus:
-                consensus[t] = np.mean(np.stack(list(x[t].values())), axis=0)
-            return consensus[t]
-
-        def a_term(t: int) -> FloatArray:
-            acc = sum((1.0 + c * degree[i]) * primal(t, i) for i in group)
-            return acc + np.sum(sign * before[t - 1], axis=0) if bnd else acc
-
-        inner = sum(sum(1.0 for j in nbrs[i] if j in members) * primal(last - 1, i) for i in group)
-        total = a_term(last) - (1.0 - 2.0 * theta) * a_term(last - 1) - 2.0 * c * theta * inner
+        for e in bnd:
+            for a, b in (e, e[::-1]):
+                if not adversary.observes(index.links[(a, (b,))]):
+                    raise DataError(f"pdmm-sp: the initial dual {a}->{b} is not observed, the sum of {list(group)} is not determined")
+            if not (seen_x[e[0]] and seen_x[e[1]]):
+                raise DataError(f"pdmm-sp: the broadcasts on edge {e[0]}-{e[1]} are not observed, the sum of {list(group)} is not determined")
+        last_two = np.where(seen_x[g][None, :, None], x[last - 1 :, g], consensus[:, None, :])  # (2, |H|, P)
+        inner = np.array([sum(1.0 for j in nbrs[i] if j in members) for i in group])
+        weight = 1.0 + c * degree[g]
+        a_prev = weight @ last_two[0]
+        a_last = weight @ last_two[1]
+        if bnd:
+            sign = np.array([1.0 if i < j else -1.0 for i, j in bnd])[:, None]
+            z_prev, z_last = _boundary_duals(bnd, sign, index, c, theta)
+            a_prev = a_prev + np.sum(sign * z_prev, axis=0)
+            a_last = a_last + np.sum(sign * z_last, axis=0)
+        total = a_last - (1.0 - 2.0 * theta) * a_prev - 2.0 * c * theta * (inner @ last_two[0])
         out.append(total / (2.0 * theta))
     return np.array(out)
 
 
+def _boundary_duals(bnd, sign, index: _PdmmTrace, c: float, theta: float) -> tuple[FloatArray, FloatArray]:
+    """z_{i|j}^(last-2) and z_{i|j}^(last-1) of the boundary edges (i in H, j outside).
 
-def _boundary_duals(bnd, sign, z0, x, c: float, theta: float, last: int) -> dict[int, FloatArray]:
-    """z_{i|j}^(k) of the boundary edges (i, j) for k in {0, last - 2, last - 1}.
-
-    The corrupt end j replays the dual update of both directions of its edge from the initial
-    duals and the two nodes' broadcasts (eq. (11) of Li et al. 2022).
+    The node j at the other end replays the dual update of both directions of its edge from
+    the initial duals and the two nodes' broadcasts (eq. (11) of Li et al. 2022).
     """
-    z_in = np.array([z0[e] for e in bnd])  # z_{i|j}
-    z_out = np.array([z0[e[::-1]] for e in bnd])  # z_{j|i}
+    z_in = np.array([index.z0[e] for e in bnd])  # z_{i|j}
+    z_out = np.array([index.z0[e[::-1]] for e in bnd])  # z_{j|i}
     coef_in = 2.0 * c * (-sign)  # 2 c B_{j|i}
     coef_out = 2.0 * c * sign  # 2 c B_{i|j}
-    before = {0: z_in}
-    for t in range(1, last):
-        try:
-            xi = np.array([x[t][i] for i, _ in bnd])
-            xj = np.array([x[t][j] for _, j in bnd])
-        except KeyError as exc:
-            raise DataError(f"pdmm-sp: the round-{t} broadcast of node {exc.args[0]} is not observed") from None
-        z_in, z_out = dual_update(z_in, z_out, coef_in, xj, theta), dual_update(z_out, z_in, coef_out, xi, theta)
-        if t >= last - 2:
-            before[t] = z_in
-    return before
+    ii = np.array([i for i, _ in bnd])
+    jj = np.array([j for _, j in bnd])
+    xi, xj = index.x[:, ii], index.x[:, jj]
+    prev = z_in
+    for t in range(1, index.last):
+        prev = z_in
+        z_in, z_out = dual_update(z_in, z_out, coef_in, xj[t], theta), dual_update(z_out, z_in, coef_out, xi[t], theta)
+    return prev, z_in
 
 
 def _ring_sums(topology: Topology, groups, seen: list[Message]) -> FloatArray:
@@ -374,15 +427,18 @@ def record_whole_run(
         values = state.contribution()
         models = [None if it == 0 else _copy_params(state.params(r)) for r in refs]
         outcome = spec.aggregate(values, topology, rngs, it, record=True)
+        index = _pdmm_index(outcome.trace, n) if isinstance(spec, PdmmSP) else None
         for view, adv, model in zip(views, adversaries, models):
             own = {c: values[c] for c in adv.corrupt_nodes}
-            groups, sums = disclosed_sums(spec, topology, graph, adv, outcome.trace, own)
+            seen = None if index is not None else _observed(outcome.trace, adv)
+            groups, sums = disclosed_sums(spec, topology, graph, adv, outcome.trace, own, observed=seen, pdmm_index=index)
             view.groups = groups
             view.iterations.append(it)
             view.models.append(model)
             view.sums.append(sums)
             view.truth.append(np.array([values[list(g)].sum(axis=0) for g in groups]))
-            view.messages_observed.append(sum(1 for m in outcome.trace if adv.observes(m)))
+            view.messages_observed.append(len(seen) if seen is not None else index.observed_count(adv))
+            view.rounds.append(int(outcome.rounds))
             if it > 0:
                 view.continue_flags.append(float(np.asarray(outcome.results)[refs[0], -1] * n))
         state.absorb(outcome.results)

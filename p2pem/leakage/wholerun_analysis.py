@@ -27,6 +27,7 @@ Every error names the file and the dotted key.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -315,7 +316,9 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
             def report_step(it: int, total: int, label=label) -> None:
                 progress(label, it, total)
 
+        t0 = time.perf_counter()
         views = record_whole_run(parts, graph, spec, settings, advs, seed=scenario.streams()["protocol"], progress=report_step)
+        t_run = time.perf_counter() - t0
         last = views[0].iterations[-1]
         seen = tuple(sorted({min(t, last) for t in config.iterations_seen if t >= views[0].iterations[0] or t == 0}))
         report.protocols.append(
@@ -325,6 +328,7 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
                 "n_iter": len(views[0].loglik) - 1,
                 "final_loglik": views[0].loglik[-1],
                 "max_rounds": max(views[0].rounds),
+                "adversaries": len(views),
             }
         )
         cache: dict[tuple[int, ...], list[np.ndarray]] = {}
@@ -390,6 +394,9 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
                 done += 1
                 if progress is not None:
                     progress(f"{spec.name}: attacks", done, total_groups)
+        report.protocols[-1]["run_and_reduction_s"] = t_run
+        report.protocols[-1]["attack_s"] = time.perf_counter() - t0 - t_run
+        report.protocols[-1]["groups_attacked"] = len(cache)
     return report
 
 

@@ -17,10 +17,10 @@ from p2pem.leakage.wholerun_analysis import NodeRecord  # noqa: E402
 __all__ = ["whole_run_figure"]
 
 
-def _label(r: NodeRecord) -> str:
+def _label(r: NodeRecord, sets: dict[tuple[int, ...], int]) -> str:
     if r.adversary == "eavesdropper":
         return "eavesdropper"
-    who = f"{len(r.corrupt)} corrupt" + (" + server" if r.server_corrupt else "")
+    who = f"set {sets[r.corrupt]}: {len(r.corrupt)} corrupt" + (" + server" if r.server_corrupt else "")
     return f"{r.adversary}, {who}"
 
 
@@ -35,6 +35,10 @@ def whole_run_figure(records: Sequence[NodeRecord], path: Path, *, title: str, t
     for r in records:
         by_proto[r.protocol][(r.adversary, r.corrupt, r.server_corrupt)].append(r)
     protos = list(by_proto)
+    sets: dict[tuple[int, ...], int] = {}
+    for r in records:
+        if r.corrupt and r.corrupt not in sets:
+            sets[r.corrupt] = len(sets) + 1
     fig, axes = plt.subplots(2, len(protos), figsize=(4.6 * len(protos), 7.0), squeeze=False, sharex=True)
     for col, proto in enumerate(protos):
         top, bottom = axes[0, col], axes[1, col]
@@ -45,7 +49,7 @@ def whole_run_figure(records: Sequence[NodeRecord], path: Path, *, title: str, t
             frac = rows @ rec / rows.sum()
             ratio = np.median(np.array([r.reconstruction_error for r in recs]) / np.array([[max(r.baseline_error, 1e-300)] for r in recs]), axis=0)
             style = "--" if key[0] == "eavesdropper" else "-" if key[0] == "honest-but-curious" else ":"
-            line = top.plot(x, frac, style, marker="o", ms=3, label=_label(recs[0]))[0]
+            line = top.plot(x, frac, style, marker="o", ms=3, label=_label(recs[0], sets))[0]
             bottom.plot(x, np.maximum(ratio, 1e-12), style, marker="o", ms=3, color=line.get_color())
         top.set_title(proto)
         top.set_ylim(-0.03, 1.03)

@@ -10,7 +10,7 @@ import pytest
 
 from p2pem.em import EMSettings
 from p2pem.gmm import GMMParams, batch_statistics, init_statistics, precision_cholesky
-from p2pem.leakage.attack import Observation, init_row_statistics, match_rows, public_guess_error, reconstruct_rows, row_statistics
+from p2pem.leakage.attack import init_row_statistics, match_rows, public_guess_error, reconstruct_rows, row_statistics
 from p2pem.leakage.views import Adversary
 from p2pem.leakage.wholerun import disclosure_rank, record_whole_run
 from p2pem.messages import SERVER
@@ -126,11 +126,7 @@ def test_insecure_pdmm_discloses_every_input_to_an_eavesdropper():
 
 
 def _attack(view, group_index, parts, t_seen, starts=4, max_nfev=None):
-    obs = [
-        Observation(model, sums[group_index] if model is None else sums[group_index][:-1])
-        for it, model, sums in zip(view.iterations, view.models, view.sums)
-        if it <= t_seen
-    ]
+    obs = view.observations(group_index, t_seen)
     rows = np.vstack([parts[i] for i in view.groups[group_index]])
     fit = reconstruct_rows(obs, len(rows), rng=np.random.default_rng(11), starts=starts, max_nfev=max_nfev)
     return rows, match_rows(rows, fit.rows)

@@ -76,31 +76,9 @@ def row_statistics(X: FloatArray, model: GMMParams) -> tuple[FloatArray, FloatAr
     by the product rule.  Cost O(m K d^3).
     """
     X = np.asarray(X, dtype=float)
-    m, d = X.shape
-    w, mu, cov = model.weights, model.means, model.covariances
-    k = w.shape[0]
-    prec = np.linalg.inv(cov)  # (K, d, d)
-    _, logdet = np.linalg.slogdet(cov)
-    diff = X[:, None, :] - mu[None]  # (m, K, d)
-    pd = np.einsum("kab,mkb->mka", prec, diff)  # P_k (x - mu_k)
-    logp = np.log(w)[None] - 0.5 * (d * math.log(2 * math.pi) + logdet[None] + np.einsum("mka,mka->mk", diff, pd))
-    norm = logsumexp(logp, axis=1)
-    r = np.exp(logp - norm[:, None])  # (m, K)
-    g = -pd
-    gbar = np.einsum("mk,mka->ma", r, g)
-    dr = r[..., None] * (g - gbar[:, None, :])  # (m, K, d)
-    eye = np.eye(d)
-    iu = np.triu_indices(d)
-    b = r[..., None] * diff  # (m, K, d)
-    db = dr[:, :, None, :] * diff[..., None] + r[:, :, None, None] * eye  # (m, K, d_a, d_x)
-    c = b[..., iu[0]] * diff[..., iu[1]]  # (m, K, T)
-    dc = (
-        dr[:, :, None, :] * (diff[..., iu[0]] * diff[..., iu[1]])[..., None]
-        + r[:, :, None, None] * (eye[iu[0]][None, None] * diff[..., iu[1], None] + diff[..., iu[0], None] * eye[iu[1]][None, None])
-    )
-    stats = np.concatenate([r, b.reshape(m, -1), c.reshape(m, -1), norm[:, None]], axis=1)
-    jac = np.concatenate([dr, db.reshape(m, k * d, d), dc.reshape(m, -1, d), gbar[:, None, :]], axis=1)
-    return stats, jac
+    cov = model.covariances
+    stats, jac = _batch_row_statistics(X, np.log(model.weights)[None], model.means[None], np.linalg.inv(cov)[None], np.linalg.slogdet(cov)[1][None])
+    return stats[0], jac[0]
 
 
 def init_row_statistics(X: FloatArray) -> tuple[FloatArray, FloatArray]:

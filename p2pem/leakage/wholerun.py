@@ -58,6 +58,7 @@ import numpy.typing as npt
 from p2pem.em import EMSettings, EMState
 from p2pem.errors import ConfigError, DataError
 from p2pem.gmm import GMMParams
+from p2pem.leakage.attack import Observation
 from p2pem.leakage.theory import disclosed_groups
 from p2pem.leakage.views import Adversary
 from p2pem.messages import SERVER, Message
@@ -133,6 +134,17 @@ class WholeRunView:
             scale = np.maximum(np.max(np.abs(ref), axis=1), np.finfo(float).tiny)
             out[t] = np.max(np.abs(s - ref), axis=1) / scale
         return out
+
+    def observations(self, group_index: int, t_seen: int) -> list[Observation]:
+        """What the attack reads about one group: its sums of aggregations 0..``t_seen``.
+
+        The continue flag is dropped: it counts nodes, not rows.
+        """
+        return [
+            Observation(model, sums[group_index] if model is None else sums[group_index][:-1])
+            for it, model, sums in zip(self.iterations, self.models, self.sums)
+            if it <= t_seen
+        ]
 
     def group_of(self, node: int) -> int | None:
         """Index of the group holding ``node`` (None if the view discloses nothing about it)."""

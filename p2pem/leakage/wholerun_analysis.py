@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from p2pem.errors import ConfigError
-from p2pem.leakage.attack import Observation, match_rows, public_guess_error, reconstruct_rows
+from p2pem.leakage.attack import match_rows, public_guess_error, reconstruct_rows
 from p2pem.leakage.views import ADVERSARIES, Adversary
 from p2pem.leakage.wholerun import WholeRunView, disclosure_rank, record_whole_run
 from p2pem.messages import SERVER
@@ -121,7 +121,10 @@ def parse_whole_run(scenario: Scenario) -> WholeRunConfig:
             _fail(where, "corrupt_sets", f"must be a non-empty array of arrays of node ids, got {sets!r}")
         corrupt = tuple(_int_list(where, "corrupt_sets", s, 0, n - 1) for s in sets)
     elif leak.get("corrupt"):
-        corrupt = (_int_list(where.replace("whole_run.", ""), "corrupt", leak["corrupt"], 0, n - 1),)
+        base = leak["corrupt"]
+        if not (isinstance(base, list) and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n for v in base)):
+            raise ConfigError(f"{where}: 'leakage.corrupt' must be an array of node ids 0..{n - 1}, got {base!r}")
+        corrupt = (tuple(sorted(set(base))),)
     else:
         corrupt = ()
     for s in corrupt:
@@ -257,11 +260,7 @@ def attack_group(
     out = []
     previous = None
     for t_seen in iterations_seen:
-        obs = [
-            Observation(model, sums[group_index] if model is None else sums[group_index][:-1])
-            for it, model, sums in zip(view.iterations, view.models, view.sums)
-            if it <= t_seen
-        ]
+        obs = view.observations(group_index, t_seen)
         if not obs:
             out.append(np.full(m, np.nan))
             continue

@@ -36,6 +36,7 @@ import numpy as np
 
 from p2pem.errors import ConfigError
 from p2pem.leakage.attack import match_rows, public_guess_error, reconstruct_rows
+from p2pem.leakage.theory import topology_report
 from p2pem.leakage.views import ADVERSARIES, Adversary
 from p2pem.leakage.wholerun import WholeRunView, disclosure_rank, record_whole_run
 from p2pem.messages import SERVER
@@ -349,13 +350,15 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
                     "server_corrupt": server,
                     "aggregations": len(view.iterations),
                     "messages_observed": int(sum(view.messages_observed)),
-                    "quantities": "per aggregation and group: sums of a_k, b_k, C_k, log-likelihood and continue flag "
-                    "(aggregation 0: count, sum x, sum x x^T); every intermediate model is public",
+                    "quantities": "per aggregation (0: initialisation, t: E-step at the model of iteration t-1) and group: "
+                    "sums of a_k, b_k, C_k, log-likelihood and continue flag (aggregation 0: count, sum x, sum x x^T); "
+                    "every intermediate model is public",
                     "groups": [
                         {"nodes": list(g), "rows": view.rows[k], "max_reduction_error": float(err[:, k].max())}
                         for k, g in enumerate(view.groups)
                     ],
                     "rank_check": rank,
+                    "topology_warnings": topology_report(graph, corrupt).warnings() if corrupt else [],
                 }
             )
             for k, group in enumerate(view.groups):

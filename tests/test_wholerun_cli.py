@@ -64,3 +64,14 @@ def test_whole_run_errors_are_one_line_and_leave_nothing(tmp_path: Path, capsys:
 def test_whole_run_refuses_monte_carlo_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["leakage", str(SCENARIOS / "fig1_wholerun.toml"), "--whole-run", "--runs", "1000", "--out", str(tmp_path / "o")]) == 2
     assert "--runs and --iterations apply to the Monte Carlo analysis" in capsys.readouterr().err
+
+
+def test_whole_run_with_a_public_init_has_no_initialisation_to_see(tmp_path: Path) -> None:
+    text = (SCENARIOS / "fig1_wholerun.toml").read_text()
+    init = "max_iter = 10\n\n[em.init]\nweights = [0.5, 0.5]\nmeans = [[0.0, 0.0], [3.0, 3.0]]\ncovariances = [[[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]]]\n"
+    path = tmp_path / "public_init.toml"
+    path.write_text(text.replace("max_iter = 10\n", init).replace("iterations_seen = [0, 1, 2, 5, 11]", "iterations_seen = [0, 1, 3]"))
+    out = tmp_path / "out"
+    assert main(["leakage", str(path), "--whole-run", "--out", str(out), "-q"]) == 0
+    runs = json.loads((out / "whole_run.json").read_text())["runs"]
+    assert all(r["iterations_seen"] == [1, 3] for r in runs)

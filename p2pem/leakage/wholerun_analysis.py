@@ -320,7 +320,8 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
         views = record_whole_run(parts, graph, spec, settings, advs, seed=scenario.streams()["protocol"], progress=report_step)
         t_run = time.perf_counter() - t0
         last = views[0].iterations[-1]
-        seen = tuple(sorted({min(t, last) for t in config.iterations_seen if t >= views[0].iterations[0] or t == 0}))
+        # T counts EM iterations seen; with a public init there is no aggregation 0 to see
+        seen = tuple(sorted({min(t, last) for t in config.iterations_seen if t >= views[0].iterations[0]})) or (last,)
         report.protocols.append(
             {
                 "protocol": views[0].protocol,

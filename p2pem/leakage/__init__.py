@@ -18,6 +18,12 @@ module                                 what it holds
                                        estimates, the report
 :mod:`p2pem.leakage.plots`             MI against iteration (cf. Fig. 3), perturbation sweep
 :mod:`p2pem.leakage.cli`               ``p2pem leakage SCENARIO --out DIR``
+:mod:`p2pem.leakage.wholerun`          whole-run views: every aggregation of a real EM run
+                                       reduced exactly to the group sums it discloses
+:mod:`p2pem.leakage.attack`            reconstruction of a group's rows from those sums
+:mod:`p2pem.leakage.wholerun_analysis` ``[leakage.whole_run]``, attacks per node, the report
+:mod:`p2pem.leakage.multi_mi`          MI over T EM iterations in the Fig. 3 setting
+:mod:`p2pem.leakage.wholerun_cli`      ``p2pem leakage SCENARIO --whole-run --out DIR``
 =====================================  =======================================================
 
 This package module imports nothing on purpose: the estimators pull in scikit-learn through

@@ -35,6 +35,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runs", type=int, default=None, help="Monte Carlo runs (overrides leakage.runs)")
     p.add_argument("--iterations", type=int, default=None, help="iterations analysed (overrides leakage.iterations)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    from p2pem.leakage.wholerun_cli import add_option
+
+    add_option(p)
     p.set_defaults(func=cmd_leakage)
 
 
@@ -64,6 +67,10 @@ def _bits(v: float | None) -> str:
 
 
 def cmd_leakage(args: argparse.Namespace) -> int:
+    if getattr(args, "whole_run", False):
+        from p2pem.leakage.wholerun_cli import cmd_whole_run
+
+        return cmd_whole_run(args)
     from p2pem.leakage.analysis import analyse_scenario
     from p2pem.leakage.config import parse_leakage
     from p2pem.leakage.plots import leakage_figure, sweep_figure

@@ -55,6 +55,7 @@ LEAKAGE_KEYS = (
     "node_labels",
     "sweep_std",
     "perturbation",
+    "whole_run",  # the [leakage.whole_run] table, validated by p2pem.leakage.wholerun_analysis
 )
 
 

@@ -1,0 +1,407 @@
+"""The whole-run privacy analysis of a scenario: views, exact reduction, attacks, report.
+
+For every network protocol of the scenario and every adversary (honest-but-curious corrupt
+sets, the eavesdropper, both), :func:`analyse_whole_run` runs EM once on the scenario's real
+data with traces recorded (:func:`p2pem.leakage.wholerun.record_whole_run`), reduces each
+adversary's view to the group sums it determines, and attacks them: for each group of honest
+nodes and each number T of EM iterations seen, :func:`p2pem.leakage.attack.reconstruct_rows`
+fits the group's rows to the disclosed sums of aggregations 0..T given the public models.
+One record per (protocol, adversary, corrupt set, honest node) holds the RMS distance of the
+node's rows to their best-matching estimates and the fraction recovered within the
+tolerance, next to the baseline of an adversary who only draws rows from the public model.
+
+Settings come from the optional ``[leakage.whole_run]`` table of the scenario::
+
+    [leakage.whole_run]
+    corrupt_sets = [[1, 3], [0, 2]]     # honest-but-curious / both corrupt sets (default: leakage.corrupt)
+    adversary = ["honest-but-curious", "eavesdropper", "both"]   # default: all three
+    server_corrupt = true               # federated: the server joins every corrupt set
+    iterations_seen = [0, 1, 2, 5, 10]  # EM iterations seen by the attack (0: the initialisation only)
+    tolerance = 1e-3                    # a row counts as recovered within this distance (data units)
+    starts = 3                          # random starts of the attack per group and T
+    rank_check = true                   # rank structure check (default: graphs of <= 30 nodes)
+
+Every error names the file and the dotted key.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from p2pem.errors import ConfigError
+from p2pem.leakage.attack import match_rows, public_guess_error, reconstruct_rows
+from p2pem.leakage.theory import topology_report
+from p2pem.leakage.views import ADVERSARIES, Adversary
+from p2pem.leakage.wholerun import WholeRunView, disclosure_rank, record_whole_run
+from p2pem.messages import SERVER
+from p2pem.scenario import Scenario
+
+__all__ = [
+    "WHOLE_RUN_FORMAT",
+    "WHOLE_RUN_KEYS",
+    "WholeRunConfig",
+    "WholeRunReport",
+    "analyse_whole_run",
+    "parse_whole_run",
+]
+
+WHOLE_RUN_FORMAT = "p2pem-whole-run"
+WHOLE_RUN_VERSION = 1
+WHOLE_RUN_KEYS = ("corrupt_sets", "adversary", "server_corrupt", "iterations_seen", "tolerance", "starts", "rank_check")
+
+#: Attack budget by group size: (largest group rows, random starts (None: config.starts),
+#: solver evaluations per start).  Bigger groups get fewer, shorter fits, so the whole
+#: Parkinsons analysis stays within minutes: for them the numbers say what this budget
+#: achieves, not that no attack could do better.
+BUDGETS = ((10, None, 200), (40, 2, 80), (math.inf, 1, 10))
+#: Default size limit (nodes) of the rank-structure check.
+RANK_CHECK_NODES = 30
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class WholeRunConfig:
+    """Validated ``[leakage.whole_run]`` settings (see the module docstring)."""
+
+    corrupt_sets: tuple[tuple[int, ...], ...] = ()
+    adversaries: tuple[str, ...] = ADVERSARIES
+    server_corrupt: bool = True
+    iterations_seen: tuple[int, ...] = (0, 1, 2, 5, 10, 20, 50, 100)
+    tolerance: float = 1e-3
+    starts: int = 3
+    rank_check: bool | None = None
+
+
+def _fail(where: str, key: str, message: str):
+    raise ConfigError(f"{where}: 'leakage.whole_run.{key}' {message}")
+
+
+def _int_list(where: str, key: str, value: Any, lo: int, hi: int | None) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        _fail(where, key, f"must be an array of integers, got {value!r}")
+    for v in value:
+        if v < lo or (hi is not None and v > hi):
+            _fail(where, key, f"holds {v}, outside {lo}..{hi if hi is not None else ''}")
+    if len(set(value)) != len(value):
+        _fail(where, key, "names a value more than once")
+    return tuple(sorted(value))
+
+
+def parse_whole_run(scenario: Scenario) -> WholeRunConfig:
+    """Validate ``scenario.leakage["whole_run"]`` (all keys optional) into a WholeRunConfig.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the file and the dotted key.
+    """
+    where = str(scenario.path)
+    leak = scenario.leakage or {}
+    raw: Mapping[str, Any] = leak.get("whole_run", {})
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: 'leakage.whole_run' must be a table")
+    unknown = [k for k in raw if k not in WHOLE_RUN_KEYS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown key 'leakage.whole_run.{unknown[0]}' (known: {', '.join(WHOLE_RUN_KEYS)})")
+    n = scenario.graph.n_nodes
+    adv = raw.get("adversary", list(ADVERSARIES))
+    if isinstance(adv, str):
+        adv = [adv]
+    if not (isinstance(adv, list) and adv and all(a in ADVERSARIES for a in adv)) or len(set(adv)) != len(adv):
+        _fail(where, "adversary", f"must be distinct names from {', '.join(map(repr, ADVERSARIES))}, got {adv!r}")
+    if "corrupt_sets" in raw:
+        sets = raw["corrupt_sets"]
+        if not isinstance(sets, list) or not sets:
+            _fail(where, "corrupt_sets", f"must be a non-empty array of arrays of node ids, got {sets!r}")
+        corrupt = tuple(_int_list(where, "corrupt_sets", s, 0, n - 1) for s in sets)
+    elif leak.get("corrupt"):
+        base = leak["corrupt"]
+        if not (isinstance(base, list) and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n for v in base)):
+            raise ConfigError(f"{where}: 'leakage.corrupt' must be an array of node ids 0..{n - 1}, got {base!r}")
+        corrupt = (tuple(sorted(set(base))),)
+    else:
+        corrupt = ()
+    for s in corrupt:
+        if not s:
+            _fail(where, "corrupt_sets", "holds an empty set")
+        if len(s) >= n:
+            _fail(where, "corrupt_sets", "holds a set that leaves no honest node")
+    if any(a != "eavesdropper" for a in adv) and not corrupt:
+        _fail(where, "corrupt_sets", "is needed for the honest-but-curious and both adversaries (or set leakage.corrupt)")
+    server = raw.get("server_corrupt", leak.get("server_corrupt", True))
+    if not isinstance(server, bool):
+        _fail(where, "server_corrupt", f"must be true or false, got {server!r}")
+    seen = _int_list(where, "iterations_seen", raw.get("iterations_seen", list(WholeRunConfig.iterations_seen)), 0, None)
+    if not seen:
+        _fail(where, "iterations_seen", "must name at least one iteration count")
+    tol = raw.get("tolerance", 1e-3)
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol <= 0:
+        _fail(where, "tolerance", f"must be a number > 0, got {tol!r}")
+    starts = raw.get("starts", 3)
+    if isinstance(starts, bool) or not isinstance(starts, int) or starts < 1:
+        _fail(where, "starts", f"must be an integer >= 1, got {starts!r}")
+    rank = raw.get("rank_check")
+    if rank is not None and not isinstance(rank, bool):
+        _fail(where, "rank_check", f"must be true or false, got {rank!r}")
+    return WholeRunConfig(corrupt, tuple(adv), server, seen, float(tol), starts, rank)
+
+
+# ------------------------------------------------------------------------ the analysis
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """What the attack achieves against one honest node (one ``runs`` entry of whole_run.json)."""
+
+    protocol: str
+    adversary: str
+    corrupt: tuple[int, ...]
+    server_corrupt: bool
+    node: int
+    rows: int
+    group: tuple[int, ...]
+    group_rows: int
+    iterations_seen: tuple[int, ...]
+    reconstruction_error: tuple[float, ...]
+    rows_recovered: tuple[float, ...]
+    baseline_error: float
+    baseline_recovered: float
+    reduction_error: float
+
+    def to_json(self) -> dict:
+        return {
+            "protocol": self.protocol,
+            "adversary": self.adversary,
+            "corrupt": list(self.corrupt),
+            "server_corrupt": self.server_corrupt,
+            "node": self.node,
+            "rows": self.rows,
+            "disclosed_group": list(self.group),
+            "group_rows": self.group_rows,
+            "attributable": len(self.group) == 1,
+            "iterations_seen": list(self.iterations_seen),
+            "reconstruction_error": list(self.reconstruction_error),
+            "rows_recovered": list(self.rows_recovered),
+            "baseline_error": self.baseline_error,
+            "baseline_recovered": self.baseline_recovered,
+            "reduction_error": self.reduction_error,
+        }
+
+
+@dataclass
+class WholeRunReport:
+    """Everything :func:`analyse_whole_run` measured; :meth:`to_json` is whole_run.json."""
+
+    scenario: str
+    config: WholeRunConfig
+    n_nodes: int
+    n_rows: int
+    n_features: int
+    n_components: int
+    records: list[NodeRecord] = field(default_factory=list)
+    disclosures: list[dict] = field(default_factory=list)
+    protocols: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "format": WHOLE_RUN_FORMAT,
+            "version": WHOLE_RUN_VERSION,
+            "scenario": self.scenario,
+            "n_nodes": self.n_nodes,
+            "n_rows": self.n_rows,
+            "n_features": self.n_features,
+            "n_components": self.n_components,
+            "tolerance": self.config.tolerance,
+            "error_units": "data units (after the scenario's standardisation / PCA)",
+            "protocols": self.protocols,
+            "disclosures": self.disclosures,
+            "runs": [r.to_json() for r in self.records],
+        }
+
+
+def adversaries_for(spec_name: str, config: WholeRunConfig) -> list[Adversary]:
+    """The adversaries analysed for one protocol: one per (kind, corrupt set)."""
+    out = []
+    for kind in config.adversaries:
+        if kind == "eavesdropper":
+            out.append(Adversary(kind))
+            continue
+        for s in config.corrupt_sets:
+            corrupt = set(s)
+            if spec_name == "federated" and config.server_corrupt:
+                corrupt.add(SERVER)
+            out.append(Adversary(kind, frozenset(corrupt)))
+    return out
+
+
+def attack_group(
+    view: WholeRunView,
+    group_index: int,
+    rows: np.ndarray,
+    iterations_seen: tuple[int, ...],
+    *,
+    rng: np.random.Generator,
+    starts: int,
+) -> list[np.ndarray]:
+    """Per T in ``iterations_seen``: the distance of each of the group's true rows to its matched estimate.
+
+    The attack sees the group sums of aggregations 0..T (the continue flag dropped: it
+    counts nodes, not rows) and the public models they were computed at.
+    """
+    m = rows.shape[0]
+    _, n_starts, nfev = next(b for b in BUDGETS if m <= b[0])
+    n_starts = n_starts or starts
+    out = []
+    previous = None
+    for t_seen in iterations_seen:
+        obs = view.observations(group_index, t_seen)
+        if not obs:
+            out.append(np.full(m, np.nan))
+            continue
+        # the fit to fewer aggregations is the first start: once the rows are found, every
+        # later aggregation is consistent with them and the fit stops at once
+        fit = reconstruct_rows(obs, m, rng=rng, starts=n_starts, max_nfev=nfev, initial=previous)
+        previous = fit.rows
+        out.append(match_rows(rows, fit.rows))
+    return out
+
+
+def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, *, progress: Progress | None = None) -> WholeRunReport:
+    """Run the whole-run analysis of ``scenario`` (see the module docstring).
+
+    Parameters
+    ----------
+    scenario : Scenario
+    config : WholeRunConfig, optional
+        Default: :func:`parse_whole_run` of the scenario.
+    progress : callable(label, done, total), optional
+
+    Returns
+    -------
+    WholeRunReport
+
+    Notes
+    -----
+    Cost: one EM run per protocol with traces (the vectorised engine's work plus the
+    reduction, linear in the observed messages), then one attack per (protocol, disclosed
+    group, T) -- groups disclosed to several adversaries are attacked once.
+    """
+    from p2pem.runner import build_graph, em_settings, protocols
+    from p2pem.scenario import load_data
+
+    config = config or parse_whole_run(scenario)
+    parts = load_data(scenario)
+    graph = build_graph(scenario)
+    settings = em_settings(scenario)
+    specs = [s for s in protocols(scenario) if s.name != "centralized" and not getattr(s, "asynchronous", False)]
+    if not specs:
+        raise ConfigError(f"{scenario.path}: no synchronous network protocol to analyse")
+    n = len(parts)
+    report = WholeRunReport(scenario.name, config, n, int(sum(len(p) for p in parts)), int(parts[0].shape[1]), settings.n_components)
+    attack_ss = scenario.streams()["montecarlo"].spawn(2)[1]
+    rank_on = config.rank_check if config.rank_check is not None else n <= RANK_CHECK_NODES
+    for p_index, spec in enumerate(specs):
+        advs = adversaries_for(spec.name, config)
+        report_step = None
+        if progress is not None:
+            label = f"{spec.name}: EM run"
+
+            def report_step(it: int, total: int, label=label) -> None:
+                progress(label, it, total)
+
+        t0 = time.perf_counter()
+        views = record_whole_run(parts, graph, spec, settings, advs, seed=scenario.streams()["protocol"], progress=report_step)
+        t_run = time.perf_counter() - t0
+        last = views[0].iterations[-1]
+        # T counts EM iterations seen; with a public init there is no aggregation 0 to see
+        seen = tuple(sorted({min(t, last) for t in config.iterations_seen if t >= views[0].iterations[0]})) or (last,)
+        report.protocols.append(
+            {
+                "protocol": views[0].protocol,
+                "aggregations": len(views[0].iterations),
+                "n_iter": len(views[0].loglik) - 1,
+                "final_loglik": views[0].loglik[-1],
+                "max_rounds": max(views[0].rounds),
+                "adversaries": len(views),
+            }
+        )
+        cache: dict[tuple[int, ...], list[np.ndarray]] = {}
+        total_groups = sum(len(v.groups) for v in views)
+        done = 0
+        for view in views:
+            adv = view.adversary
+            err = view.reduction_error()
+            rank = None
+            if rank_on:
+                rank = disclosure_rank(spec, graph, adv, rounds=max(view.rounds), seed=scenario.streams()["montecarlo"]).to_json()
+            corrupt = adv.corrupt_nodes
+            server = SERVER in adv.corrupt
+            report.disclosures.append(
+                {
+                    "protocol": view.protocol,
+                    "adversary": adv.kind,
+                    "corrupt": list(corrupt),
+                    "server_corrupt": server,
+                    "aggregations": len(view.iterations),
+                    "messages_observed": int(sum(view.messages_observed)),
+                    "quantities": "per aggregation (0: initialisation, t: E-step at the model of iteration t-1) and group: "
+                    "sums of a_k, b_k, C_k, log-likelihood and continue flag (aggregation 0: count, sum x, sum x x^T); "
+                    "every intermediate model is public",
+                    "groups": [
+                        {"nodes": list(g), "rows": view.rows[k], "max_reduction_error": float(err[:, k].max())}
+                        for k, g in enumerate(view.groups)
+                    ],
+                    "rank_check": rank,
+                    "topology_warnings": topology_report(graph, corrupt).warnings() if corrupt else [],
+                }
+            )
+            for k, group in enumerate(view.groups):
+                rows = np.vstack([parts[i] for i in group])
+                if group not in cache:
+                    key = (p_index, *group)
+                    rng = np.random.default_rng(np.random.SeedSequence(attack_ss.entropy, spawn_key=(*attack_ss.spawn_key, *key)))
+                    dists = attack_group(view, k, rows, seen, rng=rng, starts=config.starts)
+                    base = public_guess_error(view.final, rows, rng=rng)
+                    cache[group] = [*dists, base]
+                *dists, base = cache[group]
+                offset = 0
+                for node in group:
+                    m = len(parts[node])
+                    sl = slice(offset, offset + m)
+                    offset += m
+                    report.records.append(
+                        NodeRecord(
+                            protocol=view.protocol,
+                            adversary=adv.kind,
+                            corrupt=corrupt,
+                            server_corrupt=server,
+                            node=node,
+                            rows=m,
+                            group=group,
+                            group_rows=view.rows[k],
+                            iterations_seen=seen,
+                            reconstruction_error=tuple(_rms(d[sl]) for d in dists),
+                            rows_recovered=tuple(float(np.mean(d[sl] <= config.tolerance)) for d in dists),
+                            baseline_error=_rms(base[sl]),
+                            baseline_recovered=float(np.mean(base[sl] <= config.tolerance)),
+                            reduction_error=float(err[:, k].max()),
+                        )
+                    )
+                done += 1
+                if progress is not None:
+                    progress(f"{spec.name}: attacks", done, total_groups)
+        report.protocols[-1]["run_and_reduction_s"] = t_run
+        report.protocols[-1]["attack_s"] = time.perf_counter() - t0 - t_run
+        report.protocols[-1]["groups_attacked"] = len(cache)
+    return report
+
+
+def _rms(d: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(d))))

@@ -18,6 +18,9 @@ def test_whole_run_writes_versioned_json_and_figure(tmp_path: Path, capsys: pyte
     assert main(["leakage", str(SCENARIOS / "fig1_wholerun.toml"), "--whole-run", "--out", str(out), "-q"]) == 0
     data = json.loads((out / "whole_run.json").read_text())
     assert data["format"] == "p2pem-whole-run" and data["version"] == 1
+    from test_schemas import validate
+
+    validate(data)
     assert (out / "whole_run.png").stat().st_size > 10_000
     runs = data["runs"]
     # 3 protocols x (honest-but-curious, both: 3 honest nodes; eavesdropper: 5 nodes)

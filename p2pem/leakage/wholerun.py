@@ -16,7 +16,9 @@ The reduction is exact linear algebra on the observed messages, per protocol:
 ``pdmm-sp``
     With x_i(t) the broadcast of round t and z^(t) the duals after t updates, every node
     satisfies s_i = (1 + c d_i) x_i(t) + sum_j B_{i|j} z_{i|j}^(t-1) (eq. (10) of Li et al.
-    2022).  Summed over an honest component H the duals of edges inside H pair up, and the
+    2022).  (Heavy ball, the default: N x_i(t) instead of (1 + c d_i) x_i(t), step 2 c_ij per
+    edge instead of 2c, and a node-local accumulator a_i with a_i(t) + a_i(t-1) = -w_i x_i(t),
+    which adds w_i to the inner coefficient below; see :mod:`p2pem.protocols.pdmm`.)  Summed over an honest component H the duals of edges inside H pair up, and the
     dual update (eq. (11)) makes each pair obey y(t+1) = (1 - 2 theta) y(t) - 2 c theta
     (x_i(t) + x_j(t)); eliminating them between two rounds gives
 
@@ -64,7 +66,7 @@ from p2pem.leakage.views import Adversary
 from p2pem.messages import SERVER, Message
 from p2pem.protocols import Centralized, Federated, PdmmSP, ProtocolSpec, SecureSum, Topology
 from p2pem.protocols.exact import MODULUS, decode_fixed
-from p2pem.protocols.pdmm import dual_update
+from p2pem.protocols.pdmm import dual_update, step_params
 from p2pem.simulate import protocol_streams
 
 __all__ = [
@@ -273,7 +275,7 @@ def _pdmm_index(trace: Sequence[Message], n_nodes: int) -> _PdmmTrace:
 
 def _pdmm_sums(spec: PdmmSP, topology: Topology, groups, index: _PdmmTrace, adversary: Adversary) -> FloatArray:
     theta = float(spec.theta)
-    c = spec.step_size(topology)
+    prm = step_params(spec, topology)
     n = topology.n_nodes
     nbrs = topology.neighbours
     seen_x = np.array([adversary.observes(index.links[(i, nbrs[i])]) for i in range(n)])
@@ -287,6 +289,12 @@ def _pdmm_sums(spec: PdmmSP, topology: Topology, groups, index: _PdmmTrace, adve
     # the stopping tolerance: the mean of the observed broadcasts stands in for it
     consensus = x[last - 1 :, seen_x].mean(axis=1)
     degree = topology.degrees.astype(float)
+    row_start = topology.row_start
+
+    def two_c(i: int, j: int) -> float:
+        """2 c_ij of edge (i, j): 2c for plain PDMM, heavy ball's weighted step otherwise."""
+        return 2.0 * prm.c if prm.weights is None else float(prm.weights[row_start[i] + nbrs[i].index(j)])
+
     out = []
     for group in groups:
         members = set(group)
@@ -299,30 +307,35 @@ def _pdmm_sums(spec: PdmmSP, topology: Topology, groups, index: _PdmmTrace, adve
             if not (seen_x[e[0]] and seen_x[e[1]]):
                 raise DataError(f"pdmm-sp: the broadcasts on edge {e[0]}-{e[1]} are not observed, the sum of {list(group)} is not determined")
         last_two = np.where(seen_x[g][None, :, None], x[last - 1 :, g], consensus[:, None, :])  # (2, |H|, P)
-        inner = np.array([sum(1.0 for j in nbrs[i] if j in members) for i in group])
-        weight = 1.0 + c * degree[g]
+        # the primal's divisor, and per node sum_{j in H} 2 c_ij (+ heavy ball's local w_i)
+        weight = np.broadcast_to(np.asarray(prm.denom, dtype=float).reshape(-1), (n,))[g] if prm.weights is not None else 1.0 + prm.c * degree[g]
+        inner = np.array([sum(two_c(i, j) for j in nbrs[i] if j in members) for i in group])
+        if prm.w is not None:
+            inner = inner + np.asarray(prm.w, dtype=float).reshape(-1)[g]
         a_prev = weight @ last_two[0]
         a_last = weight @ last_two[1]
         if bnd:
             sign = np.array([1.0 if i < j else -1.0 for i, j in bnd])[:, None]
-            z_prev, z_last = _boundary_duals(bnd, sign, index, c, theta)
+            steps = np.array([two_c(i, j) for i, j in bnd])[:, None]
+            z_prev, z_last = _boundary_duals(bnd, sign, steps, index, theta)
             a_prev = a_prev + np.sum(sign * z_prev, axis=0)
             a_last = a_last + np.sum(sign * z_last, axis=0)
-        total = a_last - (1.0 - 2.0 * theta) * a_prev - 2.0 * c * theta * (inner @ last_two[0])
+        total = a_last - (1.0 - 2.0 * theta) * a_prev - theta * (inner @ last_two[0])
         out.append(total / (2.0 * theta))
     return np.array(out)
 
 
-def _boundary_duals(bnd, sign, index: _PdmmTrace, c: float, theta: float) -> tuple[FloatArray, FloatArray]:
+def _boundary_duals(bnd, sign, steps, index: _PdmmTrace, theta: float) -> tuple[FloatArray, FloatArray]:
     """z_{i|j}^(last-2) and z_{i|j}^(last-1) of the boundary edges (i in H, j outside).
 
     The node j at the other end replays the dual update of both directions of its edge from
-    the initial duals and the two nodes' broadcasts (eq. (11) of Li et al. 2022).
+    the initial duals and the two nodes' broadcasts (eq. (11) of Li et al. 2022, with heavy
+    ball's step 2 c_ij per edge in ``steps``).
     """
     z_in = np.array([index.z0[e] for e in bnd])  # z_{i|j}
     z_out = np.array([index.z0[e[::-1]] for e in bnd])  # z_{j|i}
-    coef_in = 2.0 * c * (-sign)  # 2 c B_{j|i}
-    coef_out = 2.0 * c * sign  # 2 c B_{i|j}
+    coef_in = steps * (-sign)  # 2 c_ij B_{j|i}
+    coef_out = steps * sign  # 2 c_ij B_{i|j}
     ii = np.array([i for i, _ in bnd])
     jj = np.array([j for _, j in bnd])
     xi, xj = index.x[:, ii], index.x[:, jj]

@@ -39,7 +39,7 @@ def _progress(enabled: bool):
             for old in bars.values():
                 old.close()
             bars.clear()
-            bar = bars[label] = tqdm(total=total, desc=f"{label:<28}", file=sys.stderr, leave=False, dynamic_ncols=True)
+            bar = bars[label] = tqdm(total=total, desc=f"{label:<28}", file=sys.stderr, leave=False, dynamic_ncols=True, disable=None)
         bar.update(done - bar.n)
         if done >= total:
             bar.close()

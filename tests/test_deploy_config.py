@@ -89,6 +89,11 @@ def test_roster_carries_an_explicit_init_bit_for_bit(tmp_path):
     assert back.init.covariances.tobytes() == init.covariances.tobytes()
 
 
+def _array(key: str, *values: int) -> str:
+    """``key = [...]`` as the TOML writer (tomli-w) lays out an array: one element a line."""
+    return f"{key} = [\n" + "".join(f"    {v},\n" for v in values) + "]"
+
+
 def _edit_roster(tmp_path: Path, old: str, new: str, count: int = 1) -> str:
     path = Roster.build("run-1", ring_with_chord(6), EMSettings(2, 3), make_protocol("pdmm-sp"), keys(6)).save(tmp_path / "r.toml")
     text = path.read_text()
@@ -102,12 +107,12 @@ def _edit_roster(tmp_path: Path, old: str, new: str, count: int = 1) -> str:
 
 
 def test_roster_rejects_inconsistent_topologies(tmp_path):
-    assert "does not list node 0" in _edit_roster(tmp_path, "neighbours = [1, 3, 5]", "neighbours = [1, 3, 5, 2]")
+    assert "does not list node 0" in _edit_roster(tmp_path, _array("neighbours", 1, 3, 5), _array("neighbours", 1, 3, 5, 2))
     assert "give 3" in _edit_roster(tmp_path, "diameter = 3", "diameter = 4")
     assert "unknown key 'topology.radius'" in _edit_roster(tmp_path, "diameter = 3", "diameter = 3\nradius = 0.3")
     assert "invalid run id" in _edit_roster(tmp_path, 'run_id = "run-1"', 'run_id = "a/b"')
     assert "cannot be deployed" in _edit_roster(tmp_path, 'mode = "sync"', 'mode = "async"')
-    assert "lists itself" in _edit_roster(tmp_path, "neighbours = [1, 3, 5]", "neighbours = [0, 1, 3, 5]")
+    assert "lists itself" in _edit_roster(tmp_path, _array("neighbours", 1, 3, 5), _array("neighbours", 0, 1, 3, 5))
 
 
 def test_roster_rejects_shared_keys(tmp_path):
@@ -340,3 +345,15 @@ def test_every_deploy_key_reaches_the_node_configs(tmp_path):
     path.write_text(bad)
     with pytest.raises(ConfigError, match="on_dropout"):
         load_scenario(path)
+
+
+def test_toml_writer_round_trips_text_outside_the_basic_multilingual_plane() -> None:
+    import tomllib
+
+    from p2pem.deploy.config import toml_dumps
+
+    doc = {"name": "clinic 🏥 Ω \"quoted\"\\ \t", "x": 0.1 + 0.2, "n": [1, 2], "t": {"deep": [{"a": 1.5e-300}]}, "skip": None}
+    text = toml_dumps(doc, header="a header\nof two lines")
+    assert text.startswith("# a header\n# of two lines\n")
+    back = tomllib.loads(text)
+    assert back == {k: v for k, v in doc.items() if v is not None}

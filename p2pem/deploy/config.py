@@ -732,64 +732,40 @@ def write_node_data(path: str | os.PathLike[str], X: npt.ArrayLike, names: Seque
 
 
 def toml_dumps(doc: Mapping[str, Any], *, header: str | None = None) -> str:
-    """Serialise the small documents of this module as TOML.
+    """Serialise the small documents of this module as TOML (with ``tomli-w``).
 
-    Supports strings, booleans, integers, finite floats, (nested) arrays of those, tables
-    and arrays of tables; ``None`` values are left out.  Floats use Python's shortest
-    round-trip form, so they read back bit for bit.
+    Strings, booleans, integers, finite floats (shortest round-trip form, so they read back
+    bit for bit), paths, arrays, tables and arrays of tables; ``None`` values are left out,
+    numpy scalars and arrays become plain numbers and lists, ``header`` becomes comment lines.
+
+    Raises
+    ------
+    ConfigError
+        A non-finite number, or a value TOML cannot hold.
     """
-    out: list[str] = []
-    if header:
-        out += [f"# {line}".rstrip() for line in header.splitlines()] + [""]
-    _emit_table(out, doc, [])
-    return "\n".join(out).rstrip() + "\n"
+    import tomli_w
+
+    body = tomli_w.dumps(_toml_ready(doc))
+    lines = [f"# {line}".rstrip() for line in header.splitlines()] + [""] if header else []
+    return "\n".join(lines) + body
 
 
-def _emit_table(out: list[str], table: Mapping[str, Any], prefix: list[str]) -> None:
-    scalars = [(k, v) for k, v in table.items() if v is not None and not _is_subtable(v)]
-    subs = [(k, v) for k, v in table.items() if v is not None and _is_subtable(v)]
-    for key, value in scalars:
-        out.append(f"{_key(key)} = {_value(value)}")
-    for key, value in subs:
-        name = ".".join(_key(p) for p in [*prefix, key])
-        if isinstance(value, Mapping):
-            out += ["", f"[{name}]"]
-            _emit_table(out, value, [*prefix, key])
-        else:
-            for item in value:
-                out += ["", f"[[{name}]]"]
-                _emit_table(out, item, [*prefix, key])
-
-
-def _is_subtable(value: Any) -> bool:
-    return isinstance(value, Mapping) or (
-        isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, Mapping) for v in value)
-    )
-
-
-def _key(key: str) -> str:
-    if key and all(c.isalnum() or c in "_-" for c in key):
-        return key
-    return json.dumps(key)
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        if not math.isfinite(value):
-            raise ConfigError(f"cannot write the non-finite number {value!r} to TOML")
-        text = repr(value)
-        return text if any(c in text for c in ".en") else text + ".0"
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, Path):
-        return json.dumps(str(value))
+def _toml_ready(value: Any) -> Any:
+    """``value`` with None dropped from tables and everything else in types tomli-w writes."""
+    if isinstance(value, Mapping):
+        return {str(k): _toml_ready(v) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple, np.ndarray)):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
+        return [_toml_ready(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(float(value)):
+            raise ConfigError(f"cannot write the non-finite number {float(value)!r} to TOML")
+        return float(value)
+    if isinstance(value, (str, Path)):
+        return str(value)
     raise ConfigError(f"cannot write {type(value).__name__} to TOML")
 
 

@@ -31,12 +31,13 @@ mosquitto:
 test: $(STAMP) mosquitto
 	$(BIN)/python -m pytest -q
 
-# Static checks: ruff (real mistakes, see [tool.ruff]) and the architecture contracts of
+# Static checks: ruff (real mistakes, see [tool.ruff]), mypy (the package ships py.typed) and the architecture contracts of
 # [tool.importlinter] (the math imports no transport or crypto; only the MQTT link imports
 # aiomqtt; only p2pem.crypto imports cryptography).
 check: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,dev]"
 	$(BIN)/ruff check p2pem tests sim
+	$(BIN)/mypy p2pem
 	$(BIN)/lint-imports
 
 benchmarks: $(STAMP)

@@ -43,7 +43,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         (("--json",), {"action": "store_true", "help": "print a machine-readable JSON summary on stdout instead of the table"}),
     ):
         try:
-            parser.add_argument(*flags, **kwargs)  # type: ignore[arg-type]
+            parser.add_argument(*flags, **kwargs)
         except argparse.ArgumentError:
             pass  # the command has its own
 

@@ -97,6 +97,7 @@ class Node:
                 raise ProtocolViolation(msg.sender, msg.iteration, msg.round, "ahead", f"more than {MAX_AHEAD} messages for the next aggregation")
             pending.append(msg)
             return []
+        assert self.agg is not None  # not done and in the current iteration: an aggregation runs
         return self._count(self.agg.receive(msg)) + self._maybe_advance()
 
     def check(self, msg: Message) -> None:
@@ -150,15 +151,15 @@ class Node:
 
     def _begin(self) -> list[Message]:
         value = self.em.contribution()[0]
-        self.agg = self.protocol.node_aggregation(self.ctx, self.em.iteration)
-        out = self._count(self.agg.start(value))
+        agg = self.agg = self.protocol.node_aggregation(self.ctx, self.em.iteration)
+        out = self._count(agg.start(value))
         pending = self._pending.pop(self.em.iteration, [])
         if self.validate:
             for msg in pending:
-                self.agg.check(msg)
+                agg.check(msg)
         for msg in pending:
             try:
-                out += self._count(self.agg.receive(msg))
+                out += self._count(agg.receive(msg))
             except ProtocolViolation:
                 raise
             except ProtocolError as exc:
@@ -169,9 +170,9 @@ class Node:
         return out + self._maybe_advance()
 
     def _maybe_advance(self) -> list[Message]:
-        if not self.agg.done:
-            return []
         agg = self.agg
+        if agg is None or not agg.done:
+            return []
         if self.protocol.asynchronous:
             agg.iteration = self.em.iteration
             self._previous = agg
@@ -207,7 +208,10 @@ class Server:
     def receive(self, msg: Message) -> list[Message]:
         agg = self._aggs.get(msg.iteration)
         if agg is None:
-            agg = self._aggs[msg.iteration] = self.protocol.server_aggregation(self.topology, msg.iteration)
+            new = self.protocol.server_aggregation(self.topology, msg.iteration)
+            if new is None:
+                raise ProtocolError(f"{self.protocol.name} has no server, yet node {msg.sender} sent it a {msg.kind} message")
+            agg = self._aggs[msg.iteration] = new
         out = agg.receive(msg)
         if agg.done:
             del self._aggs[msg.iteration]

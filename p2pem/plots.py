@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -11,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from p2pem.simulate import RunResult  # noqa: E402
 
-_STYLES = {
+_STYLES: dict[str, dict[str, Any]] = {
     "centralized": dict(color="black", linestyle="-", linewidth=2.5, alpha=0.35),
     "federated": dict(color="tab:orange", linestyle="--", marker="s", markevery=(6, 10)),
     "secure-sum": dict(color="tab:green", linestyle=":", marker="^", markevery=(3, 10)),
@@ -37,7 +38,7 @@ def loglik_figure(runs: list[RunResult], path: Path, *, title: str) -> None:
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    if rows == 2:
+    if rows == 2 and ref is not None:
         ax2 = axes[1, 0]
         ref_ll = np.asarray(ref.loglik)
         for r in runs:

@@ -25,6 +25,7 @@ def build_graph(scenario: Scenario) -> nx.Graph:
     """The scenario's communication graph (drawn from its "graph" stream when geometric)."""
     cfg = scenario.graph
     if cfg.kind == "edges":
+        assert cfg.edges is not None  # the scenario loader requires edges for kind = "edges"
         return graph_from_edges(cfg.edges, cfg.n_nodes)
     return geometric_graph(cfg.n_nodes, radius=cfg.radius, rng=np.random.default_rng(scenario.streams()["graph"]))
 

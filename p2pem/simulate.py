@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import networkx as nx
 import numpy as np
@@ -156,7 +157,7 @@ def run_protocol(
     if engine not in ("vectorised", "messages"):
         raise ConfigError(f"engine must be 'vectorised' or 'messages', got {engine!r}")
     if device is not None and hasattr(protocol, "device"):
-        protocol = dataclasses.replace(protocol, device=device)
+        protocol = dataclasses.replace(cast(Any, protocol), device=device)  # protocols with a device field
     t0 = time.perf_counter()
     if isinstance(protocol, Centralized):
         state = fit_centralized(np.vstack(parts), settings)
@@ -198,7 +199,7 @@ def _run_vectorised(parts, topology, protocol, settings, rngs, record, progress,
         nbytes += out.nbytes
         if not out.converged:
             unconverged.append(it)
-        if record:
+        if trace is not None and out.trace is not None:
             trace.extend(out.trace)
         if progress is not None and it > 0:
             progress(it, settings.max_iter)
@@ -216,7 +217,7 @@ def _run_messages(parts, topology, protocol, settings, rngs, record, progress, t
 
     def post(msgs: list[Message]) -> None:
         for m in msgs:
-            if record:
+            if trace is not None:
                 trace.append(m)
             for r in m.receivers:
                 queue.append((r, m))

@@ -167,7 +167,7 @@ class Table:
             self.fail(f"{self.key(name)!r} must be a non-empty {ndim}-D array, got shape {array.shape}")
         return array
 
-    def section(self, name: str, known: Sequence[str]) -> Table:
+    def section(self, name: str, known: Sequence[str] | None) -> Table:
         if name not in self.table:
             self.fail(f"missing required table [{self.key(name)}]")
         value = self.table[name]

@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from p2pem.errors import ConfigError
 
@@ -229,8 +230,8 @@ class _ProgressBar:
     """A tqdm bar over the slowest node's EM iterations, with the number of nodes online."""
 
     def __init__(self) -> None:
-        self.bar = None
-        self.last = None
+        self.bar: Any = None  # a tqdm bar once the first progress arrives
+        self.last: tuple[int, int, int, int] | None = None
 
     def __call__(self, p) -> None:
         from tqdm import tqdm

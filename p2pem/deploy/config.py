@@ -126,6 +126,18 @@ class Timeouts:
 
     KEYS = ("timeout", "startup_timeout", "heartbeat", "reconnect_timeout")
 
+    @property
+    def heartbeat_s(self) -> float:
+        """``heartbeat`` as set or derived in ``__post_init__`` (never None afterwards)."""
+        assert self.heartbeat is not None
+        return self.heartbeat
+
+    @property
+    def reconnect_s(self) -> float:
+        """``reconnect_timeout`` as set or derived in ``__post_init__`` (never None afterwards)."""
+        assert self.reconnect_timeout is not None
+        return self.reconnect_timeout
+
     def __post_init__(self) -> None:
         for name in self.KEYS:
             value = getattr(self, name)
@@ -138,8 +150,8 @@ class Timeouts:
             object.__setattr__(self, "heartbeat", min(1.0, self.timeout / 4))
         if self.reconnect_timeout is None:
             object.__setattr__(self, "reconnect_timeout", self.timeout)
-        if self.heartbeat >= self.timeout:
-            raise ConfigError(f"heartbeat ({self.heartbeat:g} s) must be shorter than timeout ({self.timeout:g} s)")
+        if self.heartbeat_s >= self.timeout:
+            raise ConfigError(f"heartbeat ({self.heartbeat_s:g} s) must be shorter than timeout ({self.timeout:g} s)")
 
     @property
     def stall(self) -> float:

@@ -676,7 +676,7 @@ def collect_results(
             for d in rep.get("dropped", []):
                 dropped.setdefault(int(d["node"]), d)
     failed = [
-        i for i in range(kit.n_nodes) if i not in dropped and (codes[i] != 0 or reports[i] is None or reports[i].get("status") != "finished")
+        i for i, rep in enumerate(reports) if i not in dropped and (codes[i] != 0 or rep is None or rep.get("status") != "finished")
     ]
     if failed:
         raise DeploymentFailed(_failure_summary(kit, codes, reports, failed))
@@ -851,6 +851,7 @@ def compare_with_simulate(kit: Kit, doc: dict[str, Any]) -> float:
         from p2pem.simulate import protocol_streams
 
         parts = load_data(scenario)
+        sim: Any
         sim, _ = simulate_with_dropouts(
             parts, roster.neighbours, roster.protocol_spec(), em_settings(scenario), schedule,
             rngs=protocol_streams(scenario.streams()["protocol"], len(parts)),

@@ -382,7 +382,7 @@ class NodeRuntime:
             )
         self.link: Link = link
         self._digest = int.from_bytes(roster.digest(), "big")
-        self._tick = min(0.2, self.timeouts.heartbeat / 2)
+        self._tick = min(0.2, self.timeouts.heartbeat_s / 2)
         # state
         self.started = False
         self.status = "created"
@@ -536,7 +536,7 @@ class NodeRuntime:
         # Start-up needs no fast periodic hellos: a node answers every neighbour's first hello
         # at once (_hello_due), and a hello is only sent after the node's own subscriptions
         # are acknowledged, so of any two neighbours the later one is always heard.
-        if self._hello_due or now - self._last_broadcast >= self.timeouts.heartbeat:
+        if self._hello_due or now - self._last_broadcast >= self.timeouts.heartbeat_s:
             await self._send_hello()
         if self._republish_due:
             self._republish_due = False
@@ -1046,7 +1046,7 @@ class NodeRuntime:
         """Reconnect (re-subscribing), announce a new epoch and re-publish recent envelopes."""
         self.counters["connection_losses"] += 1
         log.warning("node %d: %s; reconnecting", self.node_id, cause)
-        deadline = time.monotonic() + self.timeouts.reconnect_timeout
+        deadline = time.monotonic() + self.timeouts.reconnect_s
         while True:
             try:
                 await self.link.reconnect(attempts=1)

@@ -65,7 +65,7 @@ def parse_split(split: str) -> tuple[float, float, float, float]:
         raise ConfigError(
             f"split must be one of {', '.join(SPLITS)} or four fractions 'weights,means,covariances,init', got {split!r}"
         )
-    return parts  # type: ignore[return-value]
+    return parts
 
 
 @dataclass(frozen=True)

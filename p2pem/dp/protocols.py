@@ -37,7 +37,7 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
 
@@ -267,6 +267,11 @@ class DPProtocol(ProtocolSpec):
         hook = PrivateEM(k, d, len(parts), bound, self.weight_floor, self.smoothing, self.covariance_repair, self.eig_floor)
         return bound_spec, dataclasses.replace(settings, privacy=hook), clipped
 
+    @property
+    def label(self) -> str:
+        """How the run is named (each protocol says which mechanism and aggregation it uses)."""
+        return self.name
+
     def _plan(self) -> NoisePlan:
         if self.plan is None:
             raise ProtocolError(f"{self.label}: not bound to a run (call prepare(); run_protocol does)")
@@ -320,7 +325,7 @@ class DPCentral(DPProtocol):
         n, p = values.shape
         out = Federated().aggregate(values, topology, rngs, iteration, record=record)
         noisy = fsum_average(values) + mechanisms.noise(rngs[n], plan.scale(iteration), plan.mechanism) / n
-        if record:
+        if out.trace is not None:
             out.trace[-1] = dataclasses.replace(out.trace[-1], payload=noisy.copy())
         out.results = np.broadcast_to(noisy, (n, p))
         return out
@@ -338,7 +343,7 @@ class DPDistributed(DPProtocol):
 
     aggregation: Literal["secure-sum", "pdmm-sp"] = "secure-sum"
     name: str = field(init=False, default="dp-distributed")
-    inner: Union[ProtocolSpec, None] = field(init=False, default=None, repr=False, compare=False)
+    inner: Any = field(init=False, default=None, repr=False, compare=False)  # the ProtocolSpec that sums, set in __post_init__
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -389,6 +394,7 @@ class NoisyServer(ServerNode):
         rng = self.spec.aggregator_rng
         if rng is None:
             raise ProtocolError(f"{self.spec.label}: the aggregator has no random stream (call prepare())")
+        assert self.result is not None  # done: the exact average is in
         self.result = self.result + mechanisms.noise(rng, plan.scale(self.iteration), plan.mechanism) / self.n
         return [dataclasses.replace(m, payload=self.result.copy()) for m in out]
 

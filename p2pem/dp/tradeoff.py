@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -175,7 +175,7 @@ def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_inde
 
     t0 = time.perf_counter()
     if epsilon is not None:
-        spec = dataclasses.replace(spec, epsilon=epsilon)
+        spec = dataclasses.replace(cast(Any, spec), epsilon=epsilon)  # a DP protocol: it has epsilon
     seed = _stream(work.seed, 1, seed_index)
     run = run_protocol(work.parts, work.graph, spec, work.settings, seed=seed)
     record = {
@@ -188,6 +188,7 @@ def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_inde
         "epsilon_spent": run.protocol_params.get("epsilon_spent"),
     }
     if work.class_parts is not None:
+        assert work.classes is not None and work.class_settings is not None and work.X_test is not None and work.y_test is not None
         model = fit_bayes(work.class_parts, work.classes, work.graph, spec, work.class_settings, seed=_stream(work.seed, 3, seed_index))
         record["heldout_error"] = model.error(work.X_test, work.y_test)
     record["wall_s"] = time.perf_counter() - t0
@@ -219,6 +220,7 @@ def _task(args: tuple[ProtocolSpec, float | None, int]) -> dict:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=UserWarning)  # reported once by the parent
+        assert _WORK is not None  # set by the parent before the pool forks
         return run_one(_WORK, *args)
 
 
@@ -258,7 +260,7 @@ def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None
         tasks += [(spec, eps, s) for eps in grid for s in range(n_seeds)]
     for spec in specs:  # fail (and warn) before the sweep: bound, tol, graph
         if is_private(spec):
-            spec.prepare(work.settings, work.parts)
+            cast(Any, spec).prepare(work.settings, work.parts)
         if spec.name != "centralized":
             spec.validate(work.graph)
     t0 = time.perf_counter()
@@ -317,7 +319,9 @@ def summarize(doc: dict) -> list[dict]:
         row: dict[str, Any] = {"protocol": proto, "epsilon": eps, "n": len(runs)}
         for key in ("heldout_loglik", "param_error", "heldout_error"):
             vals = np.array([r[key] for r in runs if r[key] is not None], dtype=float)
-            stats = (np.mean, np.std, np.median, lambda v: np.quantile(v, 0.25), lambda v: np.quantile(v, 0.75))
+            stats: tuple[Callable[[np.ndarray], Any], ...] = (
+                np.mean, np.std, np.median, lambda v: np.quantile(v, 0.25), lambda v: np.quantile(v, 0.75)
+            )
             for suffix, fn in zip(("", "_std", "_median", "_q25", "_q75"), stats):
                 row[key + suffix] = float(fn(vals)) if vals.size else None
         out.append(row)

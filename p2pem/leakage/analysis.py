@@ -219,7 +219,7 @@ def monte_carlo(
     lat = [values[i] for i in range(n)]
     sd = [float(input_sd)] * n
     if isinstance(spec, PdmmSP):
-        for m in outcome.trace:
+        for m in outcome.trace or []:
             if m.kind == "dual-init":
                 lat.append(np.asarray(m.payload, dtype=np.float64))
                 sd.append(float(spec.perturbation_std))

@@ -204,6 +204,7 @@ def _start_sampler(observations: Sequence[Observation], m: int, d: int) -> Calla
     comps = []
     if with_model:
         obs = with_model[-1]
+        assert obs.model is not None  # filtered above
         k = obs.model.n_components
         a = obs.sums[:k]
         b = obs.sums[k : k + k * d].reshape(k, d)
@@ -285,7 +286,7 @@ def reconstruct_rows(
     if not observations:
         raise DataError("the attack needs at least one disclosed aggregation")
     first = next((o for o in observations if o.model is not None), None)
-    if first is not None:
+    if first is not None and first.model is not None:
         d = first.model.n_features
     else:
         q = observations[0].sums.shape[0]
@@ -327,6 +328,7 @@ def reconstruct_rows(
             best = Reconstruction(fit.x.reshape(m, d), res, tried)
         if res < SOLVED_RTOL:
             break
+    assert best is not None  # at least one start ran
     return Reconstruction(best.rows, best.residual, tried)
 
 

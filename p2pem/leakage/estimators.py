@@ -731,7 +731,7 @@ def gaussian_mi_linear(
     joint = np.block([[s, s @ a.T], [a @ s, a @ s @ a.T + nc]])
     joint = (joint + joint.T) / 2.0
     ix = np.arange(d) if target is None else _as_index(target, d, "target")
-    return gaussian_mi(joint, ix, np.arange(d, d + m), rtol=rtol)
+    return gaussian_mi(joint, [int(i) for i in ix], list(range(d, d + m)), rtol=rtol)
 
 
 def sum_leakage_bits(n_h: int) -> float:
@@ -929,7 +929,7 @@ def best_linear_estimate(
     return LinearEstimate(
         target=t_test,
         estimate=estimate,
-        coef=coef,
+        coef=np.asarray(coef, dtype=np.float64),
         intercept=intercept,
         test_index=test,
     )

@@ -179,6 +179,7 @@ def multi_iteration_leakage(
             recovered[r] = match_rows(truth[r, :, None], fit.rows).max() < 1e-6
         # the view reduced by a fixed function of it: the initialisation's sums and, after
         # EM iterations, the attack's sorted estimates (data processing: a lower bound)
+        assert init_sums is not None  # set by the initialisation (t = 0)
         view = init_sums if t_seen == 0 else np.column_stack([init_sums, estimates])
         est, a, b = mi_with_ci(X[:, target], view, k=k, rng=est_rng, n_batches=n_batches)
         mi.append(est)

@@ -35,7 +35,8 @@ def _style(protocol: str) -> dict:
 def _styles(runs: Sequence[LeakageRun]) -> dict[str, dict]:
     """One style per run label: the protocol's colour for its first run, others from tab10."""
     out: dict[str, dict] = {}
-    spare = [c for c in plt.get_cmap("tab10").colors if c not in _COLORS.values()]
+    tab10 = plt.get_cmap("tab10")
+    spare = [tab10(i) for i in range(10)]
     used: set[str] = set()
     for r in runs:
         if r.label in out:
@@ -113,7 +114,7 @@ def sweep_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceiling_
     groups = list(dict.fromkeys((r.protocol, r.adversary, r.node, r.node_label) for r in runs))
     cmap = plt.get_cmap("tab10")
     for g_idx, (protocol, adv, node, label) in enumerate(groups):
-        sel = sorted((r for r in runs if (r.protocol, r.adversary, r.node) == (protocol, adv, node)), key=lambda r: r.perturbation_std)
+        sel = sorted((r for r in runs if (r.protocol, r.adversary, r.node) == (protocol, adv, node)), key=lambda r: r.perturbation_std or 0.0)
         std = [r.perturbation_std for r in sel]
         est = [max(r.mi_bits[-1], FLOOR_BITS) for r in sel]
         lo = [max(r.mi_ci[-1][0], FLOOR_BITS) for r in sel]
@@ -121,8 +122,9 @@ def sweep_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceiling_
         color = cmap(g_idx % 10)
         name = f"node {label}" + (f" ({adv})" if len({g[1] for g in groups}) > 1 else "")
         ax_mi.errorbar(std, est, yerr=[[e - a for e, a in zip(est, lo)], [b - e for e, b in zip(est, hi)]], color=color, marker="o", markersize=4, capsize=2, linewidth=1.2, label=f"{name}: KSG estimate")
-        if all(r.exact_bits is not None for r in sel):
-            exact = [ceiling_bits if math.isinf(r.exact_bits[-1]) else max(r.exact_bits[-1], FLOOR_BITS) for r in sel]
+        exacts = [r.exact_bits[-1] for r in sel if r.exact_bits is not None]
+        if len(exacts) == len(sel):
+            exact = [ceiling_bits if math.isinf(v) else max(v, FLOOR_BITS) for v in exacts]
             ax_mi.plot(std, exact, color=color, linestyle=":", linewidth=1.2, label=f"{name}: exact (linear structure)")
         bound = sel[0].floor_bits
         if bound is not None:

@@ -143,7 +143,7 @@ def disclosed_groups(
     n = topology.n_nodes
     corrupt = set(adversary.corrupt_nodes)
     honest = [i for i in range(n) if i not in corrupt]
-    singles = [(i,) for i in honest]
+    singles: list[tuple[int, ...]] = [(i,) for i in honest]
     if isinstance(spec, Federated):
         if SERVER in adversary.corrupt or adversary.eavesdrops:
             return singles
@@ -156,7 +156,8 @@ def disclosed_groups(
             return [tuple(honest)]
         start = next(pos for pos, v in enumerate(ring) if v in corrupt)
         order = ring[start:] + ring[:start]  # begins at a corrupt node
-        groups, arc = [], []
+        groups: list[tuple[int, ...]] = []
+        arc: list[int] = []
         for v in order[1:] + order[:1]:
             if v in corrupt:
                 if arc:

@@ -63,7 +63,7 @@ from p2pem.gmm import GMMParams
 from p2pem.leakage.attack import Observation
 from p2pem.leakage.theory import disclosed_groups
 from p2pem.leakage.views import Adversary
-from p2pem.messages import SERVER, Message
+from p2pem.messages import Message
 from p2pem.protocols import Centralized, Federated, PdmmSP, ProtocolSpec, SecureSum, Topology
 from p2pem.protocols.exact import MODULUS, decode_fixed
 from p2pem.protocols.pdmm import dual_update, step_params
@@ -348,6 +348,7 @@ def _boundary_duals(bnd, sign, steps, index: _PdmmTrace, theta: float) -> tuple[
 
 def _ring_sums(topology: Topology, groups, seen: list[Message]) -> FloatArray:
     ring = topology.ring
+    assert ring is not None  # secure-sum's topology carries its ring
     n = len(ring)
     pos = {v: k for k, v in enumerate(ring)}
     sent = {m.sender: m.payload for m in seen if m.kind == "ring"}
@@ -452,17 +453,18 @@ def record_whole_run(
         values = state.contribution()
         models = [None if it == 0 else _copy_params(state.params(r)) for r in refs]
         outcome = spec.aggregate(values, topology, rngs, it, record=True)
-        index = _pdmm_index(outcome.trace, n) if isinstance(spec, PdmmSP) else None
+        trace = outcome.trace or []
+        index = _pdmm_index(trace, n) if isinstance(spec, PdmmSP) else None
         for view, adv, model in zip(views, adversaries, models):
             own = {c: values[c] for c in adv.corrupt_nodes}
-            seen = None if index is not None else _observed(outcome.trace, adv)
-            groups, sums = disclosed_sums(spec, topology, graph, adv, outcome.trace, own, observed=seen, pdmm_index=index)
+            seen = None if index is not None else _observed(trace, adv)
+            groups, sums = disclosed_sums(spec, topology, graph, adv, trace, own, observed=seen, pdmm_index=index)
             view.groups = groups
             view.iterations.append(it)
             view.models.append(model)
             view.sums.append(sums)
             view.truth.append(np.array([values[list(g)].sum(axis=0) for g in groups]))
-            view.messages_observed.append(len(seen) if seen is not None else index.observed_count(adv))
+            view.messages_observed.append(len(seen) if seen is not None else index.observed_count(adv) if index is not None else 0)
             view.rounds.append(int(outcome.rounds))
             if it > 0:
                 view.continue_flags.append(float(np.asarray(outcome.results)[refs[0], -1] * n))

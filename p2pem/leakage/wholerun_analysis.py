@@ -368,6 +368,7 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
                     key = (p_index, *group)
                     rng = np.random.default_rng(np.random.SeedSequence(attack_ss.entropy, spawn_key=(*attack_ss.spawn_key, *key)))
                     dists = attack_group(view, k, rows, seen, rng=rng, starts=config.starts)
+                    assert view.final is not None  # record_whole_run sets it at the end of the run
                     base = public_guess_error(view.final, rows, rng=rng)
                     cache[group] = [*dists, base]
                 *dists, base = cache[group]

@@ -49,7 +49,7 @@ from p2pem.dp.protocols import DPCentral, DPDistributed  # noqa: E402  (p2pem.dp
 PROTOCOLS.update({"dp-central": DPCentral, "dp-distributed": DPDistributed})
 
 
-def make_protocol(name: str, params: Mapping[str, Any] | None = None) -> ProtocolSpec:
+def make_protocol(name: str | ProtocolSpec, params: Mapping[str, Any] | None = None) -> ProtocolSpec:
     """Build a protocol spec from its user-facing name and parameters.
 
     Raises

@@ -337,6 +337,9 @@ def check_vector(msg: Message, length: int) -> None:
 class Aggregation(abc.ABC):
     """One node's part of one aggregation (one EM iteration)."""
 
+    #: the EM iteration this aggregation belongs to (set by every subclass)
+    iteration: int
+
     def __init__(self) -> None:
         self.done = False
         self.result: np.ndarray | None = None

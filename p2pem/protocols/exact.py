@@ -95,11 +95,11 @@ class SecureSum(ProtocolSpec):
         acc = mask
         for hop, v in enumerate(ring):
             acc = [(a + e) % MODULUS for a, e in zip(acc, encode_fixed(values[v]))]
-            if record:
+            if trace is not None:
                 trace.append(Message(v, (ring[(hop + 1) % n],), iteration, hop + 1, "ring", tuple(acc), True))
         total = [(a - r) % MODULUS for a, r in zip(acc, mask)]
         average = decode_fixed(total) / n
-        if record:
+        if trace is not None:
             for hop in range(n - 1):
                 trace.append(Message(ring[hop], (ring[hop + 1],), iteration, n + 1 + hop, "result", average.copy(), False))
         return AggregateOutcome(np.broadcast_to(average, (n, p)), 2 * n - 1, 2 * n - 1, n * 32 * p + (n - 1) * 8 * p, True, trace)
@@ -168,7 +168,7 @@ class Federated(ProtocolSpec):
     def aggregate(self, values, topology, rngs, iteration, *, record=False) -> AggregateOutcome:
         n, p = values.shape
         average = fsum_average(values)
-        trace = None
+        trace: list[Message] | None = None
         if record:
             trace = [Message(i, (SERVER,), iteration, 1, "upload", values[i].copy(), False) for i in range(n)]
             trace.append(Message(SERVER, tuple(range(n)), iteration, 2, "result", average.copy(), False))

@@ -62,7 +62,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
 
@@ -187,7 +187,7 @@ def laplacian_extremes(topology: Topology, weights: np.ndarray) -> tuple[float, 
     return LAMBDA2_MARGIN * float(np.min(low)), lmax
 
 
-def _cached(topology: Topology, key: str, compute):
+def _cached(topology: Topology, key: object, compute):
     cache = topology.__dict__.setdefault("_pdmm_cache", {})
     if key not in cache:
         cache[key] = compute()
@@ -494,7 +494,7 @@ class PdmmSP(ProtocolSpec):
         for i in range(n):
             lo, hi = bounds[i], bounds[i + 1]
             z[lo:hi] = rngs[i].normal(0.0, self.perturbation_std, size=(hi - lo, p))
-        if record:
+        if trace is not None:
             src = t_.src
             for d in range(t_.dst.size):
                 trace.append(Message(int(src[d]), (int(t_.dst[d]),), iteration, 0, "dual-init", z[d].copy(), self.encrypt_duals))
@@ -523,7 +523,7 @@ class PdmmSP(ProtocolSpec):
         while True:
             t += 1
             x = (s_dev - u) / denom
-            if record:
+            if trace is not None:
                 for i in range(n):
                     trace.append(Message(i, t_.neighbours[i], iteration, t, "primal", x[i].copy(), False, (int(g[i]), int(stop_at[i]))))
             nb_sum = product(x)
@@ -597,7 +597,7 @@ class PdmmNode(Aggregation):
             self.c = spec.step_size(ctx.topology)
             self.coef_in = (2.0 * self.c) * (-sign_out)[:, None]  # 2 c B_{j|i}
             self.coef_out = (2.0 * self.c) * sign_out[:, None]  # 2 c B_{i|j}
-            self.denom = 1.0 + self.c * float(len(self.nbrs))
+            self.denom: Any = 1.0 + self.c * float(len(self.nbrs))
         else:
             self.prm = step_params(spec, ctx.topology, i)
             self.denom = self.prm.denom
@@ -605,14 +605,15 @@ class PdmmNode(Aggregation):
         self.v: np.ndarray | None = None  # sum_j B_{i|j} z_{j|i}
         self.diam = ctx.topology.diameter
         self.ecc = int(ctx.topology.eccentricity[i])
-        self.z_own: np.ndarray | None = None  # z_{i|j}, one row per neighbour
-        self.z_nb: np.ndarray | None = None  # z_{j|i}
+        # set by start() and the dual-inits before any primal is handled (the state machine's order)
+        self.z_own: Any = None  # z_{i|j}, one row per neighbour
+        self.z_nb: Any = None  # z_{j|i}
         self._inits: dict[int, np.ndarray] = {}
         self._round_msgs: dict[int, dict[int, Message]] = {}
         self.round = 0  # last round whose x was broadcast
         self.g = 0
         self.stop_at = NEVER
-        self.x: np.ndarray | None = None
+        self.x: Any = None  # set by the first broadcast, before any round completes
         self.x_prev: np.ndarray | None = None
         # asynchronous bookkeeping
         self._x_nb: list[np.ndarray | None] = [None] * len(self.nbrs)

@@ -60,7 +60,10 @@ class Inbox:
     item, calling the link's ``_raise_if_down()`` whenever the queue is empty.
     """
 
-    address: str
+    @property
+    def address(self) -> str:
+        """Where the link goes (each link names it)."""
+        raise NotImplementedError
 
     def __init__(self) -> None:
         self._inbox: deque[Incoming] = deque()

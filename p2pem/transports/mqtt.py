@@ -68,7 +68,7 @@ __all__ = [
 SOCKET_OPTIONS = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
 
 
-class _Forward(asyncio.Queue):  # type: ignore[type-arg]
+class _Forward(asyncio.Queue):
     """Stands in for aiomqtt's incoming queue and hands every message straight to the link.
 
     aiomqtt puts each received message into a queue of the class it is given
@@ -340,7 +340,7 @@ class MqttLink(Inbox):
         except aiomqtt.MqttError as exc:
             raise self._error(f"subscribing to {len(topic_filters)} filter(s)", exc) from None
         for topic_filter, code in zip(topic_filters, granted):
-            value = getattr(code, "value", code)
+            value: int = getattr(code, "value", code)  # type: ignore[arg-type]  # a ReasonCode, or an int from older brokers
             # A broker may grant a lower QoS than asked; at-least-once is what the
             # protocols rely on, so a downgrade is as fatal as a refusal.
             if value >= 0x80 or value < self.qos:

@@ -38,6 +38,7 @@ __all__ = [
     "BrokerHandle",
     "acl_rules",
     "find_mosquitto",
+    "PortInUse",
     "free_port",
     "start_broker",
     "username_for",
@@ -68,6 +69,10 @@ def find_mosquitto(program: str = "mosquitto") -> Path | None:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
     return None
+
+
+class PortInUse(TransportError):
+    """The broker could not listen: another process holds its port (a free port can be retried)."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -419,7 +424,8 @@ class BrokerHandle:
             self.stop()
             lines = [line for line in self.log_text().splitlines() if line.strip()]
             detail = f"; broker says: {lines[-1].strip()}" if lines else ""
-            raise TransportError(f"{exc}{detail}") from None
+            in_use = any("address already in use" in line.lower() for line in lines)
+            raise (PortInUse if in_use else TransportError)(f"{exc}{detail}") from None
         logger.debug("mosquitto pid %d listening on %s", self.process.pid, self.address)
 
     def _logged_since(self, offset: int, text: str) -> bool:
@@ -510,7 +516,7 @@ def start_broker(
         try:
             handle.start(timeout)
         except TransportError as exc:
-            if attempt + 1 < attempts and "in use" in str(exc).lower():
+            if attempt + 1 < attempts and isinstance(exc, PortInUse):
                 continue
             raise
         return handle

@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import copy
 import os
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,7 +95,7 @@ from p2pem.gmm import GMMParams
 from p2pem.graphs import default_radius, graph_from_edges
 from p2pem.protocols import PROTOCOLS as _REGISTRY
 from p2pem.protocols import make_protocol
-from p2pem.tomltable import Table, is_int, show
+from p2pem.tomltable import Table, is_int, read_toml, show
 
 __all__ = [
     "GRAPH_KINDS",
@@ -348,19 +347,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     """
     file = Path(path)
     where = os.fspath(path)
-    try:
-        with open(file, "rb") as handle:
-            document = tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: no such scenario file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{where}: is a directory, not a scenario file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where}: invalid TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    document = read_toml(file, "scenario")
 
     top = Table(where, document, "", ("name", "seed", "data", "graph", "em", "protocols", "leakage", "deploy", "tradeoff"))
     name = top.string("name", default=file.stem)
@@ -663,6 +650,27 @@ def _parse_protocols(top: Table) -> tuple[ProtocolConfig, ...]:
 DEPLOY_KEYS = ("timeout", "startup_timeout", "heartbeat", "reconnect_timeout", "max_node_spread", "broker", "on_dropout")
 
 
+def parse_broker_address(text: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` -> ``(host, port)``; ``[v6]:port`` is accepted too.
+
+    Raises
+    ------
+    ConfigError
+        If it is not ``HOST:PORT`` with a port in 1..65535.
+    """
+    if not isinstance(text, str) or ":" not in text:
+        raise ConfigError(f"broker address must be HOST:PORT, got {text!r}")
+    host, _, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"broker address must be HOST:PORT, got {text!r}") from None
+    if not host or not 0 < port < 65536:
+        raise ConfigError(f"broker address must be HOST:PORT with a port in 1-65535, got {text!r}")
+    return host, port
+
+
 def _parse_deploy(top: Table) -> Mapping[str, Any]:
     """The ``[deploy]`` table: positive numbers of seconds, a spread, a ``host:port`` broker."""
     table = top.free_table("deploy")
@@ -672,9 +680,10 @@ def _parse_deploy(top: Table) -> Mapping[str, Any]:
     sec.choice("on_dropout", ("stop", "continue"), default="stop")
     broker = sec.string("broker", default=None)
     if broker is not None:
-        host, _, port = broker.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            sec.fail(f"'deploy.broker' must be HOST:PORT, got {broker!r}")
+        try:
+            parse_broker_address(broker)
+        except ConfigError as exc:
+            sec.fail(f"'deploy.broker' {str(exc).removeprefix('broker address ')}")
     return table
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -68,6 +70,31 @@ class Table:
 
     def fail(self, message: str) -> NoReturn:
         raise ConfigError(f"{self.where}: {message}")
+
+    def fail_key(self, name: str, message: str) -> NoReturn:
+        """Fail naming the dotted key: ``FILE: 'table.name' message``."""
+        self.fail(f"{self.key(name)!r} {message}")
+
+    def fraction(self, name: str, *, default: Any = REQUIRED) -> Any:
+        """A number strictly between 0 and 1."""
+        present, value = self._get(name, default)
+        if present and (not is_number(value) or not 0 < value < 1):
+            self.fail_key(name, f"must be a number in (0, 1), got {show(value)}")
+        return float(value) if value is not None else value
+
+    def node_list(self, name: str, n_nodes: int, *, allow: Sequence[int] = ()) -> tuple[int, ...] | None:
+        """Distinct node ids 0..n_nodes-1 (plus the ids in ``allow``), sorted; None when absent."""
+        if name not in self.table:
+            return None
+        value = self.table[name]
+        if not isinstance(value, list):
+            self.fail_key(name, f"must be an array of node ids, got {show(value)}")
+        for v in value:
+            if not (is_int(v) and (0 <= v < n_nodes or v in allow)):
+                self.fail_key(name, f"holds {v!r}, not a node id 0..{n_nodes - 1}")
+        if len(set(value)) != len(value):
+            self.fail_key(name, "names a node more than once")
+        return tuple(sorted(value))
 
     def has(self, name: str) -> bool:
         return name in self.table
@@ -200,3 +227,21 @@ class Table:
             self.fail(f"{self.key(name)!r} must not be empty")
         p = Path(value)
         return p if p.is_absolute() else base / p
+
+
+def read_toml(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
+    """Parse the TOML file ``path``; every failure is one ConfigError line naming it as a ``what`` file."""
+    where = os.fspath(path)
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such {what} file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{where}: is a directory, not a {what} file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read ({exc.strerror or exc})") from None

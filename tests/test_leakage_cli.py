@@ -46,7 +46,7 @@ def test_shipped_scenarios_validate() -> None:
         ("targets = [0, 2, 4]", "targets = [0, 1]", "'leakage.targets' names corrupt node 1"),
         ("runs = 10000", "runs = 10.5", "'leakage.runs' must be an integer, got 10.5"),
         ("runs = 10000", "runs = 50", "'leakage.runs' must be >= 200, got 50"),
-        ("iterations = 20", "iterations = true", "'leakage.iterations' must be an integer, got True"),
+        ("iterations = 20", "iterations = true", "'leakage.iterations' must be an integer, got true (a boolean)"),
         ('node_labels = ["1", "2", "3", "4", "5"]', 'node_labels = ["1"]', "'leakage.node_labels' must hold 5 labels"),
     ],
 )

@@ -55,7 +55,6 @@ import json
 import math
 import os
 import ssl
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -65,7 +64,8 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pem.errors import ConfigError, DataError
-from p2pem.tomltable import Table, is_number
+from p2pem.scenario import parse_broker_address
+from p2pem.tomltable import Table, is_number, read_toml
 
 __all__ = [
     "DEPLOYABLE",
@@ -689,27 +689,6 @@ class NodeConfig:
         return replace(self, broker=replace(self.broker, host=host, port=int(port)))
 
 
-def parse_broker_address(text: str) -> tuple[str, int]:
-    """``"HOST:PORT"`` -> ``(host, port)``; ``[v6]:port`` is accepted too.
-
-    Raises
-    ------
-    ConfigError
-        If it is not ``HOST:PORT`` with a port in 1..65535.
-    """
-    if not isinstance(text, str) or ":" not in text:
-        raise ConfigError(f"broker address must be HOST:PORT, got {text!r}")
-    host, _, port_text = text.rpartition(":")
-    host = host.strip("[]")
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigError(f"broker address must be HOST:PORT, got {text!r}") from None
-    if not host or not 0 < port < 65536:
-        raise ConfigError(f"broker address must be HOST:PORT with a port in 1-65535, got {text!r}")
-    return host, port
-
-
 # ------------------------------------------------------------------------------------ data
 
 
@@ -800,16 +779,4 @@ def _write_text(path: Path, text: str, *, mode: int) -> None:
 
 
 def _read_toml(path: Path, what: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such {what} file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a {what} file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return read_toml(path, what)

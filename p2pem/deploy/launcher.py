@@ -910,13 +910,11 @@ def run_kit(
     handle = None
     try:
         if start_broker:
+            from p2pem.broker import PortInUse, free_port
+
             try:
                 handle = start_kit_broker(kit)
-            except TransportError as exc:
-                if "in use" not in str(exc).lower():
-                    raise
-                from p2pem.broker import free_port
-
+            except PortInUse:
                 kit = kit.set_broker(kit.broker_host, free_port(kit.broker_host))
                 handle = start_kit_broker(kit)
             if on_broker is not None:

@@ -30,14 +30,13 @@ keeps ``[leakage]`` free-form for other tools.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
 
 from p2pem.errors import ConfigError
 from p2pem.leakage.views import ADVERSARIES
 from p2pem.messages import SERVER
 from p2pem.scenario import Scenario
+from p2pem.tomltable import Table
 
 __all__ = ["LEAKAGE_KEYS", "LeakageConfig", "parse_leakage"]
 
@@ -84,43 +83,6 @@ class LeakageConfig:
         return self.node_labels[node] if self.node_labels else str(node)
 
 
-class _Table:
-    def __init__(self, where: str, table: Mapping[str, Any]) -> None:
-        self.where = where
-        self.table = table
-
-    def fail(self, key: str, message: str) -> NoReturn:
-        raise ConfigError(f"{self.where}: 'leakage.{key}' {message}")
-
-    def integer(self, key: str, default: int, minimum: int) -> int:
-        value = self.table.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(key, f"must be an integer, got {value!r}")
-        if value < minimum:
-            self.fail(key, f"must be >= {minimum}, got {value}")
-        return value
-
-    def fraction(self, key: str, default: float) -> float:
-        value = self.table.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-            self.fail(key, f"must be a number in (0, 1), got {value!r}")
-        return float(value)
-
-    def node_list(self, key: str, n_nodes: int, *, allow_server: bool = False) -> tuple[int, ...] | None:
-        if key not in self.table:
-            return None
-        value = self.table[key]
-        if not isinstance(value, list):
-            self.fail(key, f"must be an array of node ids, got {value!r}")
-        for v in value:
-            ok = isinstance(v, int) and not isinstance(v, bool) and (0 <= v < n_nodes or (allow_server and v == SERVER))
-            if not ok:
-                self.fail(key, f"holds {v!r}, not a node id 0..{n_nodes - 1}")
-        if len(set(value)) != len(value):
-            self.fail(key, "names a node more than once")
-        return tuple(sorted(value))
-
-
 def parse_leakage(scenario: Scenario) -> LeakageConfig:
     """Validate ``scenario.leakage`` into a :class:`LeakageConfig`.
 
@@ -134,68 +96,65 @@ def parse_leakage(scenario: Scenario) -> LeakageConfig:
     raw = scenario.leakage
     if not raw:
         raise ConfigError(f"{where}: no [leakage] table (it needs at least 'leakage.corrupt', or adversary = \"eavesdropper\")")
-    t = _Table(where, raw)
-    unknown = [key for key in raw if key not in LEAKAGE_KEYS]
-    if unknown:
-        raise ConfigError(f"{where}: unknown key 'leakage.{unknown[0]}' (known: {', '.join(LEAKAGE_KEYS)})")
+    t = Table(where, dict(raw), "leakage", LEAKAGE_KEYS)
     n = scenario.graph.n_nodes
 
     adv = raw.get("adversary", ["honest-but-curious"])
     if isinstance(adv, str):
         adv = [adv]
     if not (isinstance(adv, list) and adv and all(isinstance(a, str) for a in adv)):
-        t.fail("adversary", f"must be a string or a non-empty array of strings, got {adv!r}")
+        t.fail_key("adversary", f"must be a string or a non-empty array of strings, got {adv!r}")
     for a in adv:
         if a not in ADVERSARIES:
-            t.fail("adversary", f"must be one of {', '.join(map(repr, ADVERSARIES))}, got {a!r}")
+            t.fail_key("adversary", f"must be one of {', '.join(map(repr, ADVERSARIES))}, got {a!r}")
     if len(set(adv)) != len(adv):
-        t.fail("adversary", "names an adversary more than once")
+        t.fail_key("adversary", "names an adversary more than once")
 
     corrupt = t.node_list("corrupt", n) or ()
     if any(a != "eavesdropper" for a in adv) and not corrupt:
-        t.fail("corrupt", "must name at least one node for the honest-but-curious and both adversaries")
+        t.fail_key("corrupt", "must name at least one node for the honest-but-curious and both adversaries")
     if len(corrupt) >= n:
-        t.fail("corrupt", "leaves no honest node")
+        t.fail_key("corrupt", "leaves no honest node")
     server_corrupt = raw.get("server_corrupt", True)
     if not isinstance(server_corrupt, bool):
-        t.fail("server_corrupt", f"must be true or false, got {server_corrupt!r}")
+        t.fail_key("server_corrupt", f"must be true or false, got {server_corrupt!r}")
 
     targets = t.node_list("targets", n)
     if targets is None:
         targets = tuple(i for i in range(n) if i not in corrupt)
     if not targets:
-        t.fail("targets", "must name at least one node")
+        t.fail_key("targets", "must name at least one node")
     for i in targets:
         if i in corrupt:
-            t.fail("targets", f"names corrupt node {i}: leakage is measured about honest nodes")
+            t.fail_key("targets", f"names corrupt node {i}: leakage is measured about honest nodes")
 
-    k = t.integer("k", 3, 1)
-    n_batches = t.integer("n_batches", 10, 2)
-    folds = t.integer("folds", 5, 2)
-    runs = t.integer("runs", 10_000, 200)
+    k = t.integer("k", default=3, minimum=1)
+    n_batches = t.integer("n_batches", default=10, minimum=2)
+    folds = t.integer("folds", default=5, minimum=2)
+    runs = t.integer("runs", default=10_000, minimum=200)
     if runs // n_batches <= 2 * k:
-        t.fail("runs", f"= {runs} is too few for {n_batches} batches with k = {k}")
-    iterations = t.integer("iterations", 20, 1)
-    level = t.fraction("level", 0.95)
+        t.fail_key("runs", f"= {runs} is too few for {n_batches} batches with k = {k}")
+    iterations = t.integer("iterations", default=20, minimum=1)
+    level = t.fraction("level", default=0.95)
 
     labels = raw.get("node_labels", [])
     if not (isinstance(labels, list) and all(isinstance(s, str) and s for s in labels)):
-        t.fail("node_labels", f"must be an array of non-empty strings, got {labels!r}")
+        t.fail_key("node_labels", f"must be an array of non-empty strings, got {labels!r}")
     if labels and len(labels) != n:
-        t.fail("node_labels", f"must hold {n} labels (one per node), got {len(labels)}")
+        t.fail_key("node_labels", f"must hold {n} labels (one per node), got {len(labels)}")
 
     sweep = raw.get("sweep_std", [])
     if not isinstance(sweep, list):
-        t.fail("sweep_std", f"must be an array of numbers > 0, got {sweep!r}")
+        t.fail_key("sweep_std", f"must be an array of numbers > 0, got {sweep!r}")
     for v in sweep:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            t.fail("sweep_std", f"holds {v!r}, not a finite number > 0")
+            t.fail_key("sweep_std", f"holds {v!r}, not a finite number > 0")
     if sweep and not any(p.name == "pdmm-sp" for p in scenario.protocols):
-        t.fail("sweep_std", "needs a pdmm-sp entry in [[protocols]] to sweep")
+        t.fail_key("sweep_std", "needs a pdmm-sp entry in [[protocols]] to sweep")
 
     perturbation = raw.get("perturbation", "absolute")
     if perturbation not in ("absolute", "relative"):
-        t.fail("perturbation", f"must be 'absolute' or 'relative', got {perturbation!r}")
+        t.fail_key("perturbation", f"must be 'absolute' or 'relative', got {perturbation!r}")
 
     return LeakageConfig(
         adversaries=tuple(adv),

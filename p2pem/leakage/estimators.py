@@ -129,7 +129,7 @@ def _check_pair(x: npt.ArrayLike, y: npt.ArrayLike, k: int) -> tuple[FloatArray,
     return xs, ys
 
 
-def _standardise(a: FloatArray) -> FloatArray:
+def standardise(a: FloatArray) -> FloatArray:
     """Drop constant columns and scale the rest to zero mean and unit variance.
 
     Columns are first divided by their largest magnitude so that the variance cannot
@@ -170,8 +170,8 @@ def _ksg_bits(x: FloatArray, y: FloatArray, k: int, rng: np.random.Generator) ->
     # the closed forms below do not need.
     import npeet_plus
 
-    xs = _standardise(x)
-    ys = _standardise(y)
+    xs = standardise(x)
+    ys = standardise(y)
     if xs.shape[1] == 0 or ys.shape[1] == 0:
         return 0.0
     xs = xs + _JITTER * rng.standard_normal(xs.shape)

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pem.errors import DataError
-from p2pem.leakage.estimators import gaussian_mi_linear
+from p2pem.leakage.estimators import gaussian_mi_linear, standardise
 
 __all__ = ["estimate_reduction", "exact_linear_mi", "principal_components"]
 
@@ -49,16 +49,8 @@ LINEAR_ATOL = 1e-6
 
 
 def _standardised(a: FloatArray) -> FloatArray:
-    """Columns scaled to zero mean and unit variance; constant columns dropped."""
-    if a.shape[1] == 0:
-        return a
-    scale = np.abs(a).max(axis=0)
-    keep = scale > 0
-    a = a[:, keep] / scale[keep]
-    centred = a - a.mean(axis=0)
-    std = centred.std(axis=0)
-    keep = std > 1e-12
-    return centred[:, keep] / std[keep]
+    """Columns scaled to zero mean and unit variance; constant columns dropped (the estimator's own rule)."""
+    return standardise(a) if a.shape[1] else a
 
 
 def principal_components(view: npt.ArrayLike, *, rtol: float = RANK_RTOL) -> FloatArray:

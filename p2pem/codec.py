@@ -39,7 +39,7 @@ would give beyond it:
   only; those others reject it as forged, so this is a way to stall the run, which a
   member can always do by staying silent.
 
-Encoding is deterministic (HMAC and the synthetic nonce of :func:`crypto.seal` are), so
+Encoding is deterministic (HMAC and the AES-SIV of :func:`crypto.seal` are), so
 re-encoding the same message yields the same bytes; :class:`ReplayGuard` relies on it.
 """
 
@@ -342,7 +342,7 @@ class Codec:
         header, plain = self._pack(msg)
         if msg.encrypted:
             key = self._edge_key(msg.receivers[0], role="receiver")
-            body = seal(key, plain, aad=header, nonce_context=header)
+            body = seal(key, plain, aad=header)
         else:
             body = plain
         authenticated = _LEN.pack(len(header)) + header + body

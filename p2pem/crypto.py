@@ -7,7 +7,7 @@ here, so the choice of primitives lives in one place:
 * identities: an Ed25519 signing key and an X25519 key-agreement key per node;
 * per-edge keys: X25519 between nodes ``i`` and ``j`` followed by HKDF-SHA256 whose
   ``info`` binds the run id, the unordered pair ``{i, j}`` and both public keys;
-* sealing: ChaCha20-Poly1305 with a synthetic nonce (see :func:`seal`);
+* sealing: AES-SIV (RFC 5297), deterministic authenticated encryption (see :func:`seal`);
 * message authentication: HMAC-SHA256 under the edge's MAC key, truncated to 128 bits
   (see :func:`mac`); this is what the wire envelopes use, one tag per receiver;
 * signatures: Ed25519 (RFC 8032, deterministic), for whatever must be verifiable by
@@ -32,7 +32,7 @@ from cryptography.exceptions import InvalidSignature, InvalidTag, UnsupportedAlg
 from cryptography.hazmat.primitives import constant_time, hashes, hmac, serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from p2pem.errors import ConfigError, ProtocolError
@@ -42,7 +42,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "KEY_FILE_MODE",
     "MAC_SIZE",
-    "NONCE_SIZE",
     "SEAL_OVERHEAD",
     "SIGNATURE_SIZE",
     "CryptoError",
@@ -68,14 +67,10 @@ KEY_FILE_MODE = 0o600
 SIGNATURE_SIZE = 64
 #: Size of a message authentication tag (HMAC-SHA256 truncated to 128 bits) in bytes.
 MAC_SIZE = 16
-#: Size of the ChaCha20-Poly1305 nonce carried in front of every sealed box.
-NONCE_SIZE = 12
-_TAG_SIZE = 16
-#: Bytes a sealed box adds to its plaintext (nonce + Poly1305 tag).
-SEAL_OVERHEAD = NONCE_SIZE + _TAG_SIZE
+#: Bytes a sealed box adds to its plaintext (the 16-byte synthetic IV of AES-SIV).
+SEAL_OVERHEAD = 16
 _PUBLIC_KEY_SIZE = 32
-_EDGE_INFO = b"p2pem/edge-key/v1"
-_NONCE_INFO = b"p2pem/nonce/v1"
+_EDGE_INFO = b"p2pem/edge-key/v2"
 _SHA256 = hashes.SHA256()
 _PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z ]+)-----.+?-----END \1-----\r?\n?", re.DOTALL)
 
@@ -338,9 +333,7 @@ class EdgeKey:
     pair : tuple of int
         The two node ids, smaller first.
     aead_key : bytes
-        32-byte ChaCha20-Poly1305 key.
-    nonce_key : bytes
-        32-byte HMAC key from which nonces are derived (see :func:`seal`).
+        64-byte AES-SIV key (AES-256 for both the S2V PRF and the CTR encryption).
     mac_key : bytes
         32-byte HMAC key of the message authentication tags (see :func:`mac`).
     """
@@ -348,7 +341,6 @@ class EdgeKey:
     run_id: str
     pair: tuple[int, int]
     aead_key: bytes = field(repr=False)
-    nonce_key: bytes = field(repr=False)
     mac_key: bytes = field(repr=False)
 
 
@@ -363,8 +355,8 @@ def derive_edge_key(
 
     ``K = HKDF-SHA256(IKM = X25519(a_i, A_j), salt = none, info)`` with ``info`` the
     length-prefixed run id, the two node ids in increasing order and the two X25519
-    public keys in that same order; 96 output bytes are split into the AEAD key, the
-    nonce key and the MAC key.  Because ``info`` depends only on the unordered pair, node ``i``
+    public keys in that same order; 96 output bytes are split into the 64-byte AES-SIV key
+    and the 32-byte MAC key.  Because ``info`` depends only on the unordered pair, node ``i``
     and node ``j`` derive the same keys, and a different run id gives unrelated keys.
 
     Parameters
@@ -413,7 +405,7 @@ def derive_edge_key(
         [_EDGE_INFO, struct.pack(">H", len(run)), run, struct.pack(">qq", lo, hi), lo_key, hi_key]
     )
     okm = HKDF(algorithm=hashes.SHA256(), length=96, salt=None, info=info).derive(shared)
-    return EdgeKey(run_id=run_id, pair=(lo, hi), aead_key=okm[:32], nonce_key=okm[32:64], mac_key=okm[64:])
+    return EdgeKey(run_id=run_id, pair=(lo, hi), aead_key=okm[:64], mac_key=okm[64:])
 
 
 def mac(key: EdgeKey, *parts: bytes) -> bytes:
@@ -461,18 +453,15 @@ def check_mac(key: EdgeKey, tag: bytes, *parts: bytes) -> None:
         raise MacError(f"authentication tag does not verify under the edge key of {key.pair} in run {key.run_id!r}")
 
 
-def seal(key: EdgeKey, plaintext: bytes, *, aad: bytes, nonce_context: bytes) -> bytes:
-    """Encrypt and authenticate ``plaintext`` with ChaCha20-Poly1305 (RFC 8439).
+def seal(key: EdgeKey, plaintext: bytes, *, aad: bytes) -> bytes:
+    """Encrypt and authenticate ``plaintext`` with AES-SIV (RFC 5297), ``aad`` as associated data.
 
-    The nonce is synthetic: ``HMAC-SHA256(key.nonce_key, len(ctx) || ctx || plaintext)``
-    truncated to 96 bits, where ``ctx`` is ``nonce_context`` (the caller passes the
-    message's unique identity: sender, iteration, round, kind, receivers).  Hence
-
-    * equal inputs give byte-identical boxes, so a retransmission is recognisable as
-      a duplicate, and
-    * a bug that seals two different plaintexts under the same context still uses two
-      different nonces (with overwhelming probability), instead of the catastrophic
-      nonce reuse a counter-derived nonce would suffer.
+    AES-SIV is deterministic authenticated encryption: the synthetic IV is a PRF of the key,
+    the associated data and the plaintext.  Hence equal inputs give byte-identical boxes (a
+    retransmission is recognisable as a duplicate), and there is no nonce to reuse: two
+    different plaintexts under the same header still give unrelated ciphertexts, which only
+    reveal whether they were equal (the caller's header, with sender, iteration, round, kind
+    and receivers, makes every honest message distinct anyway).
 
     Parameters
     ----------
@@ -482,21 +471,13 @@ def seal(key: EdgeKey, plaintext: bytes, *, aad: bytes, nonce_context: bytes) ->
         Data to protect.
     aad : bytes
         Associated data authenticated but not encrypted (the envelope header).
-    nonce_context : bytes
-        Bytes unique to this message.
 
     Returns
     -------
     bytes
-        ``nonce (12 bytes) || ciphertext || tag (16 bytes)``; ``SEAL_OVERHEAD`` bytes
-        longer than ``plaintext``.
+        ``SIV (16 bytes) || ciphertext``; ``SEAL_OVERHEAD`` bytes longer than ``plaintext``.
     """
-    plaintext = bytes(plaintext)
-    mac = hmac.HMAC(key.nonce_key, hashes.SHA256())
-    mac.update(_NONCE_INFO + struct.pack(">I", len(nonce_context)) + bytes(nonce_context))
-    mac.update(plaintext)
-    nonce = mac.finalize()[:NONCE_SIZE]
-    return nonce + ChaCha20Poly1305(key.aead_key).encrypt(nonce, plaintext, bytes(aad))
+    return AESSIV(key.aead_key).encrypt(bytes(plaintext), [bytes(aad)])
 
 
 def open_(key: EdgeKey, sealed: bytes, *, aad: bytes) -> bytes:
@@ -505,7 +486,7 @@ def open_(key: EdgeKey, sealed: bytes, *, aad: bytes) -> bytes:
     Raises
     ------
     DecryptionError
-        If the box is truncated, or the ciphertext, tag, nonce or ``aad`` were altered,
+        If the box is truncated, or the ciphertext, synthetic IV or ``aad`` were altered,
         or it was sealed under another key.
     """
     sealed = bytes(sealed)
@@ -513,9 +494,8 @@ def open_(key: EdgeKey, sealed: bytes, *, aad: bytes) -> bytes:
         raise DecryptionError(
             f"sealed box of {len(sealed)} bytes is shorter than the {SEAL_OVERHEAD}-byte overhead"
         )
-    nonce, ciphertext = sealed[:NONCE_SIZE], sealed[NONCE_SIZE:]
     try:
-        return ChaCha20Poly1305(key.aead_key).decrypt(nonce, ciphertext, bytes(aad))
+        return AESSIV(key.aead_key).decrypt(sealed, [bytes(aad)])
     except InvalidTag:
         raise DecryptionError(
             f"ciphertext does not authenticate under the edge key of {key.pair} in run {key.run_id!r}"

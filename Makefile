@@ -33,7 +33,7 @@ test: $(STAMP) mosquitto
 
 # Static checks: ruff (real mistakes, see [tool.ruff]), mypy (the package ships py.typed) and the architecture contracts of
 # [tool.importlinter] (the math imports no transport or crypto; only the MQTT link imports
-# aiomqtt; only p2pem.crypto imports cryptography).
+# aiomqtt; only p2pem.deploy.crypto imports cryptography).
 check: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,dev]"
 	$(BIN)/ruff check p2pem tests sim

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", metavar="DIR", help="run every node under cProfile and write DIR/node-<pid>.prof (slower)")
     args = parser.parse_args(argv)
 
-    from p2pem.broker import free_port
+    from p2pem.deploy.broker import free_port
     from p2pem.deploy.launcher import prepare_kit, run_deployment, start_kit_broker, write_result
     from p2pem.runner import build_graph, em_settings, protocols
     from p2pem.scenario import load_data, load_scenario

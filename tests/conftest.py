@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from p2pem.broker import BrokerHandle, find_mosquitto, start_broker, write_password_file
+from p2pem.deploy.broker import BrokerHandle, find_mosquitto, start_broker, write_password_file
 
 BrokerFactory = Callable[..., BrokerHandle]
 
@@ -18,7 +18,7 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[BrokerFactory]:
 
     Call it as ``broker = mosquitto_broker(passwords={"node1": "pw"}, acl=acl_text)``;
     both arguments are optional (anonymous access, no ACL).  The returned
-    :class:`~p2pem.broker.BrokerHandle` has ``host``, ``port``, ``restart()`` and
+    :class:`~p2pem.deploy.broker.BrokerHandle` has ``host``, ``port``, ``restart()`` and
     ``log_text()``.  Tests using it should carry ``pytest.mark.mqtt``.
     """
     executable = find_mosquitto()

@@ -5,7 +5,7 @@ import struct
 import numpy as np
 import pytest
 
-from p2pem.codec import (
+from p2pem.deploy.codec import (
     MAX_RING_INT,
     Codec,
     ForgedMessage,
@@ -20,7 +20,7 @@ from p2pem.codec import (
     WrongRun,
     validate_run_id,
 )
-from p2pem.crypto import MAC_SIZE, Identity, derive_edge_key, mac
+from p2pem.deploy.crypto import MAC_SIZE, Identity, derive_edge_key, mac
 from p2pem.errors import ConfigError, ProtocolError
 from p2pem.messages import SERVER, Message
 

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from p2pem.crypto import (
+from p2pem.deploy.crypto import (
     MAC_SIZE,
     SEAL_OVERHEAD,
     DecryptionError,

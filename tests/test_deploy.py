@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from p2pem.broker import find_mosquitto, free_port
-from p2pem.codec import Codec
-from p2pem.crypto import Identity
+from p2pem.deploy.broker import find_mosquitto, free_port
+from p2pem.deploy.codec import Codec
+from p2pem.deploy.crypto import Identity
 from p2pem.deploy.config import Roster, Timeouts
 from p2pem.deploy.launcher import (
     Deployment,
@@ -38,7 +38,7 @@ from p2pem.messages import Message
 from p2pem.runner import build_graph, em_settings, protocols
 from p2pem.scenario import load_data, load_scenario
 from p2pem.simulate import run_protocol
-from p2pem.transports.mqtt import LinkTimeout, MqttLink, topic_for
+from p2pem.deploy.transports.mqtt import LinkTimeout, MqttLink, topic_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "parkinsons-20.toml"

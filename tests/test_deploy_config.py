@@ -13,9 +13,9 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from p2pem.broker import find_mosquitto
+from p2pem.deploy.broker import find_mosquitto
 from p2pem.cli import main
-from p2pem.crypto import Identity
+from p2pem.deploy.crypto import Identity
 from p2pem.deploy.config import (
     BrokerConfig,
     NodeConfig,

@@ -20,15 +20,15 @@ import threading
 import numpy as np
 import pytest
 
-from p2pem.broker import find_mosquitto, free_port
-from p2pem.codec import Codec
+from p2pem.deploy.broker import find_mosquitto, free_port
+from p2pem.deploy.codec import Codec
 from p2pem.deploy.config import NodeConfig, Roster, Timeouts
 from p2pem.deploy.launcher import Deployment, DeploymentFailed, collect_results, prepare_kit, run_deployment, start_kit_broker
 from p2pem.deploy.runtime import AbortReason, NodeRuntime, run_reported
 from p2pem.messages import Message
 from p2pem.scenario import load_scenario
-from p2pem.transports.base import subscriptions_for
-from p2pem.transports.mqtt import MqttLink
+from p2pem.deploy.transports.base import subscriptions_for
+from p2pem.deploy.transports.mqtt import MqttLink
 from test_deploy import Capture, _processes_mentioning, max_rel_diff, scenario_file, simulate, wait_until
 from test_deploy_memory import INSIDER, Insider
 

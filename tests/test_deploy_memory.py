@@ -2,7 +2,7 @@
 
 Every node of a small deployment kit runs its real :class:`~p2pem.deploy.runtime.NodeRuntime`
 (hello, replay guard, validation, signed aborts, final agreement) in one event loop, talking
-through :class:`~p2pem.transports.memory.MemoryBroker`.  Node ``INSIDER`` holds valid keys and
+through :class:`~p2pem.deploy.transports.memory.MemoryBroker`.  Node ``INSIDER`` holds valid keys and
 rewrites what it publishes.  The property every test checks: each honest node either ends with
 the exact model of ``p2pem simulate`` or exits non-zero with a result.json that says why, and no
 honest node exits 0 with a model another honest node does not hold.
@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from p2pem.broker import find_mosquitto
-from p2pem.codec import Codec
-from p2pem.crypto import Identity
+from p2pem.deploy.broker import find_mosquitto
+from p2pem.deploy.codec import Codec
+from p2pem.deploy.crypto import Identity
 from p2pem.deploy.config import NodeConfig, Roster, Timeouts
 from p2pem.deploy.launcher import prepare_kit
 from p2pem.deploy.runtime import NodeRuntime, run_reported
@@ -32,8 +32,8 @@ from p2pem.protocols.pdmm import NEVER
 from p2pem.runner import build_graph, em_settings, protocols
 from p2pem.scenario import load_data, load_scenario
 from p2pem.simulate import run_protocol
-from p2pem.transports.base import subscriptions_for, topic_for
-from p2pem.transports.memory import Faults, MemoryBroker
+from p2pem.deploy.transports.base import subscriptions_for, topic_for
+from p2pem.deploy.transports.memory import Faults, MemoryBroker
 
 ROOT = Path(__file__).resolve().parents[1]
 INSIDER = 1

@@ -9,12 +9,12 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 import pytest
 
-from p2pem.broker import acl_rules, find_mosquitto, free_port, username_for, write_mosquitto_config, write_password_file
-from p2pem.codec import Codec, NotAddressed
-from p2pem.crypto import Identity
+from p2pem.deploy.broker import acl_rules, find_mosquitto, free_port, username_for, write_mosquitto_config, write_password_file
+from p2pem.deploy.codec import Codec, NotAddressed
+from p2pem.deploy.crypto import Identity
 from p2pem.errors import ConfigError, TransportError
 from p2pem.messages import Message
-from p2pem.transports.mqtt import (
+from p2pem.deploy.transports.mqtt import (
     ConnectionLost,
     LinkTimeout,
     MqttLink,

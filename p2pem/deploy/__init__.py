@@ -15,6 +15,11 @@ per process, next to its own data file.  Rooms:
     per node, collect and check the results.
 ``p2pem.deploy.cli``
     The ``node``, ``deploy`` and ``keys`` subcommands.
+``p2pem.deploy.crypto``, ``p2pem.deploy.codec``, ``p2pem.deploy.broker``, ``p2pem.deploy.transports``
+    Identities, edge keys, AES-SIV sealing and signatures (the only importer of
+    ``cryptography``); the wire envelopes; the Mosquitto broker; the links (in-memory with
+    fault injection, MQTT: the only importer of ``aiomqtt``).  Only a deployment needs them,
+    so the estimator and the simulator import none of them.
 
 Nothing is imported here, so that ``p2pem --help`` stays fast.
 """

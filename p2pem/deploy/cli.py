@@ -119,7 +119,7 @@ def cmd_node(args: argparse.Namespace) -> int:
 
     parent = os.getppid() if args.exit_with_parent else None
     if parent is not None:
-        from p2pem.broker import die_with_parent
+        from p2pem.deploy.broker import die_with_parent
 
         die_with_parent()
     try:
@@ -193,7 +193,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             overrides = {k: v for k, v in (("timeout", args.timeout), ("startup_timeout", args.startup_timeout)) if v is not None}
             timeouts, _, _ = deploy_settings(scenario, overrides)
             if args.prepare_only:
-                from p2pem.broker import free_port
+                from p2pem.deploy.broker import free_port
 
                 address = broker or deploy_settings(scenario)[2] or (args.listen, free_port(args.listen))
                 kit = prepare_kit(scenario, args.out, broker=address, protocol=args.protocol, run_id=args.run_id, seeded=args.insecure_reproducible_seed, timeouts=timeouts)
@@ -284,7 +284,7 @@ def _print_summary(kit, doc: dict, elapsed: float) -> None:
 
 
 def cmd_keys_new(args: argparse.Namespace) -> int:
-    from p2pem.crypto import Identity
+    from p2pem.deploy.crypto import Identity
     from p2pem.deploy.launcher import public_path, public_toml
 
     path = Path(args.out)
@@ -301,7 +301,7 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_show(args: argparse.Namespace) -> int:
-    from p2pem.crypto import Identity
+    from p2pem.deploy.crypto import Identity
     from p2pem.deploy.launcher import public_toml
 
     print(public_toml(Identity.load(args.key_file).public), end="")

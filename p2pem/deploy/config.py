@@ -285,7 +285,7 @@ class Roster:
         return spec
 
     def public_keys(self) -> dict[int, Any]:
-        """``{node id: PublicIdentity}`` for :class:`~p2pem.codec.Codec`."""
+        """``{node id: PublicIdentity}`` for :class:`~p2pem.deploy.codec.Codec`."""
         return dict(enumerate(self.keys))
 
     def digest(self) -> bytes:
@@ -309,7 +309,7 @@ class Roster:
             The run id is invalid, the protocol is not deployable, or the number of keys
             does not match the number of nodes.
         """
-        from p2pem.codec import validate_run_id
+        from p2pem.deploy.codec import validate_run_id
         from p2pem.protocols import Topology
 
         validate_run_id(run_id)
@@ -375,8 +375,8 @@ class Roster:
 
     @classmethod
     def from_document(cls, doc: Mapping[str, Any], path: Path | None = None) -> Roster:
-        from p2pem.codec import validate_run_id
-        from p2pem.crypto import PublicIdentity
+        from p2pem.deploy.codec import validate_run_id
+        from p2pem.deploy.crypto import PublicIdentity
 
         where = str(path) if path is not None else "roster"
         top = Table(where, doc, "", ("format", "run_id", "topology", "em", "protocol", "nodes"))

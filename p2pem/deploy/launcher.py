@@ -265,8 +265,8 @@ def prepare_kit(
         The folder is not empty, the protocol cannot be deployed, or mosquitto_passwd is
         missing.
     """
-    from p2pem.broker import find_mosquitto, username_for
-    from p2pem.crypto import Identity
+    from p2pem.deploy.broker import find_mosquitto, username_for
+    from p2pem.deploy.crypto import Identity
     from p2pem.runner import build_graph, em_settings
     from p2pem.scenario import load_data
 
@@ -354,7 +354,7 @@ def write_broker_auth(directory: Path, run_id: str, n_nodes: int, *, executable:
     dict
         User name to password.
     """
-    from p2pem.broker import acl_rules, username_for, write_password_file
+    from p2pem.deploy.broker import acl_rules, username_for, write_password_file
 
     users = {username_for(i): secrets.token_urlsafe(18) for i in range(n_nodes)}
     users["admin"] = secrets.token_urlsafe(18)
@@ -396,7 +396,7 @@ def start_kit_broker(kit: Kit, *, timeout: float = 5.0):
 
     Returns
     -------
-    p2pem.broker.BrokerHandle
+    p2pem.deploy.broker.BrokerHandle
 
     Raises
     ------
@@ -405,7 +405,7 @@ def start_kit_broker(kit: Kit, *, timeout: float = 5.0):
     TransportError
         It does not start (e.g. the port is taken).
     """
-    from p2pem.broker import BrokerHandle, find_mosquitto
+    from p2pem.deploy.broker import BrokerHandle, find_mosquitto
 
     exe = find_mosquitto()
     if exe is None:
@@ -419,8 +419,8 @@ def start_kit_broker(kit: Kit, *, timeout: float = 5.0):
 
 def write_kit_broker_config(kit: Kit, *, host: str | None = None, port: int | None = None) -> Path:
     """``DIR/broker/mosquitto.conf`` for the kit: password file, ACL, and Nagle off
-    (see :func:`p2pem.broker.write_mosquitto_config`)."""
-    from p2pem.broker import write_mosquitto_config
+    (see :func:`p2pem.deploy.broker.write_mosquitto_config`)."""
+    from p2pem.deploy.broker import write_mosquitto_config
 
     return write_mosquitto_config(
         kit.broker_dir,
@@ -890,7 +890,7 @@ def deploy(
     (Kit, dict)
         The kit and the ``result.json`` document.
     """
-    from p2pem.broker import free_port
+    from p2pem.deploy.broker import free_port
 
     if broker is None:
         _, _, broker = deploy_settings(scenario)
@@ -910,7 +910,7 @@ def run_kit(
     handle = None
     try:
         if start_broker:
-            from p2pem.broker import PortInUse, free_port
+            from p2pem.deploy.broker import PortInUse, free_port
 
             try:
                 handle = start_kit_broker(kit)
@@ -959,7 +959,7 @@ def assemble_roster(
     """
     import tomllib
 
-    from p2pem.crypto import PublicIdentity
+    from p2pem.deploy.crypto import PublicIdentity
     from p2pem.runner import build_graph, em_settings
     from p2pem.scenario import load_scenario
 

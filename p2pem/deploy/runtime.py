@@ -2,8 +2,8 @@
 
 The simulator's message engine hands each :class:`~p2pem.messages.Message` straight to the
 receiving Node; here the same messages are authenticated per receiver (and, for the initial
-duals of pdmm-sp, sealed per edge) by :class:`~p2pem.codec.Codec`, published through
-:class:`~p2pem.transports.mqtt.MqttLink` and checked on arrival.  Nothing else differs, so a
+duals of pdmm-sp, sealed per edge) by :class:`~p2pem.deploy.codec.Codec`, published through
+:class:`~p2pem.deploy.transports.mqtt.MqttLink` and checked on arrival.  Nothing else differs, so a
 deployment reproduces ``p2pem simulate`` for the same seeds.
 
 What arrives is accepted only if, in this order (each refusal is logged with its reason and
@@ -15,7 +15,7 @@ counted in the node's result, and the message is never folded in):
    pinned roster keys), and its sealed payload (if any) authenticates under the edge key
    (:meth:`Codec.decode`);
 3. it comes from a neighbour;
-4. :class:`~p2pem.codec.ReplayGuard` has not accepted it before (an identical copy, as MQTT
+4. :class:`~p2pem.deploy.codec.ReplayGuard` has not accepted it before (an identical copy, as MQTT
    QoS 1 may deliver, is silently dropped; a different message under the same identity is a
    replay or an equivocation and is refused);
 5. an initial dual arrives encrypted, and the Node accepts it (a message for an EM iteration
@@ -62,8 +62,8 @@ from typing import Any
 
 import numpy as np
 
-from p2pem.codec import Codec, InconsistentMessage, InvalidMessage, NotAddressed, ReplayedMessage, ReplayGuard, TamperedMessage
-from p2pem.crypto import CryptoError, Identity
+from p2pem.deploy.codec import Codec, InconsistentMessage, InvalidMessage, NotAddressed, ReplayedMessage, ReplayGuard, TamperedMessage
+from p2pem.deploy.crypto import CryptoError, Identity
 from p2pem.deploy.config import NodeConfig, Roster, load_node_data
 from p2pem.deploy.dropout import survivor_topology
 from p2pem.errors import ConfigError, DataError, P2pemError, ProtocolError, TransportError
@@ -72,7 +72,7 @@ from p2pem.messages import Message
 from p2pem.node import MAX_AHEAD, EMFailed, Node, OutOfRound
 from p2pem.protocols import NodeContext
 from p2pem.protocols.base import ProtocolViolation, check_vector
-from p2pem.transports.base import (
+from p2pem.deploy.transports.base import (
     ConnectionLost,
     Incoming,
     Link,
@@ -303,10 +303,10 @@ class NodeRuntime:
         Stop (as if interrupted) when the parent process is no longer ``parent_pid``: a node
         started by ``p2pem deploy`` dies with its launcher.
     link : Link, optional
-        The transport; default an :class:`~p2pem.transports.mqtt.MqttLink` to the configured
-        broker.  Tests pass a :class:`~p2pem.transports.memory.MemoryLink`.
+        The transport; default an :class:`~p2pem.deploy.transports.mqtt.MqttLink` to the configured
+        broker.  Tests pass a :class:`~p2pem.deploy.transports.memory.MemoryLink`.
     launch : bytes, default b""
-        Nonce of this launch, bound into every envelope (see :class:`~p2pem.codec.Codec`);
+        Nonce of this launch, bound into every envelope (see :class:`~p2pem.deploy.codec.Codec`);
         every node of a launch must get the same one.
 
     Raises
@@ -366,7 +366,7 @@ class NodeRuntime:
         self._nbr_set = frozenset(self.neighbours)
         self.guard = ReplayGuard()
         if link is None:
-            from p2pem.transports.mqtt import MqttLink
+            from p2pem.deploy.transports.mqtt import MqttLink
 
             broker = config.broker
             link = MqttLink(
@@ -1205,7 +1205,7 @@ def _node_model(em: Any) -> tuple[Any, list[float]]:
 async def run_reported(runtime: NodeRuntime) -> int:
     """Run ``runtime`` to the end and write its result file; return the exit code, never raise.
 
-    For running many nodes in one event loop (tests over :mod:`p2pem.transports.memory`);
+    For running many nodes in one event loop (tests over :mod:`p2pem.deploy.transports.memory`);
     :func:`run_node` is the same with signal handling for a node process.
     """
     try:

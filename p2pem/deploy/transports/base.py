@@ -2,8 +2,8 @@
 
 A node runtime (:mod:`p2pem.deploy.runtime`) talks to its peers through a :class:`Link`:
 connect, publish opaque bytes on a topic, receive ``(topic, bytes)``, notice a lost
-connection and reconnect.  :class:`~p2pem.transports.mqtt.MqttLink` implements it over an
-MQTT broker, :class:`~p2pem.transports.memory.MemoryLink` in memory with fault injection
+connection and reconnect.  :class:`~p2pem.deploy.transports.mqtt.MqttLink` implements it over an
+MQTT broker, :class:`~p2pem.deploy.transports.memory.MemoryLink` in memory with fault injection
 (for tests that run every node of a deployment in one process).
 
 Topic layout, for run ``<run>``::
@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import NamedTuple, Protocol
 
-from p2pem.codec import validate_run_id
+from p2pem.deploy.codec import validate_run_id
 from p2pem.errors import ConfigError, TransportError
 from p2pem.messages import Message
 

@@ -1,7 +1,7 @@
 """An in-memory broker and link with fault injection, for running a whole deployment in one process.
 
-:class:`MemoryLink` implements :class:`~p2pem.transports.base.Link` like
-:class:`~p2pem.transports.mqtt.MqttLink`, against a :class:`MemoryBroker` instead of
+:class:`MemoryLink` implements :class:`~p2pem.deploy.transports.base.Link` like
+:class:`~p2pem.deploy.transports.mqtt.MqttLink`, against a :class:`MemoryBroker` instead of
 Mosquitto: exact topic filters (and ``#``), retained messages, a connection that can be
 cut (:meth:`MemoryLink.cut`) and re-established.  Every publish passes through the broker's
 ``intercept`` hook, which returns what is actually delivered, so a test can drop, duplicate,
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from p2pem.errors import TransportError
-from p2pem.transports.base import ConnectionLost, Inbox, Incoming
+from p2pem.deploy.transports.base import ConnectionLost, Inbox, Incoming
 
 __all__ = ["Delivery", "Faults", "MemoryBroker", "MemoryLink"]
 
@@ -81,7 +81,7 @@ class MemoryBroker:
 
 
 class MemoryLink(Inbox):
-    """One client of a :class:`MemoryBroker`; same calls and errors as :class:`~p2pem.transports.mqtt.MqttLink`."""
+    """One client of a :class:`MemoryBroker`; same calls and errors as :class:`~p2pem.deploy.transports.mqtt.MqttLink`."""
 
     def __init__(self, broker: MemoryBroker, subscriptions: Iterable[str] = (), *, name: str = "memory") -> None:
         self.broker = broker

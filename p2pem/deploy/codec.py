@@ -56,7 +56,7 @@ from typing import Literal, Mapping
 
 import numpy as np
 
-from p2pem.crypto import (
+from p2pem.deploy.crypto import (
     MAC_SIZE,
     SEAL_OVERHEAD,
     CryptoError,
@@ -252,7 +252,7 @@ class Codec:
     Examples
     --------
     >>> import numpy as np
-    >>> from p2pem.crypto import Identity
+    >>> from p2pem.deploy.crypto import Identity
     >>> keys = {0: Identity.generate(), 1: Identity.generate()}
     >>> roster = {i: k.public for i, k in keys.items()}
     >>> alice = Codec("demo", roster, identity=keys[0], node_id=0)

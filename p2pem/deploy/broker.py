@@ -9,7 +9,7 @@ Topic layout and permissions (see :func:`acl_rules`): node ``i`` logs in as
 under ``p2pem/<run>/#``; an observer may read, an admin may read and write the run's
 tree.  The ACL only stops a compromised node from *publishing under another node's
 name on the broker*; authenticity of content comes from the per-receiver envelope MACs of
-:mod:`p2pem.codec`, and confidentiality of payloads from per-edge encryption.
+:mod:`p2pem.deploy.codec`, and confidentiality of payloads from per-edge encryption.
 
 Mosquitto behaviours the callers must know are listed in the Notes of
 :func:`write_mosquitto_config` and :func:`acl_rules`.
@@ -149,7 +149,7 @@ def write_mosquitto_config(
     if not 0 < int(port) < 65536:
         raise ConfigError(f"port {port} is out of range 1-65535")
     lines = [
-        "# written by p2pem.broker",
+        "# written by p2pem.deploy.broker",
         f"listener {int(port)} {host}",
         "persistence false",
         f"allow_anonymous {'false' if password_file is not None else 'true'}",
@@ -234,7 +234,7 @@ def acl_rules(
     Parameters
     ----------
     run_id : str
-        Run id (validated as in :func:`p2pem.codec.validate_run_id`).
+        Run id (validated as in :func:`p2pem.deploy.codec.validate_run_id`).
     node_ids : iterable of int
         Nodes of the run; node ``i`` is user :func:`username_for` ``(i)``.
     admin : str or None, default "admin"
@@ -255,7 +255,7 @@ def acl_rules(
     A subscription to a filter wider than the read grant (e.g. ``#``) is accepted and
     filtered per message.  Anything not granted is denied.
     """
-    from p2pem.codec import validate_run_id  # late import: codec pulls in crypto
+    from p2pem.deploy.codec import validate_run_id  # late import: codec pulls in crypto
 
     validate_run_id(run_id)
     root = f"p2pem/{run_id}"
@@ -270,7 +270,7 @@ def acl_rules(
         blocks.append(f"user {admin}\ntopic readwrite {root}/#\n")
     if observer is not None:
         blocks.append(f"user {observer}\ntopic read {root}/#\n")
-    return "# written by p2pem.broker\n\n" + "\n".join(blocks)
+    return "# written by p2pem.deploy.broker\n\n" + "\n".join(blocks)
 
 
 def write_acl(

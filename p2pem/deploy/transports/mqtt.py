@@ -1,7 +1,7 @@
 """An asyncio link to an MQTT broker, and the p2pem topic layout.
 
 This is the only module of p2pem that imports ``aiomqtt`` (``>=2.5,<3``).  It moves
-opaque byte strings; what they mean (the envelopes of :mod:`p2pem.codec`) and when
+opaque byte strings; what they mean (the envelopes of :mod:`p2pem.deploy.codec`) and when
 to wait for whom is the Node runtime's business.
 
 Topic layout, for run ``<run>``::
@@ -9,11 +9,11 @@ Topic layout, for run ``<run>``::
     p2pem/<run>/from/<i>/all        broadcasts of node i (every neighbour listens)
     p2pem/<run>/from/<i>/to/<j>     point-to-point messages from i to j
 
-so the broker ACL (:mod:`p2pem.broker`) can give node ``i`` write access to
+so the broker ACL (:mod:`p2pem.deploy.broker`) can give node ``i`` write access to
 ``p2pem/<run>/from/<i>/#`` only.
 
 Delivery is MQTT QoS 1 (at least once): duplicates are possible and are filtered by
-:class:`p2pem.codec.ReplayGuard`.  Incoming messages go to an unbounded queue, so the
+:class:`p2pem.deploy.codec.ReplayGuard`.  Incoming messages go to an unbounded queue, so the
 link never drops a message it has received; a lost connection is reported as
 :class:`ConnectionLost` and repaired only when the caller calls :meth:`MqttLink.reconnect`.
 
@@ -39,7 +39,7 @@ from types import TracebackType
 import aiomqtt
 
 from p2pem.errors import ConfigError, TransportError
-from p2pem.transports.base import (
+from p2pem.deploy.transports.base import (
     TOPIC_ROOT,
     ConnectionLost,
     Inbox,
@@ -267,7 +267,7 @@ class MqttLink(Inbox):
         Messages received before the loss stay in the queue.  Messages the broker
         held for this client are lost with a broker restart: the caller must
         re-publish what its peers may have missed (envelopes are deterministic, so
-        a re-publish is an identical duplicate to :class:`~p2pem.codec.ReplayGuard`).
+        a re-publish is an identical duplicate to :class:`~p2pem.deploy.codec.ReplayGuard`).
 
         Parameters
         ----------

@@ -55,7 +55,7 @@ def main() -> None:
 
     print(f"scenario {scenario.name}: {config.runs} Monte Carlo runs, {config.iterations} iterations, "
           f"{len(config.targets)} targets, k={config.k}; cpus available: {len(os.sched_getaffinity(0))}")
-    print(f"imports: {import_s:.2f} s (numpy, scipy, scikit-learn via npeet-plus)")
+    print(f"imports: {import_s:.2f} s (numpy, scipy)")
     print("stage timings:")
     for stage, seconds in report.timings.items():
         print(f"  {stage:<44} {seconds:7.2f} s")

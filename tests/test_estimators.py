@@ -377,3 +377,25 @@ def test_best_linear_estimate_multi_target_and_validation() -> None:
         best_linear_estimate(t, view[:-1], rng=rng)
     with pytest.raises(DataError):
         best_linear_estimate(t[:4], view[:4], rng=rng)  # 2 training rows, 4 coefficients
+
+
+def test_ksg_equals_npeet_on_the_same_jittered_data() -> None:
+    """Our KSG (scipy k-d trees, explicit RNG) is NPEET's estimator: npeet-plus on the same data agrees to 1e-12."""
+    npeet_plus = pytest.importorskip("npeet_plus")
+    from p2pem.leakage.estimators import _JITTER, _ksg_bits, standardise
+
+    data = np.random.default_rng(11)
+    for n, dx, dy in [(2_000, 1, 1), (3_000, 1, 3), (2_000, 2, 2)]:
+        x = data.standard_normal((n, dx))
+        y = x[:, :1] @ np.ones((1, dy)) + data.standard_normal((n, dy))
+        ours = _ksg_bits(x, y, 3, np.random.default_rng(5))
+        jitter = np.random.default_rng(5)  # the same jitter our estimator drew
+        xs = standardise(x) + _JITTER * jitter.standard_normal((n, dx))
+        ys = standardise(y) + _JITTER * jitter.standard_normal((n, dy))
+        state = np.random.get_state()
+        try:
+            np.random.seed(0)  # npeet-plus adds its own 1e-10 noise from the global RNG
+            reference = float(npeet_plus.mi(xs, ys, k=3, base=2))
+        finally:
+            np.random.set_state(state)
+        assert ours == pytest.approx(reference, abs=1e-12)

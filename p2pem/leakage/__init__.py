@@ -3,7 +3,7 @@
 =====================================  =======================================================
 module                                 what it holds
 =====================================  =======================================================
-:mod:`p2pem.leakage.estimators`        KSG mutual information (npeet-plus) with confidence
+:mod:`p2pem.leakage.estimators`        KSG mutual information (NPEET's estimator) with confidence
                                        intervals and a normalisation, Gaussian closed forms,
                                        a linear reduction of high-dimensional views
 :mod:`p2pem.leakage.views`             adversary models (honest-but-curious, eavesdropper,
@@ -26,8 +26,8 @@ module                                 what it holds
 :mod:`p2pem.leakage.wholerun_cli`      ``p2pem leakage SCENARIO --whole-run --out DIR``
 =====================================  =======================================================
 
-This package module imports nothing on purpose: the estimators pull in scikit-learn through
-``npeet-plus``, which the rest of p2pem should not pay for on import.
+This package module imports nothing on purpose: the estimators and the analysis pull in
+scipy's spatial trees and matplotlib, which the rest of p2pem should not pay for on import.
 """
 
 from __future__ import annotations

@@ -681,11 +681,11 @@ def _single_threaded_blas() -> Iterator[None]:
 
     They are far too small to gain from threads, and a multi-threaded OpenBLAS slows them
     down by an order of magnitude as soon as another process competes for the cores.
-    threadpoolctl comes with scikit-learn, which npeet-plus requires.
+    threadpoolctl is a declared dependency.
     """
     try:
         from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - always installed with npeet-plus
+    except ImportError:  # pragma: no cover - a declared dependency
         yield
         return
     with threadpool_limits(limits=1, user_api="blas"):

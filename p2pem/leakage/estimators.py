@@ -4,7 +4,7 @@ Every leakage number p2pem reports is a mutual information in bits between an ho
 node's private input ``X`` and what an adversary sees, its *view* ``V``:
 
 * :func:`mutual_information` -- the Kraskov-Stoegbauer-Grassberger (KSG) k-nearest
-  neighbour estimate, computed by ``npeet_plus.mi`` on standardised, tie-broken data
+  neighbour estimate, computed as NPEET computes it (scipy k-d trees) on standardised, tie-broken data
   and made reproducible from an explicit :class:`numpy.random.Generator`;
 * :func:`mi_interval` (and its short form :func:`mi_with_ci`) -- the same estimate
   corrected for its bias, with a confidence interval from disjoint batches;
@@ -21,9 +21,7 @@ node's private input ``X`` and what an adversary sees, its *view* ``V``:
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +49,7 @@ FloatArray = npt.NDArray[np.float64]
 
 #: Standard deviation of the tie-breaking jitter, in units of the standardised data.
 #: Far below any real neighbour distance (about 1e-4 at 1e4 samples in 1-D) yet far
-#: above the 1e-15 margin npeet-plus subtracts from radii, so it breaks exact ties
+#: above the 1e-15 margin subtracted from radii, so it breaks exact ties
 #: without moving any genuine comparison.
 _JITTER = 1e-10
 
@@ -61,9 +59,6 @@ RATE_MIN = 0.25
 #: A column whose spread is below this fraction of its largest magnitude is constant.
 _CONSTANT_RTOL = 1e-12
 
-# npeet-plus draws its own tie-breaking noise from numpy's global RandomState; the
-# lock keeps two threads of this module from interleaving seed, call and restore.
-_GLOBAL_STATE_LOCK = threading.Lock()
 
 
 # ---------------------------------------------------------------------------
@@ -146,29 +141,25 @@ def standardise(a: FloatArray) -> FloatArray:
     return (a - a.mean(axis=0)) / std[keep]
 
 
-@contextmanager
-def _global_numpy_seeded(rng: np.random.Generator) -> Iterator[None]:
-    """Seed numpy's global RandomState from ``rng`` and restore it afterwards."""
-    seed = int(rng.integers(0, 2**32))
-    with _GLOBAL_STATE_LOCK:
-        saved = np.random.get_state()
-        np.random.seed(seed)
-        try:
-            yield
-        finally:
-            np.random.set_state(saved)
-
-
 # ---------------------------------------------------------------------------
 # KSG estimate
 # ---------------------------------------------------------------------------
 
+#: Margin subtracted from the k-th neighbour distance before counting marginal neighbours
+#: (strictly closer than the joint k-th neighbour, as in NPEET).
+_RADIUS_MARGIN = 1e-15
+
 
 def _ksg_bits(x: FloatArray, y: FloatArray, k: int, rng: np.random.Generator) -> float:
-    """Unclipped KSG estimate in bits for validated 2-D arrays."""
-    # Imported here because npeet-plus imports scikit-learn (about a second), which
-    # the closed forms below do not need.
-    import npeet_plus
+    """Unclipped KSG estimate in bits for validated 2-D arrays (KSG's first estimator).
+
+    psi(k) + psi(N) - <psi(n_x + 1)> - <psi(n_y + 1)>, with the k-th neighbour distance
+    of every point in the joint max-norm space and n_x + 1, n_y + 1 the points (itself
+    included) strictly closer than that in each marginal space: NPEET's formula, with
+    scipy's k-d trees and the tie-breaking jitter drawn from ``rng`` alone (no global
+    random state is read or written).
+    """
+    from scipy.spatial import cKDTree
 
     xs = standardise(x)
     ys = standardise(y)
@@ -176,16 +167,18 @@ def _ksg_bits(x: FloatArray, y: FloatArray, k: int, rng: np.random.Generator) ->
         return 0.0
     xs = xs + _JITTER * rng.standard_normal(xs.shape)
     ys = ys + _JITTER * rng.standard_normal(ys.shape)
-    # The inputs are finite and unit-scale here, so a floating-point fault inside
-    # npeet-plus would be a bug; raise it instead of returning NaN or warning.
-    with _global_numpy_seeded(rng), np.errstate(divide="raise", over="raise", invalid="raise"):
-        try:
-            value = float(npeet_plus.mi(xs, ys, k=k, base=2))
-        except FloatingPointError as exc:
-            raise DataError(f"KSG estimate failed on this data: {exc}") from exc
+    n = xs.shape[0]
+    joint = np.hstack([xs, ys])
+    radius = cKDTree(joint).query(joint, k=k + 1, p=np.inf)[0][:, k] - _RADIUS_MARGIN
+
+    def mean_digamma(points: FloatArray) -> float:
+        counts = cKDTree(points).query_ball_point(points, radius, p=np.inf, return_length=True)
+        return float(np.mean(special.digamma(counts)))
+
+    value = (special.digamma(k) + special.digamma(n) - mean_digamma(xs) - mean_digamma(ys)) / math.log(2)
     if not math.isfinite(value):
         raise DataError(f"KSG estimate is not finite ({value}); check the data")
-    return value
+    return float(value)
 
 
 def mutual_information(
@@ -206,7 +199,7 @@ def mutual_information(
         Number of nearest neighbours (KSG's first estimator).  Larger ``k`` lowers
         the variance and raises the bias.
     rng : numpy.random.Generator
-        Source of the tie-breaking jitter and of the seed for npeet-plus's own noise.
+        Source of the tie-breaking jitter (the only randomness).
 
     Returns
     -------
@@ -224,32 +217,23 @@ def mutual_information(
 
     Notes
     -----
-    The estimate is KSG's first estimator (eq. (8) of [1]_), computed by
-    ``npeet_plus.mi`` (max-norm k-d trees).  Before the call each column is
+    The estimate is KSG's first estimator (eq. (8) of [1]_), computed as NPEET does
+    (max-norm k-d trees, scipy's ``cKDTree``); ``tests/test_estimators.py`` checks it
+    against ``npeet_plus.mi`` on the same jittered data.  Before the call each column is
     standardised to zero mean and unit variance, so that the max-norm weighs all
     coordinates alike; constant columns are dropped (if all columns of ``x`` or of
     ``y`` are constant the result is exactly 0).  The estimate is therefore
     invariant to affine rescaling of each column.
 
-    Reproducibility.  npeet-plus adds uniform noise of size 1e-10 to break ties, drawn
-    from numpy's *global* RandomState.  This wrapper (1) adds its own Gaussian jitter
-    of standard deviation 1e-10 drawn from ``rng``, and (2) seeds the global
-    RandomState from ``rng`` for the duration of the call and restores its previous
-    state afterwards, under a module lock.  The same seed thus gives a bit-identical
-    estimate, and the caller's global random stream is left where it was.  Code in
-    *other* threads that uses ``numpy.random`` global functions during the call
-    would see the temporary seed (p2pem itself never does).  For continuous data
-    without ties the jitter changes no neighbour count, so the estimate does not
-    depend on the seed at all; the seed matters only for tied (e.g. discrete) data.
-
-    Floating-point faults inside npeet-plus are turned into errors
-    (``numpy.errstate(..., "raise")``) and re-raised as :class:`DataError`; on
-    validated input none occur, so the estimator emits no warnings.
+    Reproducibility.  Ties are broken by Gaussian jitter of standard deviation 1e-10
+    drawn from ``rng`` and nothing else, so the same seed gives a bit-identical estimate
+    and no global random state is touched.  For continuous data without ties the jitter
+    changes no neighbour count, so the estimate does not depend on the seed at all; the
+    seed matters only for tied (e.g. discrete) data.
 
     Complexity is O(n log n) per call for low dimension.  The joint dimension
     matters: at 1e4 samples a 1-D vs 1-D call takes about 0.05 s and 1-D vs 10-D
-    about 0.5 s; from 20 joint dimensions npeet-plus switches to a ball tree and a
-    call takes several seconds.  KSG is also strongly biased downwards in high
+    about 0.5 s, and more dimensions cost more.  KSG is also strongly biased downwards in high
     dimension: for X against ten copies X + N(0, 1) (exact 1.73 bits) it returns
     about 1.29 bits at 1e4 samples, while 1-D vs 3-D is still within 0.02 bits.
     Reduce such views with :func:`best_linear_estimate` first.

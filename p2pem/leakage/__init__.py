@@ -9,7 +9,7 @@ module                                 what it holds
 :mod:`p2pem.leakage.views`             adversary models (honest-but-curious, eavesdropper,
                                        both) and their views, built from a message trace
 :mod:`p2pem.leakage.reduce`            reductions of a view: principal components and the
-                                       adversary's cross-fitted linear estimate (lower bound),
+                                       adversary's cross-fitted linear estimate (its population MI a lower bound),
                                        exact MI from the view's linear structure
 :mod:`p2pem.leakage.theory`            what each protocol discloses by design (closed
                                        forms), honest components and topology warnings

@@ -9,8 +9,9 @@ module                                 what it holds
 :mod:`p2pem.leakage.views`             adversary models (honest-but-curious, eavesdropper,
                                        both) and their views, built from a message trace
 :mod:`p2pem.leakage.reduce`            reductions of a view: principal components and the
-                                       adversary's cross-fitted linear estimate (lower bound),
-                                       exact MI from the view's linear structure
+                                       adversary's cross-fitted linear estimate (its
+                                       population MI is a lower bound, the estimate is
+                                       not), exact MI from the view's linear structure
 :mod:`p2pem.leakage.theory`            what each protocol discloses by design (closed
                                        forms), honest components and topology warnings
 :mod:`p2pem.leakage.config`            the validated ``[leakage]`` table of a scenario

@@ -536,7 +536,17 @@ class LeakageReport:
         fmt, version = LEAKAGE_FORMAT
         return {"format": fmt, "version": version, "scenario": self.scenario.name, "runs": [r.to_json() for r in self.runs]}
 
-    def summary_json(self) -> dict:
+    def summary_json(self, *, extra_timings: dict[str, float] | None = None, wall_s: float | None = None) -> dict:
+        """summary.json: settings, protocols (parameters, secure-sum's ring and arcs), warnings, timings.
+
+        Parameters
+        ----------
+        extra_timings : dict, optional
+            Steps timed outside the analysis (the command's set-up, writing, figures), added to
+            ``timings_s`` so that the timings add up to ``wall_s``.
+        wall_s : float, optional
+            The wall time they add up to (default: the analysis's own).
+        """
         from p2pem.runner import graph_summary
 
         cfg = self.config
@@ -571,8 +581,8 @@ class LeakageReport:
                 kind: [list(c) for c in rep.components] for kind, rep in self.topology.items()
             },
             "warnings": self.warnings(),
-            "wall_s": self.wall_s,
-            "timings_s": self.timings,
+            "wall_s": self.wall_s if wall_s is None else wall_s,
+            "timings_s": self.timings | (extra_timings or {}),
         }
 
 

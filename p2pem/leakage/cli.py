@@ -71,6 +71,7 @@ def cmd_leakage(args: argparse.Namespace) -> int:
         from p2pem.leakage.wholerun_cli import cmd_whole_run
 
         return cmd_whole_run(args)
+    t_cmd = time.perf_counter()
     from p2pem.leakage.analysis import analyse_scenario
     from p2pem.leakage.config import parse_leakage
     from p2pem.leakage.plots import leakage_figure, sweep_figure
@@ -120,16 +121,22 @@ def cmd_leakage(args: argparse.Namespace) -> int:
             for w in p.disclosures[kind]:
                 print(f"  warning: {w}")
 
-    t0 = time.perf_counter()
+    # summary.json's timings cover the whole command, so they add up to its wall time
+    timings = {"command: scenario, protocols, topology report": time.perf_counter() - t_cmd}
     with atomic_output(args.out) as tmp:
         report = analyse_scenario(scenario, config=config, progress=_progress(not args.quiet))
+        t0 = time.perf_counter()
         write_json(tmp / "leakage.json", report.leakage_json())
-        write_json(tmp / "summary.json", report.summary_json())
+        timings["command: write leakage.json"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         title = f"{scenario.name}: {config.runs} runs"
         if report.iteration_runs:
             leakage_figure(report.iteration_runs, tmp / "leakage.png", title=title, ceiling_bits=report.ceiling_bits)
         if report.sweep_runs:
             sweep_figure(report.sweep_runs, tmp / "sweep.png", title=title, ceiling_bits=report.ceiling_bits)
+        timings["command: figures"] = time.perf_counter() - t0
+        wall_s = time.perf_counter() - t_cmd
+        write_json(tmp / "summary.json", report.summary_json(extra_timings=timings, wall_s=wall_s))
 
     print(f"estimator: KSG on the adversary's cross-fitted linear estimate, corrected for its estimated bias; the "
           f"{config.level:.0%} interval holds the sampling error and the bias.  The population value is a lower bound on "
@@ -163,5 +170,5 @@ def cmd_leakage(args: argparse.Namespace) -> int:
         for f in r.flags:
             print(f"warning: {r.label} / {r.adversary}, node {r.node_label}: {f}")
     files = ["leakage.json", "summary.json"] + (["leakage.png"] if report.iteration_runs else []) + (["sweep.png"] if report.sweep_runs else [])
-    print(f"wrote {', '.join(f'{args.out}/{f}' for f in files)} in {time.perf_counter() - t0:.1f} s")
+    print(f"wrote {', '.join(f'{args.out}/{f}' for f in files)} in {wall_s:.1f} s")
     return 0

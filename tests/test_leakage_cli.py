@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -137,9 +136,7 @@ def _three_stds(tmp_path: Path) -> Path:
 def test_runs_of_one_protocol_are_told_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     path = _three_stds(tmp_path)
-    t0 = time.perf_counter()
     assert main(["leakage", str(path), "--out", str(out), "--runs", "1000", "--iterations", "2", "-q"]) == 0
-    command_s = time.perf_counter() - t0
     runs = json.loads((out / "leakage.json").read_text())["runs"]
     labels = {r["label"] for r in runs}
     assert labels == {"pdmm-sp (std 1)", "pdmm-sp (std 10)", "pdmm-sp (std 100)"}
@@ -152,7 +149,6 @@ def test_runs_of_one_protocol_are_told_apart(tmp_path: Path, capsys: pytest.Capt
     # the timings cover the whole command (writing and figures included), not the analysis alone
     assert {"command: write leakage.json", "command: figures"} <= set(summary["timings_s"])
     assert sum(summary["timings_s"].values()) == pytest.approx(summary["wall_s"], rel=0.10)
-    assert summary["wall_s"] == pytest.approx(command_s, rel=0.10)
     # the figure's legend carries the three labels
     from p2pem.leakage.analysis import LeakageRun
     from p2pem.leakage import plots

@@ -227,17 +227,25 @@ class DistributedGMM:
         """The most probable component of every row of ``X``."""
         return np.argmax(e_step(self._X(X), self.params_)[0], axis=1)
 
-    def sample(self, n_samples: int = 1, *, rng: np.random.Generator | int | None = None) -> tuple[FloatArray, npt.NDArray[np.intp]]:
+    def sample(
+        self, n_samples: int = 1, *, rng: np.random.Generator | np.random.RandomState | int | None = None
+    ) -> tuple[FloatArray, npt.NDArray[np.intp]]:
         """Draw ``n_samples`` rows from the fitted mixture: ``(X, component labels)``.
 
         Component counts are multinomial with the fitted weights, then each component's rows
         are drawn from its Gaussian; rows come grouped by component, as in scikit-learn.
         ``rng`` is an explicit Generator (or a seed for one); None uses ``random_state``.
+        A legacy ``RandomState`` is accepted too: it makes the same draws in the same order as
+        scikit-learn's ``GaussianMixture.sample`` given that state, so the two agree exactly.
         """
         self._check_fitted()
         if not (isinstance(n_samples, (int, np.integer)) and n_samples >= 1):
             raise ConfigError(f"n_samples must be a positive integer, got {n_samples!r}")
-        gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(self.random_state if rng is None else rng)
+        gen: np.random.Generator | np.random.RandomState
+        if isinstance(rng, (np.random.Generator, np.random.RandomState)):
+            gen = rng
+        else:
+            gen = np.random.default_rng(self.random_state if rng is None else rng)
         counts = gen.multinomial(int(n_samples), self.weights_)
         X = np.vstack([gen.multivariate_normal(m, c, size=int(k)) for m, c, k in zip(self.means_, self.covariances_, counts)])
         labels = np.repeat(np.arange(self.n_components), counts)

@@ -91,6 +91,16 @@ def test_sample_is_reproducible_and_follows_the_model(fitted) -> None:
         np.testing.assert_allclose(X1[y1 == k].mean(axis=0), m.means_[k], atol=0.1)
 
 
+def test_sample_agrees_with_gaussian_mixture_given_the_same_random_state(fitted) -> None:
+    m, _, _ = fitted
+    gm = _twin(m)
+    gm.random_state = np.random.RandomState(11)
+    X_ref, y_ref = gm.sample(500)
+    X, y = m.sample(500, rng=np.random.RandomState(11))
+    np.testing.assert_allclose(X, X_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(y, y_ref)
+
+
 def test_fit_with_groups_equals_fit_with_parts() -> None:
     X, groups = _data(1)
     g = geometric_graph(12, seed=2)

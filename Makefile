@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: parkinsons test check mosquitto benchmarks clean
+.PHONY: parkinsons test check docs mosquitto benchmarks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,13 @@ check: $(STAMP)
 	$(BIN)/ruff check p2pem tests sim
 	$(BIN)/mypy p2pem
 	$(BIN)/lint-imports
+	$(MAKE) docs
+
+# API reference from the docstrings, with the README's quick start and scenario guide (mkdocs.yml);
+# strict: a broken reference, link or docstring fails the build.  Output in build/site/.
+docs: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	$(BIN)/mkdocs build --strict
 
 benchmarks: $(STAMP)
 	for b in sim/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

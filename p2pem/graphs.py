@@ -278,7 +278,10 @@ def _posa_cycle(adj: list[list[int]], time_budget: float) -> list[int]:
         free = [len(a) for a in adj]
         for u in adj[path[0]]:
             free[u] -= 1
-        for _ in range(50 * n * n):
+        for step in range(50 * n * n):
+            # the inner loop alone can run for seconds on a large graph: check the budget here too
+            if step % 1024 == 1023 and time.monotonic() > deadline:
+                break
             end = path[-1]
             options = [u for u in adj[end] if not in_path[u]]
             if not options and any(not in_path[u] for u in adj[path[0]]):

@@ -10,6 +10,7 @@ dependency.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -198,7 +199,7 @@ class DistributedGMM:
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "result_"):
-            raise NotFittedError(
+            raise _not_fitted_class()(
                 f"This {type(self).__name__} instance is not fitted yet: call fit() before using this estimator"
             )
 
@@ -275,6 +276,25 @@ class DistributedGMM:
             return -2.0 * self.network_loglik_ + 2 * self._n_parameters()
         arr = self._X(X)
         return -2.0 * self.score(arr) * arr.shape[0] + 2 * self._n_parameters()
+
+
+_SKLEARN_NOT_FITTED: dict[type, type[NotFittedError]] = {}
+
+
+def _not_fitted_class() -> type[NotFittedError]:
+    """:class:`~p2pem.errors.NotFittedError`, also scikit-learn's when scikit-learn is loaded.
+
+    scikit-learn is not a dependency, so it is never imported here; but a caller that already
+    uses it (``except sklearn.exceptions.NotFittedError``, its model-selection tools) gets an
+    error of that class too.
+    """
+    module = sys.modules.get("sklearn.exceptions")
+    base = getattr(module, "NotFittedError", None)
+    if not isinstance(base, type) or not issubclass(base, Exception):
+        return NotFittedError
+    if base not in _SKLEARN_NOT_FITTED:
+        _SKLEARN_NOT_FITTED[base] = type("NotFittedError", (NotFittedError, base), {"__module__": __name__})
+    return _SKLEARN_NOT_FITTED[base]
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -134,3 +134,66 @@ def test_missing_parent_folders_are_created_and_removed_again_on_error(tmp_path,
     bad = _write(tmp_path, _csv(bad="1.0,nan"))
     assert main(["simulate", str(bad), "--out", str(tmp_path / "c" / "d" / "out"), "-q"]) != 0
     assert not (tmp_path / "c").exists()
+
+
+def _run_with_stderr(argv: list[str], *, terminal: bool) -> tuple[int, str]:
+    """Run ``python -m p2pem ARGV`` with stderr on a pipe, or on an 80-column pseudo-terminal."""
+    cmd = [sys.executable, "-m", "p2pem", *argv]
+    if not terminal:
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300, cwd=ROOT)
+        return proc.returncode, proc.stderr
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    # tqdm sizes its bar from the terminal: a pty without a window size gets an empty bar
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=slave, cwd=ROOT) as proc:
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed its end
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(timeout=300)
+    os.close(master)
+    return proc.returncode, b"".join(chunks).decode(errors="replace")
+
+
+def _tradeoff_scenario(tmp_path: Path) -> Path:
+    """scenarios/tradeoff_parkinsons.toml cut to one epsilon, one seed and three EM iterations."""
+    import re
+
+    text = (ROOT / "scenarios" / "tradeoff_parkinsons.toml").read_text()
+    text = text.replace('"../data/', json.dumps(str(ROOT / "data"))[:-1] + '/')
+    text = re.sub(r"(?m)^epsilons = .*$", "epsilons = [1.0]", text)
+    text = re.sub(r"(?m)^n_seeds = \d+", "n_seeds = 1", text)
+    text = re.sub(r"(?m)^max_iter = \d+", "max_iter = 3", text)
+    path = tmp_path / "tradeoff.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("command", ["simulate", "leakage", "tradeoff"])
+def test_progress_bars_only_on_a_terminal(tmp_path: Path, command: str) -> None:
+    fig1 = str(ROOT / "scenarios" / "fig1.toml")
+    argv = {
+        "simulate": ["simulate", fig1],
+        "leakage": ["leakage", fig1, "--runs", "200", "--iterations", "1"],
+        "tradeoff": ["tradeoff", str(_tradeoff_scenario(tmp_path))],
+    }[command]
+    code, err = _run_with_stderr([*argv, "--out", str(tmp_path / "piped")], terminal=False)
+    assert code == 0, err
+    assert "\r" not in err  # no bar redraws in a log file
+    # the control: the same command on a terminal does draw a bar (a carriage return that is
+    # not the terminal's own \r\n line ending), so the assertion above can fail
+    code, err = _run_with_stderr([*argv, "--out", str(tmp_path / "tty")], terminal=True)
+    assert code == 0, err
+    assert any(piece and piece[0] != "\n" for piece in err.split("\r")[1:]), err

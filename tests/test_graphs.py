@@ -143,3 +143,17 @@ def test_hamiltonian_search_refuses_unbalanced_bipartite_graphs_at_once_and_hono
     adj = [sorted(g.neighbors(v)) for v in range(16)]
     with pytest.raises(GraphError, match="within 0.2 s of exhaustive search"):
         _exhaustive_cycle(adj, 0.2)
+
+
+def test_hamiltonian_heuristic_gives_up_at_its_budget_on_a_graph_without_a_cycle() -> None:
+    from p2pem.errors import GraphError
+    from p2pem.graphs import hamiltonian_cycle
+
+    # K_{8,10} plus one edge inside the larger side: 2-connected, not bipartite, minimum degree
+    # 8, so the cheap checks pass; but a cycle through all 10 nodes of that side needs 9 nodes
+    # of the other between them (only one pair may sit side by side), so there is none and the
+    # rotation-extension search (18 > 16 nodes) can only run out of its budget and say so
+    g = nx.complete_bipartite_graph(8, 10)
+    g.add_edge(8, 9)
+    with pytest.raises(GraphError, match="no Hamiltonian cycle found within 0.2 s of search"):
+        hamiltonian_cycle(g, time_budget=0.2)

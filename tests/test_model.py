@@ -54,7 +54,12 @@ def test_not_fitted_error_is_clear_and_sklearn_compatible() -> None:
     for call in (lambda: m.score(np.zeros((3, 2))), lambda: m.predict(np.zeros((3, 2))), m.bic, lambda: m.sample(3)):
         with pytest.raises(NotFittedError, match="not fitted yet: call fit"):
             call()
-    assert issubclass(NotFittedError, (ValueError, AttributeError))
+    assert issubclass(NotFittedError, ValueError) and issubclass(NotFittedError, AttributeError)
+    # scikit-learn is loaded here, so the error is scikit-learn's class as well
+    from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+
+    with pytest.raises(SklearnNotFittedError):
+        m.predict_proba(np.zeros((3, 2)))
 
 
 def test_inference_agrees_with_gaussian_mixture(fitted) -> None:

@@ -615,7 +615,7 @@ class ReplayGuard:
 
 def _int_in(value: object, bounds: tuple[int, int], name: str, who: str) -> int:
     try:
-        v = operator.index(value)  # type: ignore[arg-type]
+        v = operator.index(value)  # type: ignore[arg-type]  # any decoded object: the TypeError is the check
     except TypeError:
         raise MalformedMessage(f"message from {who}: {name} must be an int, not {type(value).__name__}") from None
     if not bounds[0] <= v <= bounds[1]:
@@ -625,7 +625,7 @@ def _int_in(value: object, bounds: tuple[int, int], name: str, who: str) -> int:
 
 def _ring_int(value: object, who: str) -> int:
     try:
-        v = operator.index(value)  # type: ignore[arg-type]
+        v = operator.index(value)  # type: ignore[arg-type]  # any decoded object: the TypeError is the check
     except TypeError:
         raise MalformedMessage(
             f"message from {who}: integer payload entries must be int, not {type(value).__name__}"

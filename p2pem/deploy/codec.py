@@ -51,8 +51,9 @@ import math
 import operator
 import re
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Literal
 
 import numpy as np
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import networkx as nx
@@ -309,7 +309,9 @@ def _parts(X: Sequence[FloatArray] | npt.ArrayLike, groups: npt.ArrayLike | None
     if groups is None:
         if isinstance(X, np.ndarray):
             raise DataError("a 2-D X needs groups= (the node id of every row), or pass one array per node")
-        return [np.asarray(p, dtype=float) for p in X]  # type: ignore[union-attr]
+        if not isinstance(X, Iterable) or isinstance(X, (str, bytes)):
+            raise DataError(f"X must be one array per node or a 2-D array with groups=, not {type(X).__name__}")
+        return [np.asarray(p, dtype=float) for p in X]
     arr = np.asarray(X, dtype=float)
     g = np.asarray(groups)
     if arr.ndim != 2 or g.shape != (arr.shape[0],):

@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +28,7 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -177,7 +177,7 @@ class Table:
 
         def walk(item: object, depth: int) -> None:
             if depth == ndim:
-                if not (is_number(item) and math.isfinite(item)):  # type: ignore[arg-type]
+                if not (is_number(item) and math.isfinite(item)):
                     self.fail(f"{self.key(name)!r} must be {shape_words[ndim]}, holds {show(item)}")
             elif not isinstance(item, list):
                 self.fail(f"{self.key(name)!r} must be {shape_words[ndim]}, holds {show(item)}")

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         totals: list[float] = []
         per_protocol: dict[str, list[float]] = {}
         last = None
-        for rep in range(args.repeats + 1):
+        for _rep in range(args.repeats + 1):
             t0 = time.perf_counter()
             last = run_scenario(scenario)
             totals.append(time.perf_counter() - t0)

@@ -114,3 +114,5 @@ def test_fit_with_groups_equals_fit_with_parts() -> None:
     np.testing.assert_array_equal(a.means_, b.means_)
     with pytest.raises(DataError, match="needs groups="):
         DistributedGMM(2).fit(X)
+    with pytest.raises(DataError, match="one array per node .* not float"):
+        DistributedGMM(2).fit(3.0)

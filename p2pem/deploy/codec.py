@@ -51,8 +51,9 @@ import math
 import operator
 import re
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Literal
 
 import numpy as np
 
@@ -615,7 +616,7 @@ class ReplayGuard:
 
 def _int_in(value: object, bounds: tuple[int, int], name: str, who: str) -> int:
     try:
-        v = operator.index(value)  # type: ignore[arg-type]
+        v = operator.index(value)  # type: ignore[arg-type]  # any decoded object: the TypeError is the check
     except TypeError:
         raise MalformedMessage(f"message from {who}: {name} must be an int, not {type(value).__name__}") from None
     if not bounds[0] <= v <= bounds[1]:
@@ -625,7 +626,7 @@ def _int_in(value: object, bounds: tuple[int, int], name: str, who: str) -> int:
 
 def _ring_int(value: object, who: str) -> int:
     try:
-        v = operator.index(value)  # type: ignore[arg-type]
+        v = operator.index(value)  # type: ignore[arg-type]  # any decoded object: the TypeError is the check
     except TypeError:
         raise MalformedMessage(
             f"message from {who}: integer payload entries must be int, not {type(value).__name__}"

@@ -681,10 +681,14 @@ def collect_results(
     if failed:
         raise DeploymentFailed(_failure_summary(kit, codes, reports, failed))
     survivors = [i for i in range(kit.n_nodes) if i not in dropped]
-    sets = {tuple(sorted(int(d["node"]) for d in reports[i].get("dropped", []))) for i in survivors}  # type: ignore[union-attr]
+    ok: list[dict[str, Any]] = []
+    for i in survivors:
+        rep = reports[i]
+        assert rep is not None  # a survivor without a report is in `failed` above
+        ok.append(rep)
+    sets = {tuple(sorted(int(d["node"]) for d in rep.get("dropped", []))) for rep in ok}
     if len(sets) > 1:
         raise DeploymentFailed(f"deployment failed: the surviving nodes disagree on who dropped out ({sorted(sets)})")
-    ok: list[dict[str, Any]] = [reports[i] for i in survivors]  # type: ignore[misc]
     doc = _combine(kit, ok, wall, exit_times or {}, launched_unix)
     doc["deployment"]["dropped"] = [
         {"node": k, "iteration": int(d["iteration"]), "detected_by": int(d["detected_by"])} for k, d in sorted(dropped.items())

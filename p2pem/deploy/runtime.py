@@ -156,7 +156,7 @@ class Stop:
 
     def __init__(self, text: str, culprits: Sequence[int] = ()) -> None:
         self.culprits = tuple(int(c) for c in culprits)
-        super().__init__(text)  # type: ignore[call-arg]
+        super().__init__(text)  # type: ignore[call-arg]  # cooperative mixin: the exception class after Stop in the MRO takes the text
 
 
 class NeighbourSilent(Stop, TransportError):

@@ -231,7 +231,7 @@ class MqttLink(Inbox):
             keepalive=self.keepalive,
             clean_session=None if self.clean_session else False,
             logger=_paho_logger,
-            queue_type=functools.partial(_Forward, self._accept),  # type: ignore[arg-type]
+            queue_type=functools.partial(_Forward, self._accept),  # type: ignore[arg-type]  # aiomqtt only calls queue_type(), a factory does
             socket_options=SOCKET_OPTIONS,
         )
         stack = contextlib.AsyncExitStack()

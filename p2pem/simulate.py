@@ -34,6 +34,7 @@ from p2pem.gmm import FloatArray, GMMParams
 from p2pem.messages import SERVER, Message
 from p2pem.node import Node, Server
 from p2pem.protocols import Centralized, NodeContext, ProtocolSpec
+from p2pem.protocols.base import Topology
 from p2pem.data import check_parts
 
 Progress = Callable[[int, int], None]
@@ -114,7 +115,7 @@ def protocol_streams(seed: int | np.random.SeedSequence, n_nodes: int) -> list[n
 
 def run_protocol(
     parts: Sequence[FloatArray],
-    graph: nx.Graph,
+    graph: nx.Graph | Topology,
     protocol: ProtocolSpec,
     settings: EMSettings,
     *,
@@ -130,8 +131,11 @@ def run_protocol(
     ----------
     parts : list of (n_i, d) arrays
         Node i's private rows; ``len(parts)`` must equal the number of graph nodes.
-    graph : networkx.Graph
-        Connected graph over nodes ``0..n-1`` (ignored by ``centralized``).
+    graph : networkx.Graph or Topology
+        Connected graph over nodes ``0..n-1`` (ignored by ``centralized``).  At 10⁵–10⁶
+        nodes pass a :class:`~p2pem.protocols.base.Topology` instead (from
+        :func:`p2pem.graphs.geometric_edges` and ``Topology.from_edges``): a networkx graph
+        costs about 1 KB per edge.  ``secure-sum`` needs a Topology with a ``ring``.
     protocol : ProtocolSpec
         See :func:`p2pem.protocols.make_protocol`.
     settings : EMSettings
@@ -171,11 +175,15 @@ def run_protocol(
     return _run_vectorised(parts, topology, protocol, settings, rngs, record_trace, progress, t0)
 
 
-def _check_graph(graph: nx.Graph, n_parts: int) -> None:
+def _check_graph(graph: nx.Graph | Topology, n_parts: int) -> None:
     from p2pem.graphs import check_connected
 
+    if isinstance(graph, Topology):  # 0..n-1 and connected by construction
+        if graph.n_nodes != n_parts:
+            raise ConfigError(f"the topology has {graph.n_nodes} nodes but the data is split over {n_parts}")
+        return
     if not isinstance(graph, nx.Graph):
-        raise ConfigError("graph must be a networkx.Graph")
+        raise ConfigError("graph must be a networkx.Graph or a p2pem Topology")
     if sorted(graph.nodes) != list(range(graph.number_of_nodes())):
         raise ConfigError("graph nodes must be 0..n-1")
     if graph.number_of_nodes() != n_parts:

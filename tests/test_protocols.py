@@ -251,7 +251,7 @@ def test_secure_sum_ring_follows_a_changed_graph():
     assert sorted(ring) == list(range(6)) and all(g.has_edge(ring[i], ring[(i + 1) % 6]) for i in range(6))
 
 
-def test_array_api_engine_agrees_with_the_cpu_engine():
+def test_array_api_engine_agrees_with_the_cpu_engine(monkeypatch):
     # the portable code path (what device = "cuda" runs on CuPy) on the strict reference namespace
     pytest.importorskip("array_api_strict")
     g = geometric_graph(60, seed=4)
@@ -259,9 +259,15 @@ def test_array_api_engine_agrees_with_the_cpu_engine():
     s = np.random.default_rng(6).normal(size=(60, 5)) + 2.0
     cpu = PdmmSP().aggregate(s, topo, protocol_streams(2, 60), 1)
     strict = PdmmSP(device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1)
-    assert strict.rounds == cpu.rounds and strict.converged
+    # its own initial duals (one device block): the same average, a round or two apart
+    assert abs(strict.rounds - cpu.rounds) <= 3 and strict.converged
     assert isinstance(strict.results, np.ndarray)
     np.testing.assert_allclose(strict.results, cpu.results, rtol=1e-9, atol=0)
+    # given the CPU's duals, the device loop (product, counters, flood) is the CPU's step for step
+    monkeypatch.setattr(PdmmSP, "_dual_sums_device", lambda self, p, t_, rngs, xp, sparse: self._dual_sums_host(s, t_, rngs, 1, None))
+    same = PdmmSP(device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1)
+    assert same.rounds == cpu.rounds
+    np.testing.assert_array_equal(same.results, cpu.results)
     with pytest.raises(ConfigError, match="device"):
         PdmmSP(device="tpu")
     with pytest.raises(ConfigError, match="trace"):

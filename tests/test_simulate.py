@@ -162,7 +162,67 @@ def test_device_engine_agrees_with_cpu_engine(parkinsons):
     cpu = run_protocol(parts, g, PdmmSP(), short, seed=seed)
     strict = run_protocol(parts, g, PdmmSP(), short, seed=seed, device="array-api-strict")
     assert strict.protocol_params["device"] == "array-api-strict"
-    assert strict.consensus_iterations == cpu.consensus_iterations
+    # a device draws the initial duals as one block (not the per-node streams): other duals,
+    # the same average to the consensus tolerance, a round or two more or less
+    assert all(abs(a - b) <= 3 for a, b in zip(strict.consensus_iterations, cpu.consensus_iterations, strict=True))
     assert max_relative_difference(strict, cpu) <= 1e-9
+    again = run_protocol(parts, g, PdmmSP(), short, seed=seed, device="array-api-strict")
+    assert np.array_equal(again.means, strict.means)  # seeded: reproducible on the device too
     with pytest.raises(ConfigError, match="device"):
         run_protocol(parts, g, PdmmSP(), short, seed=seed, device="tpu")
+
+
+def test_a_topology_stands_in_for_the_networkx_graph():
+    # large runs skip networkx: a Topology from edges gives the same run, bit for bit
+    import networkx as nx
+
+    from p2pem.graphs import hamiltonian_cycle
+    from p2pem.protocols.base import Topology
+
+    rng = np.random.default_rng(3)
+    X, _, _ = synthetic_mixture(90, n_features=2, n_components=2, rng=rng)
+    parts = np.array_split(X, 9)
+    g = geometric_graph(9, seed=5, radius=0.8)
+    edges = np.array(sorted(g.edges()))
+    settings = EMSettings(2, max_iter=3, tol=0.0, init_seed=1)
+    ring = hamiltonian_cycle(g, time_budget=5.0)
+    for spec, topo in (
+        (PdmmSP(), Topology.from_edges(9, edges)),
+        (make_protocol("federated"), Topology.from_edges(9, edges)),
+        (make_protocol("secure-sum"), Topology.from_edges(9, edges, ring=ring)),
+    ):
+        a, b = run_protocol(parts, g, spec, settings, seed=2), run_protocol(parts, topo, spec, settings, seed=2)
+        assert np.array_equal(a.means, b.means) and a.consensus_iterations == b.consensus_iterations
+    with pytest.raises(GraphError, match="Hamiltonian"):
+        run_protocol(parts, Topology.from_edges(9, edges), make_protocol("secure-sum"), settings)
+    tree = np.array(sorted(nx.bfs_tree(g, 0).to_undirected().edges()))
+    with pytest.raises(GraphError, match="no cycle"):
+        run_protocol(parts, Topology.from_edges(9, tree), PdmmSP(), settings)
+    with pytest.raises(ConfigError, match="split over 8"):
+        run_protocol(parts[:8], Topology.from_edges(9, edges), PdmmSP(), settings)
+
+
+def test_device_reductions_equal_the_host_ones():
+    # the device path's neighbour minimum (a gather table) and dual sums (incidence products)
+    # against the host's segmented reductions, on a graph with uneven degrees
+    xp = pytest.importorskip("array_api_strict")
+    from p2pem.graphs import geometric_edges
+    from p2pem.protocols.base import Topology
+    from p2pem.protocols.pdmm import _incidence, _NeighbourMin
+
+    _, pairs, _ = geometric_edges(300, seed=3)
+    t_ = Topology.from_edges(300, pairs)
+    assert t_.degrees.min() < t_.degrees.max()
+    rng = np.random.default_rng(0)
+    host, dev = _NeighbourMin(t_, np, True), _NeighbourMin(t_, xp, False)
+    for a in (rng.integers(0, 50, 300), np.full(300, 7), np.arange(300)):
+        ref = np.array([min(a[i], *a[t_.dst[t_.indptr[i]:t_.indptr[i + 1]]]) for i in range(300)])
+        assert np.array_equal(host(a), ref)
+        assert np.array_equal(np.asarray(dev(xp.asarray(a))), ref)
+    z = rng.normal(0.0, 100.0, size=(t_.dst.size, 4))
+    own, theirs = _incidence(t_, xp, None)
+    sign = t_.sign[:, None]
+    u = np.add.reduceat(sign * z, t_.row_start, axis=0)
+    v = np.add.reduceat(sign * z[t_.reverse], t_.row_start, axis=0)
+    assert np.allclose(np.asarray(own(xp.asarray(z))), u, rtol=0, atol=1e-9)
+    assert np.allclose(np.asarray(theirs(xp.asarray(z))), v, rtol=0, atol=1e-9)

@@ -380,11 +380,14 @@ class ProtocolSpec(abc.ABC):
     exact: bool = field(init=False, default=True)
     asynchronous: bool = field(init=False, default=False)
 
-    def validate(self, g: nx.Graph) -> None:
+    def validate(self, g: nx.Graph | Topology) -> None:
         """Raise GraphError when the protocol cannot run on ``g``."""
 
-    def topology(self, g: nx.Graph) -> Topology:
-        return Topology.from_graph(g)
+    def topology(self, g: nx.Graph | Topology) -> Topology:
+        """The public topology of ``g``; a :class:`Topology` is taken as it is (large graphs
+        built with :func:`p2pem.graphs.geometric_edges` + :meth:`Topology.from_edges` need no
+        networkx graph)."""
+        return g if isinstance(g, Topology) else Topology.from_graph(g)
 
     @abc.abstractmethod
     def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from p2pem.errors import ProtocolError
+from p2pem.errors import GraphError, ProtocolError
 from p2pem.messages import SERVER, Message
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology
 
@@ -69,10 +69,14 @@ class SecureSum(ProtocolSpec):
     ring_search_s: float = 10.0
     name: str = field(init=False, default="secure-sum")
 
-    def validate(self, g: nx.Graph) -> None:
+    def validate(self, g: nx.Graph | Topology) -> None:
         self.topology(g)
 
-    def topology(self, g: nx.Graph) -> Topology:
+    def topology(self, g: nx.Graph | Topology) -> Topology:
+        if isinstance(g, Topology):
+            if g.ring is None:
+                raise GraphError("secure-sum needs a Hamiltonian cycle: pass a networkx graph, or a Topology built with ring=")
+            return g
         # the cycle search is the expensive part: remember it on the graph, and search again
         # only if the graph changed so that the remembered cycle no longer is one
         cache = g.graph.setdefault("_p2pem_cache", {})

@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
 
-from p2pem.errors import ConfigError, ProtocolError
+from p2pem.errors import ConfigError, GraphError, ProtocolError
 from p2pem.messages import Message
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, ProtocolViolation, Topology, check_vector
 
@@ -340,12 +340,54 @@ class _Product:
             self.host = True
         else:
             self.host = False
-            self.matrix = matrix if sparse.__name__ == "scipy.sparse" else sparse.csr_matrix(matrix)
+            if sparse.__name__ == "scipy.sparse":
+                self.matrix = matrix
+            else:  # CuPy: a kernel that keeps x row-major (cuSPARSE's SpMM wants column-major)
+                from p2pem.protocols._cuda import CsrRowProduct
+
+                self.matrix = CsrRowProduct(matrix)
 
     def __call__(self, x):
         if self.host:
             return self.xp.asarray(self.matrix @ np.from_dlpack(x))
-        return self.matrix @ x
+        return self.matrix(x) if callable(self.matrix) else self.matrix @ x
+
+
+def _incidence(t_: Topology, xp, sparse) -> tuple[_Product, _Product]:
+    """Products z -> (sum_j s_ij z_{i|j})_i and z -> (sum_j s_ij z_{j|i})_i over directed edges."""
+    import scipy.sparse as sp
+
+    shape = (t_.n_nodes, t_.dst.size)
+    own = sp.csr_matrix((t_.sign.astype(float), np.arange(t_.dst.size), t_.indptr), shape=shape)
+    theirs = sp.csr_matrix((t_.sign.astype(float), t_.reverse, t_.indptr), shape=shape)
+    return _Product(own, xp, sparse), _Product(theirs, xp, sparse)
+
+
+class _NeighbourMin:
+    """``a -> min(a_i, min_{j in N(i)} a_j)`` for integer node vectors.
+
+    On the host a segmented ``minimum.reduceat`` over the CSR edges; on a device (the array
+    API has no segmented reductions) a gather through an (n, 1 + max degree) index table whose
+    row i holds i itself, then i's neighbours, padded with i: one ``take`` and one ``min``.
+    """
+
+    def __init__(self, t_: Topology, xp, on_host: bool) -> None:
+        self.on_host = on_host
+        if on_host:
+            self.dst, self.starts = t_.dst, t_.row_start
+            return
+        n, deg = t_.n_nodes, t_.degrees
+        width = 1 + int(deg.max())
+        table = np.repeat(np.arange(n, dtype=np.int64), width).reshape(n, width)
+        table[t_.src, 1 + np.arange(t_.dst.size) - t_.indptr[t_.src]] = t_.dst
+        self.xp, self.shape = xp, (n, width)
+        self.table = xp.asarray(table.reshape(-1))
+
+    def __call__(self, a):
+        if self.on_host:
+            return np.minimum(a, np.minimum.reduceat(a[self.dst], self.starts))
+        xp = self.xp
+        return xp.min(xp.reshape(xp.take(a, self.table), self.shape), axis=1)
 
 
 @dataclass(frozen=True)
@@ -449,10 +491,13 @@ class PdmmSP(ProtocolSpec):
     def label(self) -> str:
         return "pdmm-sp" + ("" if self.encrypt_duals else " (INSECURE: plaintext duals)")
 
-    def validate(self, g: nx.Graph) -> None:
+    def validate(self, g: nx.Graph | Topology) -> None:
         from p2pem.graphs import require_cycle
 
-        require_cycle(g)
+        if not isinstance(g, Topology):
+            require_cycle(g)
+        elif g.dst.size // 2 < g.n_nodes:  # connected by construction; a tree has n - 1 edges
+            raise GraphError("the topology has no cycle (it is a tree): pdmm-sp would hide nothing; add edges or use secure-sum")
 
     def step_size(self, topology: Topology) -> float:
         """Plain PDMM's c (see :meth:`step_parameters` for the heavy-ball pair)."""
@@ -489,23 +534,18 @@ class PdmmSP(ProtocolSpec):
         trace: list[Message] | None = [] if record else None
         worst = int(np.argmin(np.max(np.abs(values), axis=1))) if n else 0
         check_precision(self, values[worst], worst)
-        z = np.empty((t_.dst.size, p))
-        bounds = t_.indptr.tolist()
-        for i in range(n):
-            lo, hi = bounds[i], bounds[i + 1]
-            z[lo:hi] = rngs[i].normal(0.0, self.perturbation_std, size=(hi - lo, p))
-        if trace is not None:
-            src = t_.src
-            for d in range(t_.dst.size):
-                trace.append(Message(int(src[d]), (int(t_.dst[d]),), iteration, 0, "dual-init", z[d].copy(), self.encrypt_duals))
-        dst, starts = t_.dst, t_.row_start
-        sign = t_.sign[:, None]
-        u = np.add.reduceat(sign * z, starts, axis=0)
-        v = np.add.reduceat(sign * z[t_.reverse], starts, axis=0)
-        del z
+        on_host = self.device == "cpu"
+        if on_host:
+            u, v = self._dual_sums_host(values, t_, rngs, iteration, trace)
+        else:
+            u, v = self._dual_sums_device(p, t_, rngs, xp, sparse)
         # the product's matrix (on the device) is built once per topology and step parameters
         product = _cached(t_, ("product", self.device, prm.c, prm.beta), lambda: _Product(
             t_.adjacency if prm.weights is None else t_.weighted_adjacency(prm.weights), xp, sparse))
+        # min(a_i, min over i's neighbours of a_j): the stopping counters' one reduction; the
+        # counters live beside x (host for the CPU, else the device: no transfer per round)
+        nb_min = _cached(t_, ("nb_min", self.device), lambda: _NeighbourMin(t_, xp, on_host))
+        cxp = np if on_host else xp
 
         def dev(a):
             return a if not isinstance(a, np.ndarray) else xp.asarray(a)
@@ -513,10 +553,10 @@ class PdmmSP(ProtocolSpec):
         u, v, s_dev = dev(u), dev(v), dev(np.ascontiguousarray(values, dtype=float))
         denom, two_cd, w, degree = dev(prm.denom), dev(prm.two_cd), dev(prm.w), dev(prm.degree)
         two_c = prm.two_c
-        ecc = t_.eccentricity
-        zeros = np.zeros(n, dtype=np.int64)  # never written to: g_new may alias it
+        ecc = t_.eccentricity if on_host else xp.asarray(t_.eccentricity)
+        zeros = cxp.zeros(n, dtype=cxp.int64)  # never written to: g_new may alias it
         g = zeros
-        stop_at = np.full(n, NEVER, dtype=np.int64)
+        stop_at = cxp.full(n, NEVER, dtype=cxp.int64)
         flooding = False  # does any node hold a stop round yet?
         x_prev = None
         t = 0
@@ -528,21 +568,21 @@ class PdmmSP(ProtocolSpec):
                     trace.append(Message(i, t_.neighbours[i], iteration, t, "primal", x[i].copy(), False, (int(g[i]), int(stop_at[i]))))
             nb_sum = product(x)
             # the floods below are skipped while there is nothing to flood (same result, cheaper)
-            stop_in = np.minimum(stop_at, np.minimum.reduceat(stop_at[dst], starts)) if flooding else stop_at
+            stop_in = nb_min(stop_at) if flooding else stop_at
             g_new = zeros
             if x_prev is not None:
-                ok = _to_host(settled(x, x_prev, nb_sum, degree, self.stop_tol, xp))
-                if ok.any():
-                    g_new = np.where(ok, 1 + np.minimum(g, np.minimum.reduceat(g[dst], starts)), 0)
+                ok = settled(x, x_prev, nb_sum, degree, self.stop_tol, xp)
+                if bool(cxp.any(ok)):
+                    g_new = cxp.where(ok, 1 + nb_min(g), zeros)
                     trigger = g_new >= ecc + 1
-                    if trigger.any():
-                        stop_in = np.where(trigger, np.minimum(stop_in, t + ecc), stop_in)
+                    if bool(cxp.any(trigger)):
+                        stop_in = cxp.where(trigger, cxp.minimum(stop_in, t + ecc), stop_in)
                         flooding = True
-            if t >= stop_in[0] or t >= self.max_iter:
+            if t >= int(stop_in[0]) or t >= self.max_iter:
                 # stop_at is flooded, so at the stopping round every node holds the same value
-                if not (t >= stop_in).all() and t < self.max_iter:
+                if not bool(cxp.all(t >= stop_in)) and t < self.max_iter:
                     raise ProtocolError("pdmm-sp: nodes disagree on the stopping round (internal error)")
-                converged = bool(t >= stop_in[0])
+                converged = bool(t >= int(stop_in[0]))
                 break
             g, stop_at = g_new, stop_in
             u, v = sums_update(u, v, x, nb_sum, two_c, two_cd, theta, w)
@@ -551,6 +591,52 @@ class PdmmSP(ProtocolSpec):
         messages = n_edges + n * t
         nbytes = n_edges * 8 * p + n * t * (8 * p + 16)
         return AggregateOutcome(_to_host(x), t, messages, nbytes, converged, trace)
+
+
+    def _dual_sums_host(self, values, t_, rngs, iteration, trace):
+        """u_i = sum_j s_ij z_{i|j}(0) and v_i = sum_j s_ij z_{j|i}(0) from every node's own stream.
+
+        Node i draws the initial duals of its outgoing edges from its generator, as
+        :class:`PdmmNode` does, so this engine and the message-level one agree bit for bit.
+        """
+        n, p = values.shape
+        z = np.empty((t_.dst.size, p))
+        bounds = t_.indptr.tolist()
+        for i in range(n):
+            lo, hi = bounds[i], bounds[i + 1]
+            z[lo:hi] = rngs[i].normal(0.0, self.perturbation_std, size=(hi - lo, p))
+        if trace is not None:
+            src = t_.src
+            for d in range(t_.dst.size):
+                trace.append(Message(int(src[d]), (int(t_.dst[d]),), iteration, 0, "dual-init", z[d].copy(), self.encrypt_duals))
+        starts, sign = t_.row_start, t_.sign[:, None]
+        u = np.add.reduceat(sign * z, starts, axis=0)
+        v = np.add.reduceat(sign * z[t_.reverse], starts, axis=0)
+        return u, v
+
+    def _dual_sums_device(self, p, t_, rngs, xp, sparse):
+        """u and v as in :meth:`_dual_sums_host`, with the initial duals drawn on the device.
+
+        At 10^5 nodes the per-node host draws (a Python loop over the nodes, then 7 million
+        edges times p columns copied to the device) cost seconds per aggregation, more than the
+        consensus itself on a GPU.  Here one block of N(0, std^2) duals is drawn on the device
+        from a generator seeded by the run's last protocol stream (the asynchronous schedule's,
+        unused by synchronous runs): the same distribution, not the same numbers as the CPU
+        engine, so device and CPU results agree to the consensus tolerance, not bit for bit.
+        A simulation, not a deployment: nothing here is a secret.
+        """
+        if len(rngs) <= t_.n_nodes:
+            raise ConfigError("pdmm-sp on a device needs the run's protocol streams (p2pem.simulate.protocol_streams)")
+        seed = int(rngs[t_.n_nodes].integers(2**63))
+        m = t_.dst.size
+        if self.device == "cuda":
+            import cupy
+
+            z = cupy.random.default_rng(seed).standard_normal((m, p)) * self.perturbation_std
+        else:  # array-api-strict has no random numbers: drawn by NumPy, then moved
+            z = xp.asarray(np.random.default_rng(seed).normal(0.0, self.perturbation_std, size=(m, p)))
+        incidence = _cached(t_, ("incidence", self.device), lambda: _incidence(t_, xp, sparse))
+        return incidence[0](z), incidence[1](z)
 
 
 class PrecisionWarning(UserWarning):

@@ -95,7 +95,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     gs = graph_summary(result.graph)
     from p2pem.graphs import degree_report
 
-    print(f"scenario {scenario.name}: {result.n_rows} rows, {gs['n_nodes']} nodes, {gs['n_edges']} edges, diameter {gs['diameter']}")
+    lo, hi = gs["diameter_bounds"]
+    diameter = gs["diameter"] if gs["diameter"] is not None else f"{lo}..{hi} (bounds)"
+    print(f"scenario {scenario.name}: {result.n_rows} rows, {gs['n_nodes']} nodes, {gs['n_edges']} edges, diameter {diameter}")
     print(f"  {degree_report(result.graph).summary()}")
     ref = next((r for r in result.runs if r.protocol == "centralized"), None)
     header = f"{'protocol':<12} {'EM its':>6} {'final loglik':>13} {'max rel err':>11} {'consensus its':>13} {'messages':>10} {'MB':>8} {'wall s':>7}"

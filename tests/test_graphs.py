@@ -157,3 +157,20 @@ def test_hamiltonian_heuristic_gives_up_at_its_budget_on_a_graph_without_a_cycle
     g.add_edge(8, 9)
     with pytest.raises(GraphError, match="no Hamiltonian cycle found within 0.2 s of search"):
         hamiltonian_cycle(g, time_budget=0.2)
+
+
+def test_graph_summary_diameter_exact_then_bracketed():
+    # result.json's diameter: exact up to 2000 nodes, else bounds around the true value
+    import networkx as nx
+    from scipy.sparse.csgraph import shortest_path
+
+    from p2pem.runner import graph_summary
+
+    small = geometric_graph(150, seed=2)
+    gs = graph_summary(small)
+    assert gs["diameter"] == nx.diameter(small) and gs["diameter_bounds"] == [gs["diameter"]] * 2
+    big = geometric_graph(2100, seed=1)
+    gs = graph_summary(big)
+    true = int(shortest_path(nx.to_scipy_sparse_array(big, format="csr"), unweighted=True).max())
+    lo, hi = gs["diameter_bounds"]
+    assert gs["diameter"] is None and lo <= true <= hi

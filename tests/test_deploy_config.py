@@ -325,7 +325,7 @@ def test_kit_templates(tmp_path):
 def test_every_deploy_key_reaches_the_node_configs(tmp_path):
     """[deploy] timeouts (reconnect_timeout included), on_dropout; --timeout overrides keep the rest;
     secrets come from OS entropy unless the insecure seed is asked for."""
-    from p2pem.deploy.launcher import deploy_settings, prepare_kit
+    from p2pem.deploy.kit import deploy_settings, prepare_kit
 
     text = SCENARIO.read_text().replace("../data", str(ROOT / "data"))
     text = text.replace("[deploy]\n", '[deploy]\nreconnect_timeout = 33.0\non_dropout = "continue"\n', 1)

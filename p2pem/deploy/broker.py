@@ -465,6 +465,7 @@ def start_broker(
     acl_file: str | os.PathLike[str] | None = None,
     executable: str | os.PathLike[str] | None = None,
     timeout: float = 5.0,
+    other_port_if_taken: bool = False,
 ) -> BrokerHandle:
     """Write a config into ``directory``, start Mosquitto and wait until it listens.
 
@@ -475,6 +476,9 @@ def start_broker(
     port : int, optional
         Listener port; a free one is chosen (and re-chosen if taken meanwhile) when
         omitted.
+    other_port_if_taken : bool, default False
+        When ``port`` is taken, listen on a free port instead (the handle's ``port`` says
+        which); without it a taken ``port`` raises :class:`PortInUse`.
     host : str, default "127.0.0.1"
         Listener address.
     password_file, acl_file : path-like, optional
@@ -508,9 +512,9 @@ def start_broker(
     if exe is None:
         raise ConfigError("mosquitto not found; install it (e.g. apt-get install mosquitto)")
     directory = Path(directory)
-    attempts = 1 if port is not None else 3
+    attempts = 1 if port is not None and not other_port_if_taken else 3
     for attempt in range(attempts):
-        chosen = port if port is not None else free_port(host)
+        chosen = port if port is not None and attempt == 0 else free_port(host)
         config = write_mosquitto_config(directory, chosen, password_file, acl_file, host=host)
         handle = BrokerHandle(exe, config, host, chosen)
         try:

@@ -89,6 +89,22 @@ def test_roster_carries_an_explicit_init_bit_for_bit(tmp_path):
     assert back.init.covariances.tobytes() == init.covariances.tobytes()
 
 
+def test_roster_init_errors_name_the_file_and_key(tmp_path):
+    """A roster's [em.init] goes through the scenario's validator: one line, file and dotted key."""
+    from p2pem.gmm import GMMParams
+
+    init = GMMParams(np.array([0.25, 0.75]), np.array([[0.0, 1.0], [2.0, 3.0]]), np.array([np.eye(2), 2 * np.eye(2)]))
+    path = Roster.build("r", ring_with_chord(5), EMSettings(2, 5, 0.0, 1e-6, init, 7), make_protocol("pdmm-sp"), keys(5)).save(tmp_path / "r.toml")
+    text = path.read_text()
+    path.write_text(text.replace("0.25,", "0.35,", 1))
+    with pytest.raises(ConfigError) as info:
+        Roster.load(path)
+    assert str(info.value) == f"{path}: 'em.init.weights' must be positive and sum to 1, got [0.35, 0.75]"
+    path.write_text(text.replace("            2.0,", "            -2.0,", 1))  # covariances[1][0][0]
+    with pytest.raises(ConfigError, match=r"'em\.init\.covariances\[1\]' is not positive definite$"):
+        Roster.load(path)
+
+
 def _array(key: str, *values: int) -> str:
     """``key = [...]`` as the TOML writer (tomli-w) lays out an array: one element a line."""
     return f"{key} = [\n" + "".join(f"    {v},\n" for v in values) + "]"

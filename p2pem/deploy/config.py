@@ -64,7 +64,8 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pem.errors import ConfigError, DataError
-from p2pem.scenario import parse_broker_address
+from p2pem.gmm import INIT_KEYS
+from p2pem.scenario import parse_broker_address, parse_init
 from p2pem.tomltable import Table, is_number, read_toml
 
 __all__ = [
@@ -260,12 +261,8 @@ class Roster:
         from p2pem.gmm import params_from_dict
 
         em = self.em
-        init = None
-        if em.get("init") is not None:
-            raw = em["init"]
-            means = np.asarray(raw["means"], dtype=float)
-            init = params_from_dict(dict(raw), int(em["n_components"]), int(means.shape[1]) if means.ndim == 2 else 0)
         try:
+            init = None if em.get("init") is None else params_from_dict(em["init"], int(em["n_components"]), self.n_features)
             return EMSettings(
                 int(em["n_components"]), int(em["max_iter"]), float(em["tol"]), float(em["reg_covar"]), init, int(em["init_seed"])
             )
@@ -403,8 +400,9 @@ class Roster:
         if "n_features" in em_t.table:
             em["n_features"] = em_t.integer("n_features", minimum=1)
         if "init" in em_t.table:
-            init_t = em_t.section("init", ("weights", "means", "covariances"))
-            em["init"] = {k: init_t.require(k) for k in ("weights", "means", "covariances")}
+            init_t = em_t.section("init", INIT_KEYS)
+            parse_init(init_t, em["n_components"], em.get("n_features"))  # the same checks as a scenario's
+            em["init"] = {k: init_t.table[k] for k in INIT_KEYS}
         proto_t = top.section("protocol", None)
         protocol = dict(proto_t.table)
         if not isinstance(protocol.get("name"), str):

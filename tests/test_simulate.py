@@ -14,7 +14,7 @@ from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError, GraphError
 from p2pem.runner import build_graph, em_settings
 from p2pem.scenario import load_data, load_scenario
-from p2pem.simulate import max_relative_difference
+from p2pem.simulate import max_relative_difference, relative_error
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,3 +166,9 @@ def test_device_engine_agrees_with_cpu_engine(parkinsons):
     assert max_relative_difference(strict, cpu) <= 1e-9
     with pytest.raises(ConfigError, match="device"):
         run_protocol(parts, g, PdmmSP(), short, seed=seed, device="tpu")
+
+
+def test_relative_error_is_relative_to_the_reference_and_absolute_against_zeros():
+    assert relative_error([1.0, 3.0], [1.0, 4.0]) == 0.25
+    assert relative_error([[1.0, 4.0]], [[1.0, 3.0]]) == 1 / 3
+    assert relative_error([0.0, -2e-9], [0.0, 0.0]) == 2e-9  # no division by zero

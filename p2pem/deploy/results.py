@@ -23,6 +23,7 @@ from p2pem.deploy.config import Roster
 from p2pem.deploy.kit import Kit
 from p2pem.deploy.supervise import DeploymentFailed
 from p2pem.errors import ConfigError, ProtocolError
+from p2pem.gmm import GMMParams
 
 __all__ = ["collect_results", "compare_with_simulate", "write_result"]
 
@@ -220,7 +221,7 @@ def compare_with_simulate(kit: Kit, doc: dict[str, Any]) -> float:
     """Largest relative difference of weights, means, covariances to ``p2pem simulate`` (vectorised)."""
     from p2pem.runner import build_graph, em_settings
     from p2pem.scenario import load_data, load_scenario
-    from p2pem.simulate import relative_error, run_protocol
+    from p2pem.simulate import max_relative_difference, run_protocol
 
     if kit.scenario_file is None:
         raise ConfigError("the kit has no scenario to simulate")
@@ -242,8 +243,5 @@ def compare_with_simulate(kit: Kit, doc: dict[str, Any]) -> float:
             load_data(scenario), build_graph(scenario), roster.protocol_spec(), em_settings(scenario), seed=scenario.streams()["protocol"]
         )
     run = doc["protocols"][0]
-    err = 0.0
-    for key, ref in (("weights", sim.weights), ("means", sim.means), ("covariances", sim.covariances)):
-        err = max(err, relative_error(run[key], ref))
-    return err
+    return max_relative_difference(GMMParams(np.asarray(run["weights"]), np.asarray(run["means"]), np.asarray(run["covariances"])), sim)
 

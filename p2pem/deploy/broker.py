@@ -31,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 
 from p2pem.errors import ConfigError, TransportError
+from p2pem.files import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -167,9 +168,7 @@ def write_mosquitto_config(
         lines.append(f"password_file {_config_path(password_file)}")
     if acl_file is not None:
         lines.append(f"acl_file {_config_path(acl_file)}")
-    path = directory / "mosquitto.conf"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return atomic_write(directory / "mosquitto.conf", "\n".join(lines) + "\n")
 
 
 def write_password_file(
@@ -207,10 +206,7 @@ def write_password_file(
     passwd = Path(executable) if executable is not None else find_mosquitto("mosquitto_passwd")
     if passwd is None:
         raise ConfigError("mosquitto_passwd not found; install mosquitto (e.g. apt-get install mosquitto)")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.writelines(f"{user}:{password}\n" for user, password in users.items())
+    atomic_write(path, "".join(f"{user}:{password}\n" for user, password in users.items()), mode=0o600)
     result = subprocess.run(
         [str(passwd), "-U", str(path)], capture_output=True, text=True, check=False, timeout=60
     )
@@ -283,11 +279,7 @@ def write_acl(
 ) -> Path:
     """Write :func:`acl_rules` to ``path`` (mode 0600) and return the path."""
     path = Path(path)
-    text = acl_rules(run_id, node_ids, admin=admin, observer=observer)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    return path
+    return atomic_write(path, acl_rules(run_id, node_ids, admin=admin, observer=observer), mode=0o600)
 
 
 def die_with_parent() -> None:

@@ -289,6 +289,7 @@ def _print_summary(kit, doc: dict, elapsed: float) -> None:
 def cmd_keys_new(args: argparse.Namespace) -> int:
     from p2pem.deploy.crypto import Identity
     from p2pem.deploy.keys import public_path, public_toml
+    from p2pem.files import atomic_write
 
     path = Path(args.out)
     if args.node_id is not None and args.node_id < 0:
@@ -297,7 +298,7 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
     identity.save(path, overwrite=args.force)
     text = public_toml(identity.public, args.node_id)
     pub = public_path(path)
-    pub.write_text(text, encoding="utf-8")
+    atomic_write(pub, text)
     print(f"# wrote private key {path} (mode 0600; never copy it off this host) and public half {pub}")
     print(text, end="")
     return 0

@@ -41,7 +41,7 @@ from p2pem.deploy.config import (
 )
 from p2pem.deploy.keys import public_path, public_toml, write_broker_auth
 from p2pem.errors import ConfigError
-from p2pem.files import write_json
+from p2pem.files import atomic_write, write_json
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ def prepare_kit(
         d = root / "nodes" / f"node{i}"
         d.mkdir()
         identities[i].save(d / "node.key")
-        public_path(d / "node.key").write_text(public_toml(identities[i].public, i), encoding="utf-8")
+        atomic_write(public_path(d / "node.key"), public_toml(identities[i].public, i))
         pw = d / "broker.password"
         os.replace(broker_dir / f"node{i}.password", pw)
         write_node_data(d / "data.csv", parts[i])

@@ -167,7 +167,7 @@ def batch_statistics(
     for j in range(k):
         columns.extend(resps[j] * diffs[j][:, a] for a in range(d))
     for j in range(k):
-        columns.extend((resps[j] * diffs[j][:, a]) * diffs[j][:, b] for a, b in zip(*iu))
+        columns.extend((resps[j] * diffs[j][:, a]) * diffs[j][:, b] for a, b in zip(*iu, strict=True))
     columns.append(norm)
     per_row = np.ascontiguousarray(np.stack(columns, axis=1))
     return np.add.reduceat(per_row, offsets, axis=0)
@@ -270,7 +270,7 @@ def init_statistics(X: FloatArray, offsets: npt.NDArray[np.intp] | None = None) 
     """
     n_rows, d = X.shape
     iu = np.triu_indices(d)
-    columns = [np.ones(n_rows)] + [X[:, a] for a in range(d)] + [X[:, a] * X[:, b] for a, b in zip(*iu)]
+    columns = [np.ones(n_rows)] + [X[:, a] for a in range(d)] + [X[:, a] * X[:, b] for a, b in zip(*iu, strict=True)]
     per_row = np.ascontiguousarray(np.stack(columns, axis=1))
     out = np.add.reduceat(per_row, np.zeros(1, dtype=np.intp) if offsets is None else offsets, axis=0)
     return out[0] if offsets is None else out

@@ -75,7 +75,7 @@ def run_with_insider(kit, make_insider):
     dep.start()
     thread.start()
     try:
-        codes.update(zip(dep.nodes, dep.wait(watchdog=60)))
+        codes.update(zip(dep.nodes, dep.wait(watchdog=60), strict=True))
     finally:
         dep.terminate()
         thread.join(30)

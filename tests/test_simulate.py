@@ -103,7 +103,7 @@ def test_engines_agree_bit_for_bit_including_traces(protocol):
 
     ta, tb = sorted(a.trace, key=key), sorted(b.trace, key=key)
     assert [key(m) for m in ta] == [key(m) for m in tb]
-    for x, y in zip(ta, tb):
+    for x, y in zip(ta, tb, strict=True):
         assert x.meta == y.meta and x.encrypted == y.encrypted
         assert np.array_equal(x.payload, y.payload) if isinstance(x.payload, np.ndarray) else x.payload == y.payload
 

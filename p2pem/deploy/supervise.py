@@ -164,7 +164,7 @@ class Deployment:
             have fired long before; the processes are terminated).
         """
         while True:
-            for i, p in zip(self.nodes, self.processes):
+            for i, p in zip(self.nodes, self.processes, strict=True):
                 if i not in self.exit_times and p.poll() is not None:
                     self.exit_times[i] = time.monotonic() - self.started_at
             if progress is not None:

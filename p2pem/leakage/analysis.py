@@ -633,7 +633,7 @@ def prepare_protocols(scenario: Scenario, cfg: LeakageConfig, graph: nx.Graph) -
         scale = 1.0 / scenario.em.n_components
         specs = [dataclasses.replace(s, perturbation_std=s.perturbation_std * scale) if isinstance(s, PdmmSP) else s for s in specs]
     out = []
-    for spec, label in zip(specs, run_labels(specs)):
+    for spec, label in zip(specs, run_labels(specs), strict=True):
         try:
             run_spec = monte_carlo_spec(spec, cfg.iterations)
             run_spec.validate(graph)

@@ -121,7 +121,7 @@ def sweep_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceiling_
         hi = [max(r.mi_ci[-1][1], FLOOR_BITS) for r in sel]
         color = cmap(g_idx % 10)
         name = f"node {label}" + (f" ({adv})" if len({g[1] for g in groups}) > 1 else "")
-        ax_mi.errorbar(std, est, yerr=[[e - a for e, a in zip(est, lo)], [b - e for e, b in zip(est, hi)]], color=color, marker="o", markersize=4, capsize=2, linewidth=1.2, label=f"{name}: KSG estimate")
+        ax_mi.errorbar(std, est, yerr=[[e - a for e, a in zip(est, lo, strict=True)], [b - e for e, b in zip(est, hi, strict=True)]], color=color, marker="o", markersize=4, capsize=2, linewidth=1.2, label=f"{name}: KSG estimate")
         exacts = [r.exact_bits[-1] for r in sel if r.exact_bits is not None]
         if len(exacts) == len(sel):
             exact = [ceiling_bits if math.isinf(v) else max(v, FLOOR_BITS) for v in exacts]

@@ -172,18 +172,15 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
                 "exit_s": exit_times.get(r["node_id"]),
             }
         )
-    from p2pem.runner import RESULT_FORMAT
+    from p2pem.runner import RESULT_FORMAT, build_graph, graph_summary, output_header
 
-    doc: dict[str, Any] = {"format": RESULT_FORMAT[0], "version": RESULT_FORMAT[1]}
-    scenario = None
     if kit.scenario_file is not None and kit.scenario_file.exists():
-        from p2pem.runner import build_graph, graph_summary
         from p2pem.scenario import load_scenario
 
         scenario = load_scenario(kit.scenario_file)
-        doc.update(scenario=scenario.name, scenario_file=str(kit.scenario_file), seed=scenario.seed, graph=graph_summary(build_graph(scenario)))
+        doc: dict[str, Any] = {**output_header(RESULT_FORMAT, scenario), "graph": graph_summary(build_graph(scenario))}
     else:
-        doc.update(scenario=None, scenario_file=None, seed=None, graph={"n_nodes": roster.n_nodes, "diameter": roster.diameter})
+        doc = {**output_header(RESULT_FORMAT, None), "graph": {"n_nodes": roster.n_nodes, "diameter": roster.diameter}}
     doc["n_rows"] = int(sum(r["n_rows"] for r in reports))
     doc["protocols"] = [run.to_json()]
     run_s = [n["run_s"] for n in nodes if n["run_s"] is not None]

@@ -282,12 +282,10 @@ def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None
                         progress(i + 1, len(tasks))
         finally:
             _WORK = None
+    from p2pem.runner import output_header
+
     return {
-        "format": FORMAT,
-        "version": VERSION,
-        "scenario": scenario.name,
-        "scenario_file": str(scenario.path),
-        "seed": scenario.seed,
+        **output_header((FORMAT, VERSION), scenario),
         "n_train": int(sum(len(p) for p in work.parts)),
         "n_test": int(len(work.X_test)),
         "n_nodes": len(work.parts),

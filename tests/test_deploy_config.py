@@ -307,6 +307,47 @@ def test_keys_new_show_and_roster(tmp_path, capsys):
     assert "no public key for node(s) 3" in capsys.readouterr().err
 
 
+def test_assemble_roster_names_the_public_file_at_fault(tmp_path):
+    from p2pem.deploy.keys import public_toml
+    from p2pem.deploy.roster import assemble_roster
+
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(
+        'seed = 3\n[data]\nsource = "synthetic"\nn_samples = 40\n[graph]\nkind = "edges"\n'
+        "edges = [[0, 1], [1, 2], [2, 3], [3, 0]]\n[em]\nn_components = 2\nmax_iter = 4\n"
+        '[[protocols]]\nname = "pdmm-sp"\n'
+    )
+    pubs = tmp_path / "pubs"
+    pubs.mkdir()
+    identities = keys(4)
+    for i, ident in enumerate(identities):
+        (pubs / f"node{i}.pub").write_text(public_toml(ident, i))
+    roster, _ = assemble_roster(scenario, [pubs], tmp_path / "roster.toml")
+    assert roster.keys == tuple(identities)
+
+    def refused(path: Path, text: str) -> str:
+        original = path.read_text()
+        path.write_text(text)
+        try:
+            with pytest.raises(ConfigError) as info:
+                assemble_roster(scenario, [pubs], tmp_path / "roster.toml")
+        finally:
+            path.write_text(original)
+        message = str(info.value)
+        assert message.startswith(f"{path}: ") and "\n" not in message
+        return message[len(f"{path}: ") :]
+
+    pub = pubs / "node2.pub"
+    other = public_toml(keys(1)[0], 2)
+    swapped = pub.read_text().replace(identities[2].signing_key, keys(1)[0].signing_key)  # fingerprint left as it was
+    assert refused(pub, swapped) == "'fingerprint' is not the fingerprint of these keys (the file was edited or damaged)"
+    assert refused(pub, other.replace("id = 2", "id = 1")) == "a second public key for node 1"
+    assert refused(pub, other.replace("id = 2", "id = 4")) == "node id 4 outside 0..3 (the scenario's graph has 4 nodes)"
+    assert refused(pub, other.replace("id = 2", 'id = "2"')) == "'id' must be an integer, got '2' (a string)"
+    assert refused(pub, other.replace("id = 2\n", "")).startswith("no node id")
+    assert refused(pub, "id = [").startswith("invalid TOML")
+
+
 def test_deploy_refuses_undeployable_protocols_in_one_line(tmp_path):
     text = SCENARIO.read_text().replace("../data", str(ROOT / "data")).replace('name = "pdmm-sp"', 'name = "federated"')
     text = text.replace("mode = \"sync\"", "")

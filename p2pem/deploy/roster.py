@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from p2pem.deploy.config import Roster
 from p2pem.deploy.keys import write_broker_auth
 from p2pem.deploy.kit import make_run_id, pick_protocol
 from p2pem.errors import ConfigError
+from p2pem.tomltable import Table, read_toml
 
 __all__ = ["assemble_roster"]
 
@@ -51,8 +51,6 @@ def assemble_roster(
         A node id is missing, repeated or out of range, a file is not a public identity,
         or the protocol cannot be deployed.
     """
-    import tomllib
-
     from p2pem.deploy.crypto import PublicIdentity
     from p2pem.runner import build_graph, em_settings
     from p2pem.scenario import load_scenario
@@ -66,25 +64,24 @@ def assemble_roster(
     for item in public:
         p = Path(item)
         files += sorted(p.glob("*.pub")) if p.is_dir() else [p]
-    keys: dict[int, Any] = {}
+    keys: dict[int, PublicIdentity] = {}
     for f in files:
-        try:
-            with open(f, "rb") as handle:
-                doc = tomllib.load(handle)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{f}: not a readable public identity ({exc})") from None
-        node_id = doc.pop("id", None)
-        doc.pop("fingerprint", None)
-        if not isinstance(node_id, int) or isinstance(node_id, bool):
-            raise ConfigError(f"{f}: no node id (write it with `p2pem keys new --node-id I`, or add `id = I`)")
-        if not 0 <= node_id < n:
-            raise ConfigError(f"{f}: node id {node_id} outside 0..{n - 1} (the scenario's graph has {n} nodes)")
+        sec = Table(str(f), read_toml(f, "public identity"), "", ("id", "signing_key", "agreement_key", "fingerprint"))
+        if not sec.has("id"):
+            sec.fail("no node id (write it with `p2pem keys new --node-id I`, or add `id = I`)")
+        node_id = sec.integer("id", minimum=0)
+        if node_id >= n:
+            sec.fail(f"node id {node_id} outside 0..{n - 1} (the scenario's graph has {n} nodes)")
         if node_id in keys:
-            raise ConfigError(f"{f}: a second public key for node {node_id}")
+            sec.fail(f"a second public key for node {node_id}")
         try:
-            keys[node_id] = PublicIdentity.from_dict(doc)
+            identity = PublicIdentity.from_dict({k: sec.string(k) for k in ("signing_key", "agreement_key")})
         except ConfigError as exc:
-            raise ConfigError(f"{f}: {exc}") from None
+            sec.fail(str(exc))
+        # the fingerprint is what owners compare out of band: it must be the keys' own
+        if sec.has("fingerprint") and sec.string("fingerprint") != identity.fingerprint:
+            sec.fail("'fingerprint' is not the fingerprint of these keys (the file was edited or damaged)")
+        keys[node_id] = identity
     missing = [i for i in range(n) if i not in keys]
     if missing:
         raise ConfigError(f"no public key for node(s) {', '.join(map(str, missing[:20]))} (the graph has {n} nodes)")

@@ -42,6 +42,7 @@ from p2pem.deploy.config import (
 from p2pem.deploy.keys import public_path, public_toml, write_broker_auth
 from p2pem.errors import ConfigError
 from p2pem.files import atomic_write, write_json
+from p2pem.tomltable import read_toml
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +108,7 @@ class Kit:
 
     def credentials(self) -> dict[str, str]:
         """Broker passwords of the ``admin`` and ``observer`` users (for monitoring and tests)."""
-        import tomllib
-
-        with open(self.broker_dir / "credentials.toml", "rb") as handle:
-            return dict(tomllib.load(handle))
+        return read_toml(self.broker_dir / "credentials.toml", "broker credentials")
 
     def save(self) -> None:
         doc = {

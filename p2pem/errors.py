@@ -25,6 +25,24 @@ class GraphError(ConfigError):
     """The communication graph cannot serve the requested protocol."""
 
 
+class InitError(ConfigError):
+    """Given initial mixture parameters are invalid (:func:`p2pem.gmm.params_from_dict`).
+
+    Attributes
+    ----------
+    key : str
+        The entry at fault, as the user names it: ``"weights"``, ``"means"``,
+        ``"covariances[1]"``; a caller reading a file prefixes its file and table.
+    problem : str
+        What is wrong with it, e.g. ``"is not positive definite"``.
+    """
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"init {key!r} {problem}")
+        self.key = key
+        self.problem = problem
+
+
 class ProtocolError(P2pemError):
     """A protocol run failed (a component collapsed, a message is missing or invalid)."""
 

@@ -26,12 +26,14 @@ update (covariance around the *new* mean) with one consensus round per EM iterat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from p2pem.errors import ProtocolError
+from p2pem.errors import InitError, ProtocolError
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -165,7 +167,7 @@ def batch_statistics(
     for j in range(k):
         columns.extend(resps[j] * diffs[j][:, a] for a in range(d))
     for j in range(k):
-        columns.extend((resps[j] * diffs[j][:, a]) * diffs[j][:, b] for a, b in zip(*iu))
+        columns.extend((resps[j] * diffs[j][:, a]) * diffs[j][:, b] for a, b in zip(*iu, strict=True))
     columns.append(norm)
     per_row = np.ascontiguousarray(np.stack(columns, axis=1))
     return np.add.reduceat(per_row, offsets, axis=0)
@@ -268,7 +270,7 @@ def init_statistics(X: FloatArray, offsets: npt.NDArray[np.intp] | None = None) 
     """
     n_rows, d = X.shape
     iu = np.triu_indices(d)
-    columns = [np.ones(n_rows)] + [X[:, a] for a in range(d)] + [X[:, a] * X[:, b] for a, b in zip(*iu)]
+    columns = [np.ones(n_rows)] + [X[:, a] for a in range(d)] + [X[:, a] * X[:, b] for a, b in zip(*iu, strict=True)]
     per_row = np.ascontiguousarray(np.stack(columns, axis=1))
     out = np.add.reduceat(per_row, np.zeros(1, dtype=np.intp) if offsets is None else offsets, axis=0)
     return out[0] if offsets is None else out
@@ -317,36 +319,78 @@ def init_from_global(stats: FloatArray, n_components: int, seed: int) -> GMMPara
     )
 
 
-def params_from_dict(init: dict, n_components: int, n_features: int) -> GMMParams:
-    """Validate a user-given ``{"weights", "means", "covariances"}`` init."""
-    from p2pem.errors import ConfigError
+#: Keys of an explicit init, in the order of :class:`GMMParams`.
+INIT_KEYS = ("weights", "means", "covariances")
 
-    unknown = set(init) - {"weights", "means", "covariances"}
+
+def params_from_dict(init: Mapping[str, Any], n_components: int, n_features: int | None = None) -> GMMParams:
+    """Validate user-given initial parameters ``{"weights", "means", "covariances"}``.
+
+    The one validator of an explicit init: scenario files (``[em.init]``), rosters and
+    ``DistributedGMM(init=...)`` all call it.  Each error names the entry at fault
+    (:attr:`InitError.key <p2pem.errors.InitError>`), so a file reader can report the file and
+    the dotted key.
+
+    Parameters
+    ----------
+    init : mapping
+        ``weights`` (k,), ``means`` (k, d), ``covariances`` (k, d, d): nested sequences or
+        arrays of finite numbers.
+    n_components : int
+        k.
+    n_features : int, optional
+        Required d (the data's width); by default the means' own width.
+
+    Returns
+    -------
+    GMMParams
+        Read-only float64 copies (the caller's arrays are not touched).
+
+    Raises
+    ------
+    p2pem.errors.InitError
+        A key is unknown or missing, an array has the wrong shape or a non-finite value,
+        the weights are not positive or do not sum to 1 (within 1e-8), or a covariance is not
+        symmetric positive definite.
+    """
+    unknown = [key for key in init if key not in INIT_KEYS]
     if unknown:
-        raise ConfigError(f"unknown init key(s) {sorted(unknown)}: expected weights, means, covariances")
-    missing = {"weights", "means", "covariances"} - set(init)
-    if missing:
-        raise ConfigError(f"init is missing {sorted(missing)}")
-    try:
-        w = np.asarray(init["weights"], dtype=float)
-        m = np.asarray(init["means"], dtype=float)
-        c = np.asarray(init["covariances"], dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"init values must be numeric arrays: {exc}") from None
-    k, d = n_components, n_features
-    for name, arr, shape in (("weights", w, (k,)), ("means", m, (k, d)), ("covariances", c, (k, d, d))):
-        if arr.shape != shape:
-            raise ConfigError(f"init {name} has shape {arr.shape}, expected {shape}")
-        if not np.all(np.isfinite(arr)):
-            raise ConfigError(f"init {name} has non-finite values")
-    if np.any(w <= 0) or abs(w.sum() - 1) > 1e-8:
-        raise ConfigError("init weights must be positive and sum to 1")
-    params = GMMParams(weights=w, means=m, covariances=c)
-    try:
-        precision_cholesky(c)
-    except ProtocolError:
-        raise ConfigError("init covariances must be symmetric positive definite") from None
-    return params
+        raise InitError(str(unknown[0]), f"is not an init key (known: {', '.join(INIT_KEYS)})")
+    arrays = []
+    for ndim, key in enumerate(INIT_KEYS, start=1):
+        if key not in init:
+            raise InitError(key, "is missing")
+        try:
+            array = np.array(init[key], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InitError(key, f"must be a {ndim}-D array of numbers") from None
+        if array.ndim != ndim or array.size == 0:
+            raise InitError(key, f"must be a non-empty {ndim}-D array of numbers, got shape {array.shape}")
+        if not np.all(np.isfinite(array)):
+            raise InitError(key, "holds a non-finite value")
+        array.flags.writeable = False
+        arrays.append(array)
+    weights, means, covariances = arrays
+    k = n_components
+    if weights.shape != (k,):
+        raise InitError("weights", f"must hold {k} weights (n_components), got {weights.shape[0]}")
+    if np.any(weights <= 0) or abs(weights.sum() - 1.0) > 1e-8:
+        raise InitError("weights", f"must be positive and sum to 1, got {weights.tolist()}")
+    if means.shape[0] != k:
+        raise InitError("means", f"must hold {k} means (n_components), got {means.shape[0]}")
+    d = means.shape[1]
+    if n_features is not None and d != n_features:
+        raise InitError("means", f"has {d} columns but the data will have {n_features} features")
+    if covariances.shape != (k, d, d):
+        raise InitError("covariances", f"must have shape ({k}, {d}, {d}), got {covariances.shape}")
+    for j, cov in enumerate(covariances):
+        if not np.allclose(cov, cov.T, rtol=1e-10, atol=1e-12):
+            raise InitError(f"covariances[{j}]", "is not symmetric")
+        try:
+            np.linalg.cholesky(cov)
+        except np.linalg.LinAlgError:
+            raise InitError(f"covariances[{j}]", "is not positive definite") from None
+    return GMMParams(weights=weights, means=means, covariances=covariances)
 
 
 # --- the reference ------------------------------------------------------------------------------

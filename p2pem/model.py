@@ -248,7 +248,7 @@ class DistributedGMM:
         else:
             gen = np.random.default_rng(self.random_state if rng is None else rng)
         counts = gen.multinomial(int(n_samples), self.weights_)
-        X = np.vstack([gen.multivariate_normal(m, c, size=int(k)) for m, c, k in zip(self.means_, self.covariances_, counts)])
+        X = np.vstack([gen.multivariate_normal(m, c, size=int(k)) for m, c, k in zip(self.means_, self.covariances_, counts, strict=True)])
         labels = np.repeat(np.arange(self.n_components), counts)
         return X, labels
 

@@ -12,12 +12,19 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from p2pem.simulate import RunResult  # noqa: E402
 
+#: The look of each protocol's line, the same in every figure p2pem draws (simulation, leakage).
 _STYLES: dict[str, dict[str, Any]] = {
     "centralized": dict(color="black", linestyle="-", linewidth=2.5, alpha=0.35),
     "federated": dict(color="tab:orange", linestyle="--", marker="s", markevery=(6, 10)),
     "secure-sum": dict(color="tab:green", linestyle=":", marker="^", markevery=(3, 10)),
     "pdmm-sp": dict(color="tab:blue", linestyle="-", marker="o", markevery=(0, 10), markerfacecolor="none"),
 }
+
+
+def protocol_style(label: str) -> dict[str, Any]:
+    """Matplotlib keywords of a protocol's line, by the first word of its label (``"pdmm-sp (c=0.4)"``);
+    empty for a protocol without a look of its own."""
+    return dict(_STYLES.get(label.split(" ")[0], {}))
 
 
 def loglik_figure(runs: list[RunResult], path: Path, *, title: str) -> None:
@@ -33,7 +40,7 @@ def loglik_figure(runs: list[RunResult], path: Path, *, title: str) -> None:
     fig, axes = plt.subplots(rows, 1, figsize=(6.4, 3.6 * rows), dpi=120, sharex=True, squeeze=False)
     ax = axes[0, 0]
     for r in runs:
-        ax.plot(range(len(r.loglik)), r.loglik, label=r.protocol, **_STYLES.get(r.protocol.split(" ")[0], {}))
+        ax.plot(range(len(r.loglik)), r.loglik, label=r.protocol, **protocol_style(r.protocol))
     ax.set_ylabel("average log-likelihood per row")
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -46,7 +53,7 @@ def loglik_figure(runs: list[RunResult], path: Path, *, title: str) -> None:
                 continue
             n = min(len(r.loglik), len(ref_ll))
             diff = np.abs(np.asarray(r.loglik[:n]) - ref_ll[:n]) / np.abs(ref_ll[:n])
-            ax2.semilogy(range(n), np.maximum(diff, 1e-17), label=r.protocol, **_STYLES.get(r.protocol.split(" ")[0], {}))
+            ax2.semilogy(range(n), np.maximum(diff, 1e-17), label=r.protocol, **protocol_style(r.protocol))
         ax2.set_ylabel("relative difference\nfrom centralized")
         ax2.set_ylim(1e-17, 1e-6)
         ax2.grid(alpha=0.3, which="both")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -66,6 +67,19 @@ def graph_summary(g: nx.Graph) -> dict:
     }
 
 
+def output_header(form: tuple[str, int], scenario: Scenario | None) -> dict[str, Any]:
+    """The fields a JSON output about a scenario starts with.
+
+    ``format`` and ``version`` from ``form``, then the scenario it came from: ``scenario``
+    (name), ``scenario_file`` and ``seed``, all None when there is none (a deployment kit
+    run without its scenario file).
+    """
+    fmt, version = form
+    if scenario is None:
+        return {"format": fmt, "version": version, "scenario": None, "scenario_file": None, "seed": None}
+    return {"format": fmt, "version": version, "scenario": scenario.name, "scenario_file": str(scenario.path), "seed": scenario.seed}
+
+
 @dataclass
 class ScenarioRun:
     scenario: Scenario
@@ -74,13 +88,8 @@ class ScenarioRun:
     n_rows: int = 0
 
     def to_json(self) -> dict:
-        fmt, version = RESULT_FORMAT
         return {
-            "format": fmt,
-            "version": version,
-            "scenario": self.scenario.name,
-            "scenario_file": str(self.scenario.path),
-            "seed": self.scenario.seed,
+            **output_header(RESULT_FORMAT, self.scenario),
             "graph": graph_summary(self.graph),
             "n_rows": self.n_rows,
             "protocols": [r.to_json() for r in self.runs],

@@ -90,8 +90,8 @@ from p2pem.data import (
     standardize,
     synthetic_mixture,
 )
-from p2pem.errors import ConfigError, DataError, GraphError
-from p2pem.gmm import GMMParams
+from p2pem.errors import ConfigError, DataError, GraphError, InitError
+from p2pem.gmm import INIT_KEYS, GMMParams, params_from_dict
 from p2pem.graphs import default_radius, graph_from_edges
 from p2pem.protocols import PROTOCOLS as _REGISTRY
 from p2pem.protocols import make_protocol
@@ -599,36 +599,23 @@ def _parse_em(sec: Table, width: int | None) -> EMConfig:
     reg_covar = sec.number("reg_covar", default=1e-6, minimum=0.0)
     init = None
     if sec.has("init"):
-        init = _parse_init(sec.section("init", ("weights", "means", "covariances")), n_components, width)
+        init = parse_init(sec.section("init", INIT_KEYS), n_components, width)
     return EMConfig(n_components=n_components, max_iter=max_iter, tol=tol, reg_covar=reg_covar, init=init)
 
 
-def _parse_init(sec: Table, k: int, width: int | None) -> GMMParams:
-    weights = sec.number_array("weights", ndim=1)
-    means = sec.number_array("means", ndim=2)
-    covariances = sec.number_array("covariances", ndim=3)
-    if weights.shape != (k,):
-        sec.fail(f"{sec.key('weights')!r} must hold {k} weights (em.n_components), got {weights.shape[0]}")
-    if np.any(weights <= 0) or abs(weights.sum() - 1.0) > 1e-8:
-        sec.fail(f"{sec.key('weights')!r} must be positive and sum to 1, got {weights.tolist()}")
-    if means.shape[0] != k:
-        sec.fail(f"{sec.key('means')!r} must hold {k} means (em.n_components), got {means.shape[0]}")
-    d = means.shape[1]
-    if width is not None and d != width:
-        sec.fail(f"{sec.key('means')!r} has {d} columns but the data will have {width} features")
-    if covariances.shape != (k, d, d):
-        sec.fail(f"{sec.key('covariances')!r} must have shape ({k}, {d}, {d}), got {covariances.shape}")
-    for index, cov in enumerate(covariances):
-        where = f"{sec.key('covariances')}[{index}]"
-        if not np.allclose(cov, cov.T, rtol=1e-10, atol=1e-12):
-            sec.fail(f"{where!r} is not symmetric")
-        try:
-            np.linalg.cholesky(cov)
-        except np.linalg.LinAlgError:
-            sec.fail(f"{where!r} is not positive definite")
-    for array in (weights, means, covariances):
-        array.flags.writeable = False
-    return GMMParams(weights=weights, means=means, covariances=covariances)
+def parse_init(sec: Table, n_components: int, n_features: int | None) -> GMMParams:
+    """An ``init`` table (``weights``, ``means``, ``covariances``) as :class:`GMMParams`.
+
+    The TOML types are checked here (arrays of finite numbers); everything else by
+    :func:`p2pem.gmm.params_from_dict`, whose error becomes one line naming the file and the
+    dotted key, e.g. ``s.toml: 'em.init.covariances[1]' is not positive definite``.
+    Rosters (:mod:`p2pem.deploy.config`) read their ``[em.init]`` through it too.
+    """
+    values = {key: sec.number_array(key, ndim=ndim) for ndim, key in enumerate(INIT_KEYS, start=1)}
+    try:
+        return params_from_dict(values, n_components, n_features)
+    except InitError as exc:
+        sec.fail_key(exc.key, exc.problem)
 
 
 def _parse_protocols(top: Table) -> tuple[ProtocolConfig, ...]:

@@ -86,9 +86,13 @@ class RunResult:
 
 
 def relative_error(a, b) -> float:
-    """max|a - b| / max|b|: the one relative-difference formula p2pem reports everywhere."""
+    """max|a - b| / max|b|: the one relative-difference formula p2pem reports everywhere.
+
+    ``b`` is the reference; when it is all zeros the absolute difference max|a - b| is
+    returned instead of a division by zero.
+    """
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+    return float(np.max(np.abs(a - b)) / (float(np.max(np.abs(b))) or 1.0))
 
 
 def max_relative_difference(run, ref) -> float:

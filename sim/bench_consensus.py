@@ -158,7 +158,7 @@ def part_a(args) -> dict:
                                            "rounds_to_target": first, "rounds_to_stay_below": stay,
                                            "stop_rounds": int(out.rounds), "stop_converged": bool(out.converged),
                                            "stop_final_mse": final_mse[-1], "stop_tol": spec.stop_tol})
-                differ = any(f != st for f, st in zip(firsts, stays))
+                differ = any(f != st for f, st in zip(firsts, stays, strict=True))
                 row += [summarise(firsts) + ("*" if differ else ""),
                         f"{statistics.median(stop_rounds):g}" + (f" ({hit_max} max)" if hit_max else ""),
                         f"{max(final_mse):.1e}"]

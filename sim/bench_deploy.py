@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from p2pem.deploy.broker import free_port
-    from p2pem.deploy.launcher import prepare_kit, run_deployment, start_kit_broker, write_result
+    from p2pem.deploy.kit import prepare_kit, start_kit_broker
+    from p2pem.deploy.launcher import run_deployment
+    from p2pem.deploy.results import write_result
     from p2pem.runner import build_graph, em_settings, protocols
     from p2pem.scenario import load_data, load_scenario
     from p2pem.simulate import relative_error, run_protocol

@@ -102,7 +102,7 @@ def _fig3_mi(runs: int) -> None:
     print(f"{'protocol':<11} {'group':<10} {'T':>2} {'KSG bits':>9} {'95% CI':>16} {'exact':>7} {'attack success':>15}")
     for name in ("pdmm-sp", "secure-sum", "federated"):
         r = multi_iteration_leakage(make_protocol(name), fig1, adv, 0, iterations_seen=(0, 1, 2), runs=runs, seed=3)
-        for t, mi, lo, hi, ex, ok in zip(r.iterations_seen, r.mi_bits, r.mi_lo, r.mi_hi, r.exact_bits, r.attack_success):
+        for t, mi, lo, hi, ex, ok in zip(r.iterations_seen, r.mi_bits, r.mi_lo, r.mi_hi, r.exact_bits, r.attack_success, strict=True):
             exact = "-" if ex is None else f"{ex:.3f}"
             group = "{" + ",".join(str(i + 1) for i in r.group) + "}"
             print(f"{name:<11} {group:<10} {t:>2} {mi:>9.3f} {f'[{lo:.3f}, {hi:.3f}]':>16} {exact:>7} {ok:>15.2f}")

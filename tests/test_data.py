@@ -225,7 +225,7 @@ def test_even_split_195_rows_over_80_nodes() -> None:
     np.testing.assert_array_equal(np.sort(together[:, 0]), X[:, 0])  # every row exactly once
     assert not np.array_equal(together, X)  # shuffled
     again = split_rows(X, 80, how="even", rng=np.random.default_rng(0))
-    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
 
 
 def test_contiguous_split_keeps_order_without_rng() -> None:

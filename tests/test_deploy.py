@@ -25,14 +25,10 @@ from p2pem.deploy.broker import find_mosquitto, free_port
 from p2pem.deploy.codec import Codec
 from p2pem.deploy.crypto import Identity
 from p2pem.deploy.config import Roster, Timeouts
-from p2pem.deploy.launcher import (
-    Deployment,
-    DeploymentFailed,
-    collect_results,
-    prepare_kit,
-    run_deployment,
-    start_kit_broker,
-)
+from p2pem.deploy.kit import prepare_kit, start_kit_broker
+from p2pem.deploy.launcher import run_deployment
+from p2pem.deploy.results import collect_results
+from p2pem.deploy.supervise import Deployment, DeploymentFailed
 from p2pem.errors import TransportError
 from p2pem.messages import Message
 from p2pem.runner import build_graph, em_settings, protocols
@@ -292,6 +288,32 @@ def test_acl_refuses_publishing_as_another_node(tmp_path):
 
     try:
         asyncio.run(asyncio.wait_for(scenario(), 30))
+    finally:
+        broker.stop()
+
+
+def test_kit_broker_on_a_taken_port_moves_the_kit_to_a_free_one(tmp_path):
+    """The kit's port is taken after prepare_kit: PortInUse, or (as run_kit asks) another port
+    that the kit and every node config then name."""
+    import socket
+
+    from p2pem.deploy.broker import PortInUse
+    from p2pem.deploy.config import NodeConfig
+
+    path = scenario_file(tmp_path, n_nodes=4, max_iter=1)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", taken), seeded=True)
+        with pytest.raises(PortInUse, match="already in use"):
+            start_kit_broker(kit)
+        broker = start_kit_broker(kit, other_port_if_taken=True)
+    try:
+        assert broker.running and broker.port != taken
+        moved = kit.set_broker(kit.broker_host, broker.port)
+        assert type(kit).load(kit.root).broker_port == moved.broker_port == broker.port
+        assert {NodeConfig.load(kit.config_path(i)).broker.port for i in range(kit.n_nodes)} == {broker.port}
     finally:
         broker.stop()
 

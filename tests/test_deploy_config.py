@@ -89,6 +89,22 @@ def test_roster_carries_an_explicit_init_bit_for_bit(tmp_path):
     assert back.init.covariances.tobytes() == init.covariances.tobytes()
 
 
+def test_roster_init_errors_name_the_file_and_key(tmp_path):
+    """A roster's [em.init] goes through the scenario's validator: one line, file and dotted key."""
+    from p2pem.gmm import GMMParams
+
+    init = GMMParams(np.array([0.25, 0.75]), np.array([[0.0, 1.0], [2.0, 3.0]]), np.array([np.eye(2), 2 * np.eye(2)]))
+    path = Roster.build("r", ring_with_chord(5), EMSettings(2, 5, 0.0, 1e-6, init, 7), make_protocol("pdmm-sp"), keys(5)).save(tmp_path / "r.toml")
+    text = path.read_text()
+    path.write_text(text.replace("0.25,", "0.35,", 1))
+    with pytest.raises(ConfigError) as info:
+        Roster.load(path)
+    assert str(info.value) == f"{path}: 'em.init.weights' must be positive and sum to 1, got [0.35, 0.75]"
+    path.write_text(text.replace("            2.0,", "            -2.0,", 1))  # covariances[1][0][0]
+    with pytest.raises(ConfigError, match=r"'em\.init\.covariances\[1\]' is not positive definite$"):
+        Roster.load(path)
+
+
 def _array(key: str, *values: int) -> str:
     """``key = [...]`` as the TOML writer (tomli-w) lays out an array: one element a line."""
     return f"{key} = [\n" + "".join(f"    {v},\n" for v in values) + "]"
@@ -291,6 +307,47 @@ def test_keys_new_show_and_roster(tmp_path, capsys):
     assert "no public key for node(s) 3" in capsys.readouterr().err
 
 
+def test_assemble_roster_names_the_public_file_at_fault(tmp_path):
+    from p2pem.deploy.keys import public_toml
+    from p2pem.deploy.roster import assemble_roster
+
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(
+        'seed = 3\n[data]\nsource = "synthetic"\nn_samples = 40\n[graph]\nkind = "edges"\n'
+        "edges = [[0, 1], [1, 2], [2, 3], [3, 0]]\n[em]\nn_components = 2\nmax_iter = 4\n"
+        '[[protocols]]\nname = "pdmm-sp"\n'
+    )
+    pubs = tmp_path / "pubs"
+    pubs.mkdir()
+    identities = keys(4)
+    for i, ident in enumerate(identities):
+        (pubs / f"node{i}.pub").write_text(public_toml(ident, i))
+    roster, _ = assemble_roster(scenario, [pubs], tmp_path / "roster.toml")
+    assert roster.keys == tuple(identities)
+
+    def refused(path: Path, text: str) -> str:
+        original = path.read_text()
+        path.write_text(text)
+        try:
+            with pytest.raises(ConfigError) as info:
+                assemble_roster(scenario, [pubs], tmp_path / "roster.toml")
+        finally:
+            path.write_text(original)
+        message = str(info.value)
+        assert message.startswith(f"{path}: ") and "\n" not in message
+        return message[len(f"{path}: ") :]
+
+    pub = pubs / "node2.pub"
+    other = public_toml(keys(1)[0], 2)
+    swapped = pub.read_text().replace(identities[2].signing_key, keys(1)[0].signing_key)  # fingerprint left as it was
+    assert refused(pub, swapped) == "'fingerprint' is not the fingerprint of these keys (the file was edited or damaged)"
+    assert refused(pub, other.replace("id = 2", "id = 1")) == "a second public key for node 1"
+    assert refused(pub, other.replace("id = 2", "id = 4")) == "node id 4 outside 0..3 (the scenario's graph has 4 nodes)"
+    assert refused(pub, other.replace("id = 2", 'id = "2"')) == "'id' must be an integer, got '2' (a string)"
+    assert refused(pub, other.replace("id = 2\n", "")).startswith("no node id")
+    assert refused(pub, "id = [").startswith("invalid TOML")
+
+
 def test_deploy_refuses_undeployable_protocols_in_one_line(tmp_path):
     text = SCENARIO.read_text().replace("../data", str(ROOT / "data")).replace('name = "pdmm-sp"', 'name = "federated"')
     text = text.replace("mode = \"sync\"", "")
@@ -325,7 +382,7 @@ def test_kit_templates(tmp_path):
 def test_every_deploy_key_reaches_the_node_configs(tmp_path):
     """[deploy] timeouts (reconnect_timeout included), on_dropout; --timeout overrides keep the rest;
     secrets come from OS entropy unless the insecure seed is asked for."""
-    from p2pem.deploy.launcher import deploy_settings, prepare_kit
+    from p2pem.deploy.kit import deploy_settings, prepare_kit
 
     text = SCENARIO.read_text().replace("../data", str(ROOT / "data"))
     text = text.replace("[deploy]\n", '[deploy]\nreconnect_timeout = 33.0\non_dropout = "continue"\n', 1)

@@ -23,7 +23,10 @@ import pytest
 from p2pem.deploy.broker import find_mosquitto, free_port
 from p2pem.deploy.codec import Codec
 from p2pem.deploy.config import NodeConfig, Roster, Timeouts
-from p2pem.deploy.launcher import Deployment, DeploymentFailed, collect_results, prepare_kit, run_deployment, start_kit_broker
+from p2pem.deploy.kit import prepare_kit, start_kit_broker
+from p2pem.deploy.launcher import run_deployment
+from p2pem.deploy.results import collect_results
+from p2pem.deploy.supervise import Deployment, DeploymentFailed
 from p2pem.deploy.runtime import AbortReason, NodeRuntime, run_reported
 from p2pem.messages import Message
 from p2pem.scenario import load_scenario
@@ -72,7 +75,7 @@ def run_with_insider(kit, make_insider):
     dep.start()
     thread.start()
     try:
-        codes.update(zip(dep.nodes, dep.wait(watchdog=60)))
+        codes.update(zip(dep.nodes, dep.wait(watchdog=60), strict=True))
     finally:
         dep.terminate()
         thread.join(30)
@@ -249,7 +252,7 @@ def test_dropout_continue_with_a_killed_node_equals_the_simulation_of_that_sched
     kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True)
     roster = Roster.load(kit.roster_path)
     from p2pem.deploy.dropout import survivor_topology
-    from p2pem.deploy.launcher import compare_with_simulate
+    from p2pem.deploy.results import compare_with_simulate
 
     def droppable(k: int) -> bool:
         try:

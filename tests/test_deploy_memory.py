@@ -25,7 +25,7 @@ from p2pem.deploy.broker import find_mosquitto
 from p2pem.deploy.codec import Codec
 from p2pem.deploy.crypto import Identity
 from p2pem.deploy.config import NodeConfig, Roster, Timeouts
-from p2pem.deploy.launcher import prepare_kit
+from p2pem.deploy.kit import prepare_kit
 from p2pem.deploy.runtime import NodeRuntime, run_reported
 from p2pem.messages import Message
 from p2pem.protocols.pdmm import NEVER

@@ -9,7 +9,7 @@ import pytest
 
 from p2pem.data import synthetic_mixture
 from p2pem.em import EMSettings, EMState, fit_centralized
-from p2pem.errors import ProtocolError
+from p2pem.errors import ConfigError, InitError, ProtocolError
 from p2pem.gmm import (
     GMMParams,
     batch_m_step,
@@ -19,6 +19,7 @@ from p2pem.gmm import (
     init_statistics,
     local_statistics,
     m_step,
+    params_from_dict,
     precision_cholesky,
 )
 
@@ -147,3 +148,45 @@ def test_em_state_stops_identically_on_tol():
         contrib = batch.contribution()
         batch.absorb(np.repeat(contrib.sum(0, keepdims=True), 2, axis=0))
     assert batch.n_iter == state.n_iter
+
+
+_INIT = {"weights": [0.25, 0.75], "means": [[0.0, 1.0], [2.0, 3.0]], "covariances": [np.eye(2), [[2.0, 0.5], [0.5, 1.0]]]}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "n_features", "named", "problem"),
+    [
+        ("weights", [0.5, 0.6], None, "weights", "must be positive and sum to 1, got [0.5, 0.6]"),
+        ("weights", [-0.25, 1.25], None, "weights", "must be positive and sum to 1"),
+        ("weights", [0.2, 0.3, 0.5], None, "weights", "must hold 2 weights (n_components), got 3"),
+        ("means", [[0.0, np.nan], [2.0, 3.0]], None, "means", "holds a non-finite value"),
+        ("means", [[0.0, 1.0], [2.0]], None, "means", "must be a 2-D array of numbers"),
+        ("means", [0.0, 1.0], None, "means", "must be a non-empty 2-D array of numbers, got shape (2,)"),
+        ("means", [[0.0, 1.0], [2.0, 3.0]], 3, "means", "has 2 columns but the data will have 3 features"),
+        ("covariances", [np.eye(2), [[2.0, 0.5], [0.4, 1.0]]], None, "covariances[1]", "is not symmetric"),
+        ("covariances", [[[1.0, 2.0], [2.0, 1.0]], np.eye(2)], None, "covariances[0]", "is not positive definite"),
+        ("covariances", [np.eye(3), np.eye(3)], None, "covariances", "must have shape (2, 2, 2), got (2, 3, 3)"),
+        ("mean", [[0.0, 1.0]], None, "mean", "is not an init key (known: weights, means, covariances)"),
+        ("covariances", None, None, "covariances", "is missing"),
+    ],
+)
+def test_init_validator_names_the_key(key, value, n_features, named, problem):
+    init = dict(_INIT)
+    if value is None:
+        del init[key]
+    else:
+        init[key] = value
+    with pytest.raises(InitError) as info:
+        params_from_dict(init, 2, n_features)
+    assert isinstance(info.value, ConfigError)
+    assert info.value.key == named and info.value.problem.startswith(problem)
+    assert str(info.value).startswith(f"init {named!r} {problem}")
+
+
+def test_init_validator_returns_read_only_copies():
+    means = np.array([[0.0, 1.0], [2.0, 3.0]])
+    params = params_from_dict({**_INIT, "means": means}, 2, 2)
+    np.testing.assert_array_equal(params.means, means)
+    assert params.means.dtype == np.float64 and not params.means.flags.writeable
+    assert means.flags.writeable  # the caller's array is untouched
+    assert params.covariances.shape == (2, 2, 2) and not params.weights.flags.writeable

@@ -175,7 +175,7 @@ def test_fixed_point_ring_arithmetic_is_exact():
     rows = rng.normal(size=(50, 7)) * 10.0 ** rng.integers(-6, 6, size=(50, 7))
     total = [0] * 7
     for row in rows:
-        total = [(a + e) % MODULUS for a, e in zip(total, encode_fixed(row))]
+        total = [(a + e) % MODULUS for a, e in zip(total, encode_fixed(row), strict=True)]
     exact = np.array([math.fsum(col) for col in rows.T])
     np.testing.assert_array_equal(decode_fixed(total), exact)
     np.testing.assert_array_equal(decode_fixed(encode_fixed(np.array([-2.5, 0.0, 1e-3]))), [-2.5, 0.0, 1e-3])
@@ -195,7 +195,23 @@ def test_secure_sum_ring_messages_are_masked_and_encrypted():
     results = [m for m in out.trace if m.kind == "result"]
     assert len(results) == 4 and not any(m.encrypted for m in results)
     # the first hop is R + s_0 with R uniform on 2^256: far from the encoding of s_0
-    assert all(abs(v - e) > 2**200 for v, e in zip(ring[0].payload, encode_fixed(s[topo.ring[0]])))
+    assert all(abs(v - e) > 2**200 for v, e in zip(ring[0].payload, encode_fixed(s[topo.ring[0]]), strict=True))
+
+
+def test_secure_sum_rejects_a_short_ring_message_instead_of_truncating():
+    from p2pem.messages import Message
+    from p2pem.protocols import NodeContext
+    from p2pem.protocols.base import ProtocolViolation
+
+    spec = SecureSum()
+    topo = spec.topology(nx.cycle_graph(4))
+    me = topo.ring[1]
+    agg = spec.node_aggregation(NodeContext(me, topo, np.random.default_rng(0)), 1)
+    agg.start(np.array([1.0, 2.0, 3.0]))
+    forged = Message(topo.ring[0], (me,), 1, 1, "ring", (5, 6), True)
+    with pytest.raises(ProtocolViolation, match="ring message: 2 values, expected 3") as info:
+        agg.receive(forged)
+    assert info.value.sender == topo.ring[0] and info.value.check == "shape"
 
 
 def test_federated_uploads_in_clear():

@@ -121,7 +121,7 @@ def test_parkinsons_data_over_80_nodes() -> None:
     np.testing.assert_allclose(X.mean(axis=0), 0, atol=1e-12)
     assert X[:, 0].var() > X[:, 1].var()
     again = load_data(load_scenario(PARKINSONS_TOML))
-    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
 
 
 def test_scenario_is_frozen() -> None:
@@ -361,7 +361,7 @@ def test_seed_streams_are_stable_and_independent() -> None:
     assert not np.array_equal(other, draws["data"])
     # documented construction: the i-th child of SeedSequence(seed).spawn
     children = np.random.SeedSequence(1).spawn(len(STREAMS))
-    for child, name in zip(children, STREAMS):
+    for child, name in zip(children, STREAMS, strict=True):
         np.testing.assert_array_equal(child.generate_state(4), streams[name].generate_state(4))
 
 

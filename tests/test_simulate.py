@@ -14,7 +14,7 @@ from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError, GraphError
 from p2pem.runner import build_graph, em_settings
 from p2pem.scenario import load_data, load_scenario
-from p2pem.simulate import max_relative_difference
+from p2pem.simulate import max_relative_difference, relative_error
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,7 +103,7 @@ def test_engines_agree_bit_for_bit_including_traces(protocol):
 
     ta, tb = sorted(a.trace, key=key), sorted(b.trace, key=key)
     assert [key(m) for m in ta] == [key(m) for m in tb]
-    for x, y in zip(ta, tb):
+    for x, y in zip(ta, tb, strict=True):
         assert x.meta == y.meta and x.encrypted == y.encrypted
         assert np.array_equal(x.payload, y.payload) if isinstance(x.payload, np.ndarray) else x.payload == y.payload
 
@@ -226,3 +226,9 @@ def test_device_reductions_equal_the_host_ones():
     v = np.add.reduceat(sign * z[t_.reverse], t_.row_start, axis=0)
     assert np.allclose(np.asarray(own(xp.asarray(z))), u, rtol=0, atol=1e-9)
     assert np.allclose(np.asarray(theirs(xp.asarray(z))), v, rtol=0, atol=1e-9)
+
+
+def test_relative_error_is_relative_to_the_reference_and_absolute_against_zeros():
+    assert relative_error([1.0, 3.0], [1.0, 4.0]) == 0.25
+    assert relative_error([[1.0, 4.0]], [[1.0, 3.0]]) == 1 / 3
+    assert relative_error([0.0, -2e-9], [0.0, 0.0]) == 2e-9  # no division by zero

@@ -52,7 +52,7 @@ def _scenario(tmp_path: Path, text: str = SCENARIO) -> Path:
     rng = np.random.default_rng(0)
     label = rng.integers(0, 2, 80)
     X = rng.normal(size=(80, 2)) * np.where(label[:, None] == 1, 0.6, 1.0) + 2.5 * label[:, None]
-    rows = ["a,b,label"] + [f"{x:.6f},{y:.6f},{c}" for (x, y), c in zip(X, label)]
+    rows = ["a,b,label"] + [f"{x:.6f},{y:.6f},{c}" for (x, y), c in zip(X, label, strict=True)]
     (tmp_path / "rows.csv").write_text("\n".join(rows) + "\n")
     path = tmp_path / "s.toml"
     path.write_text(text)

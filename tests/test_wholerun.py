@@ -69,7 +69,7 @@ def test_reduction_is_exact_for_every_adversary_on_fig1(name):
         "secure-sum": [((2,), (0, 4)), ((0, 1, 2, 3, 4),), ((2,), (0, 4)), ((2,), (0, 4))],
         "federated": [((0,), (2,), (4,)), ((0,), (1,), (2,), (3,), (4,)), ((0,), (2,), (4,)), ((0, 2, 4),)],
     }[name]
-    for view, groups in zip(views, expected):
+    for view, groups in zip(views, expected, strict=True):
         assert view.groups == groups
         assert view.iterations == list(range(6))  # initialisation, 4 M-steps, the final log-likelihood
         assert view.reduction_error().max() < 1e-9

@@ -19,9 +19,9 @@ FIG1 = nx.Graph([(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 2), (2, 4)])
 def test_init_sum_closed_form_limits():
     assert math.isinf(init_sum_leakage_bits(2))
     values = [init_sum_leakage_bits(g) for g in range(3, 12)]
-    assert all(a > b > 0 for a, b in zip(values, values[1:]))
+    assert all(a > b > 0 for a, b in zip(values, values[1:], strict=False))  # consecutive pairs
     # the sum alone already tells I(X1; sum) = 1/2 log2(g / (g - 1)); the square sum adds to it
-    for g, v in zip(range(3, 12), values):
+    for g, v in zip(range(3, 12), values, strict=True):
         assert v > 0.5 * math.log2(g / (g - 1))
     assert init_sum_leakage_bits(1000) < 0.01
 

@@ -11,8 +11,18 @@ per process, next to its own data file.  Rooms:
     The asyncio node process: MQTT link + signed/encrypted codec + replay guard + Node,
     with the start-up handshake, heartbeats, reconnection and clean failure.
 ``p2pem.deploy.launcher``
-    ``p2pem deploy``: split a scenario into per-node kits, start a broker and one process
-    per node, collect and check the results.
+    ``p2pem deploy``: chains the four modules below, one job each.
+``p2pem.deploy.kit``
+    Split a scenario into per-node kits on disk (data, keys, configs, roster, broker auth)
+    and start the kit's broker.
+``p2pem.deploy.keys``
+    Key and credential files: the broker's passwords and ACL, public identities.
+``p2pem.deploy.supervise``
+    Start, watch and stop the node processes.
+``p2pem.deploy.results``
+    Merge the nodes' results into one ``result.json`` and check that they agree.
+``p2pem.deploy.roster``
+    Multi-host set-up: a roster assembled from the nodes' public keys.
 ``p2pem.deploy.cli``
     The ``node``, ``deploy`` and ``keys`` subcommands.
 ``p2pem.deploy.crypto``, ``p2pem.deploy.codec``, ``p2pem.deploy.broker``, ``p2pem.deploy.transports``

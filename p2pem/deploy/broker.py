@@ -31,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 
 from p2pem.errors import ConfigError, TransportError
+from p2pem.files import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -167,9 +168,7 @@ def write_mosquitto_config(
         lines.append(f"password_file {_config_path(password_file)}")
     if acl_file is not None:
         lines.append(f"acl_file {_config_path(acl_file)}")
-    path = directory / "mosquitto.conf"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return atomic_write(directory / "mosquitto.conf", "\n".join(lines) + "\n")
 
 
 def write_password_file(
@@ -207,10 +206,7 @@ def write_password_file(
     passwd = Path(executable) if executable is not None else find_mosquitto("mosquitto_passwd")
     if passwd is None:
         raise ConfigError("mosquitto_passwd not found; install mosquitto (e.g. apt-get install mosquitto)")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.writelines(f"{user}:{password}\n" for user, password in users.items())
+    atomic_write(path, "".join(f"{user}:{password}\n" for user, password in users.items()), mode=0o600)
     result = subprocess.run(
         [str(passwd), "-U", str(path)], capture_output=True, text=True, check=False, timeout=60
     )
@@ -283,11 +279,7 @@ def write_acl(
 ) -> Path:
     """Write :func:`acl_rules` to ``path`` (mode 0600) and return the path."""
     path = Path(path)
-    text = acl_rules(run_id, node_ids, admin=admin, observer=observer)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    return path
+    return atomic_write(path, acl_rules(run_id, node_ids, admin=admin, observer=observer), mode=0o600)
 
 
 def die_with_parent() -> None:
@@ -465,6 +457,7 @@ def start_broker(
     acl_file: str | os.PathLike[str] | None = None,
     executable: str | os.PathLike[str] | None = None,
     timeout: float = 5.0,
+    other_port_if_taken: bool = False,
 ) -> BrokerHandle:
     """Write a config into ``directory``, start Mosquitto and wait until it listens.
 
@@ -475,6 +468,9 @@ def start_broker(
     port : int, optional
         Listener port; a free one is chosen (and re-chosen if taken meanwhile) when
         omitted.
+    other_port_if_taken : bool, default False
+        When ``port`` is taken, listen on a free port instead (the handle's ``port`` says
+        which); without it a taken ``port`` raises :class:`PortInUse`.
     host : str, default "127.0.0.1"
         Listener address.
     password_file, acl_file : path-like, optional
@@ -508,9 +504,9 @@ def start_broker(
     if exe is None:
         raise ConfigError("mosquitto not found; install it (e.g. apt-get install mosquitto)")
     directory = Path(directory)
-    attempts = 1 if port is not None else 3
+    attempts = 1 if port is not None and not other_port_if_taken else 3
     for attempt in range(attempts):
-        chosen = port if port is not None else free_port(host)
+        chosen = port if port is not None and attempt == 0 else free_port(host)
         config = write_mosquitto_config(directory, chosen, password_file, acl_file, host=host)
         handle = BrokerHandle(exe, config, host, chosen)
         try:

@@ -1,8 +1,9 @@
 """The ``node``, ``deploy`` and ``keys`` subcommands (registered by :mod:`p2pem.cli`).
 
 Only argument parsing and printing live here; the work is in :mod:`p2pem.deploy.runtime`
-and :mod:`p2pem.deploy.launcher`, imported when a command runs so that ``p2pem --help``
-stays fast.
+(a node), :mod:`p2pem.deploy.launcher` and the modules it chains (a whole deployment),
+:mod:`p2pem.deploy.keys` and :mod:`p2pem.deploy.roster` (keys), imported when a command runs
+so that ``p2pem --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -169,7 +170,9 @@ def _say(line: str) -> None:
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     from p2pem.deploy.config import parse_broker_address
-    from p2pem.deploy.launcher import Kit, compare_with_simulate, deploy, prepare_kit, run_kit
+    from p2pem.deploy.kit import Kit, prepare_kit
+    from p2pem.deploy.launcher import deploy, run_kit
+    from p2pem.deploy.results import compare_with_simulate
 
     if (args.scenario is None) == (args.kit is None):
         raise ConfigError("give either a SCENARIO (with --out DIR) or --kit DIR")
@@ -184,7 +187,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                 kit = kit.set_broker(*broker)
             doc = run_kit(kit, start_broker=broker is None, progress=progress)
         else:
-            from p2pem.deploy.launcher import deploy_settings
+            from p2pem.deploy.kit import deploy_settings
             from p2pem.scenario import load_scenario
 
             if not args.out:
@@ -285,7 +288,8 @@ def _print_summary(kit, doc: dict, elapsed: float) -> None:
 
 def cmd_keys_new(args: argparse.Namespace) -> int:
     from p2pem.deploy.crypto import Identity
-    from p2pem.deploy.launcher import public_path, public_toml
+    from p2pem.deploy.keys import public_path, public_toml
+    from p2pem.files import atomic_write
 
     path = Path(args.out)
     if args.node_id is not None and args.node_id < 0:
@@ -294,7 +298,7 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
     identity.save(path, overwrite=args.force)
     text = public_toml(identity.public, args.node_id)
     pub = public_path(path)
-    pub.write_text(text, encoding="utf-8")
+    atomic_write(pub, text)
     print(f"# wrote private key {path} (mode 0600; never copy it off this host) and public half {pub}")
     print(text, end="")
     return 0
@@ -302,14 +306,14 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
 
 def cmd_keys_show(args: argparse.Namespace) -> int:
     from p2pem.deploy.crypto import Identity
-    from p2pem.deploy.launcher import public_toml
+    from p2pem.deploy.keys import public_toml
 
     print(public_toml(Identity.load(args.key_file).public), end="")
     return 0
 
 
 def cmd_keys_roster(args: argparse.Namespace) -> int:
-    from p2pem.deploy.launcher import assemble_roster
+    from p2pem.deploy.roster import assemble_roster
 
     roster, broker_files = assemble_roster(
         args.scenario, args.public, args.out, run_id=args.run_id, protocol=args.protocol, broker_dir=args.broker_dir

@@ -64,7 +64,9 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pem.errors import ConfigError, DataError
-from p2pem.scenario import parse_broker_address
+from p2pem.files import atomic_write
+from p2pem.gmm import INIT_KEYS
+from p2pem.scenario import parse_broker_address, parse_init
 from p2pem.tomltable import Table, is_number, read_toml
 
 __all__ = [
@@ -260,12 +262,8 @@ class Roster:
         from p2pem.gmm import params_from_dict
 
         em = self.em
-        init = None
-        if em.get("init") is not None:
-            raw = em["init"]
-            means = np.asarray(raw["means"], dtype=float)
-            init = params_from_dict(dict(raw), int(em["n_components"]), int(means.shape[1]) if means.ndim == 2 else 0)
         try:
+            init = None if em.get("init") is None else params_from_dict(em["init"], int(em["n_components"]), self.n_features)
             return EMSettings(
                 int(em["n_components"]), int(em["max_iter"]), float(em["tol"]), float(em["reg_covar"]), init, int(em["init_seed"])
             )
@@ -354,7 +352,7 @@ class Roster:
             f"p2pem roster of run {self.run_id}: public, must be identical at every node.\n"
             "Written by p2pem; nodes refuse to run with a peer whose roster differs."
         )
-        _write_text(path, toml_dumps(self.to_document(), header=header), mode=0o644)
+        atomic_write(path, toml_dumps(self.to_document(), header=header))
         return path
 
     @classmethod
@@ -403,8 +401,9 @@ class Roster:
         if "n_features" in em_t.table:
             em["n_features"] = em_t.integer("n_features", minimum=1)
         if "init" in em_t.table:
-            init_t = em_t.section("init", ("weights", "means", "covariances"))
-            em["init"] = {k: init_t.require(k) for k in ("weights", "means", "covariances")}
+            init_t = em_t.section("init", INIT_KEYS)
+            parse_init(init_t, em["n_components"], em.get("n_features"))  # the same checks as a scenario's
+            em["init"] = {k: init_t.table[k] for k in INIT_KEYS}
         proto_t = top.section("protocol", None)
         protocol = dict(proto_t.table)
         if not isinstance(protocol.get("name"), str):
@@ -682,7 +681,7 @@ class NodeConfig:
                 "\n[reproducibility] fixes the protocol noise so that the run equals `p2pem simulate`:"
                 "\nTESTING ONLY - delete it in a real deployment (anyone knowing the seed can undo the privacy noise)."
             )
-        _write_text(path, toml_dumps(self.to_document(path.resolve().parent), header=header), mode=0o600)
+        atomic_write(path, toml_dumps(self.to_document(path.resolve().parent), header=header), mode=0o600)
         return path
 
     def with_broker(self, host: str, port: int) -> NodeConfig:
@@ -715,7 +714,7 @@ def write_node_data(path: str | os.PathLike[str], X: npt.ArrayLike, names: Seque
     X = np.asarray(X, dtype=np.float64)
     names = list(names) if names is not None else [f"x{k}" for k in range(X.shape[1])]
     lines = [",".join(names)] + [",".join(repr(float(v)) for v in row) for row in X]
-    _write_text(path, "\n".join(lines) + "\n", mode=0o600)
+    atomic_write(path, "\n".join(lines) + "\n", mode=0o600)
     return path
 
 
@@ -769,13 +768,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
-
-
-def _write_text(path: Path, text: str, *, mode: int) -> None:
-    """Write ``text`` to ``path`` atomically with the given permissions."""
-    from p2pem.files import atomic_write
-
-    atomic_write(path, text, mode=mode)
 
 
 def _read_toml(path: Path, what: str) -> dict[str, Any]:

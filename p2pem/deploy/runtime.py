@@ -72,6 +72,7 @@ from p2pem.messages import Message
 from p2pem.node import MAX_AHEAD, EMFailed, Node, OutOfRound
 from p2pem.protocols import NodeContext
 from p2pem.protocols.base import ProtocolViolation, check_vector
+from p2pem.simulate import relative_error
 from p2pem.deploy.transports.base import (
     ConnectionLost,
     Incoming,
@@ -630,8 +631,7 @@ class NodeRuntime:
         assert mine is not None
         if n_iter != self.node.em.n_iter:
             raise Disagreement(self.node_id, j, f"neighbour node {j} finished after {n_iter} EM iterations, this node after {self.node.em.n_iter}")
-        scale = float(np.max(np.abs(mine))) or 1.0
-        diff = float(np.max(np.abs(model - mine))) / scale
+        diff = relative_error(model, mine)
         if not diff <= AGREEMENT_RTOL:
             raise Disagreement(self.node_id, j, f"neighbour node {j} finished with a different model (relative difference {diff:.3g} > {AGREEMENT_RTOL:g})")
         self._agreed.add(j)

@@ -87,7 +87,8 @@ def releases(em_blocks: Sequence[Block], init_blocks: Sequence[Block], n_iter: i
     w, m, c, i = split
     parts: list[tuple[Block, int, float]] = []
     if n_iter > 0:
-        parts += [(b, n_iter, f) for b, f in zip(em_blocks, (w, m, c))]
+        # a prefix of the three blocks may be released alone (shares are renormalised below)
+        parts += [(b, n_iter, f) for b, f in zip(em_blocks, (w, m, c), strict=False)]
     if init_blocks:
         parts += [(b, 1, i / len(init_blocks)) for b in init_blocks]
     total = sum(f for _, _, f in parts)
@@ -122,7 +123,7 @@ def _events(mechanism: str, rel: Sequence[Release], scales: Sequence[float]):
     import dp_accounting as dpa
 
     out = []
-    for r, s in zip(rel, scales):
+    for r, s in zip(rel, scales, strict=True):
         if mechanism == "gaussian":
             event = dpa.GaussianDpEvent(s / r.block.l2)
         else:
@@ -167,7 +168,7 @@ def _calibrate_uncached(mechanism, accountant, epsilon, delta, rel) -> list[floa
     sens = [r.block.l2 if mechanism == "gaussian" else r.block.l1 for r in rel]
 
     def scales(z: float) -> list[float]:
-        return [s * z / r.share**power for s, r in zip(sens, rel)]
+        return [s * z / r.share**power for s, r in zip(sens, rel, strict=True)]
 
     def eps_of(z: float) -> float:
         acc = rdp.RdpAccountant()
@@ -210,15 +211,15 @@ def _spent(mechanism: str, accountant: str, delta: float, rel: tuple[Release, ..
         return math.inf
     if accountant == "basic":
         if mechanism == "laplace":
-            return sum(r.count * r.block.l1 / s for r, s in zip(rel, scales))
+            return sum(r.count * r.block.l1 / s for r, s in zip(rel, scales, strict=True))
         import dp_accounting as dpa
 
-        return sum(r.count * dpa.get_epsilon_gaussian(s / r.block.l2, r.share * delta) for r, s in zip(rel, scales))
+        return sum(r.count * dpa.get_epsilon_gaussian(s / r.block.l2, r.share * delta) for r, s in zip(rel, scales, strict=True))
     if accountant == "zcdp":
         if mechanism == "gaussian":
-            rho = sum(r.count * r.block.l2**2 / (2 * s * s) for r, s in zip(rel, scales))
+            rho = sum(r.count * r.block.l2**2 / (2 * s * s) for r, s in zip(rel, scales, strict=True))
         else:
-            rho = sum(r.count * (r.block.l1 / s) ** 2 / 2 for r, s in zip(rel, scales))
+            rho = sum(r.count * (r.block.l1 / s) ** 2 / 2 for r, s in zip(rel, scales, strict=True))
         return _epsilon_for(rho, delta)
     if accountant == "rdp":
         from dp_accounting import rdp

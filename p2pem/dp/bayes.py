@@ -46,7 +46,7 @@ class BayesClassifier:
     def log_posterior(self, X: FloatArray) -> FloatArray:
         """(n, C) unnormalised log posteriors log pi_c + log p(x | c)."""
         X = np.asarray(X, dtype=float)
-        return np.stack([np.log(p) + e_step(X, m)[1] for p, m in zip(self.priors, self.models)], axis=1)
+        return np.stack([np.log(p) + e_step(X, m)[1] for p, m in zip(self.priors, self.models, strict=True)], axis=1)
 
     def predict(self, X: FloatArray) -> FloatArray:
         return self.classes[np.argmax(self.log_posterior(X), axis=1)]
@@ -89,7 +89,7 @@ def fit_bayes(
         raise DataError("fit_bayes: one list of parts and one EMSettings per class are needed")
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     runs = []
-    for c, (parts, s) in enumerate(zip(class_parts, settings)):
+    for c, (parts, s) in enumerate(zip(class_parts, settings, strict=True)):
         child = np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, c))
         runs.append(run_protocol(list(parts), graph, protocol, s, seed=child))
     sizes = np.array([sum(len(p) for p in parts) for parts in class_parts], dtype=float)

@@ -116,7 +116,7 @@ def em_release_size(n_components: int, n_features: int) -> int:
 def scale_vector(blocks: list[Block], scales: list[float], size: int) -> FloatArray:
     """Per-coordinate noise scale: block j's coordinates get ``scales[j]``, the rest 0."""
     out = np.zeros(size)
-    for block, s in zip(blocks, scales):
+    for block, s in zip(blocks, scales, strict=True):
         out[block.index] = s
     return out
 

@@ -241,14 +241,14 @@ class DPProtocol(ProtocolSpec):
                 stacklevel=3,
             )
         clipped = [np.clip(p, -bound, bound) for p in parts]
-        n_clipped = sum(int(np.count_nonzero(c != p)) for c, p in zip(clipped, parts))
+        n_clipped = sum(int(np.count_nonzero(c != p)) for c, p in zip(clipped, parts, strict=True))
         if n_clipped:
             log.info("%s: %d feature values clipped to [-%g, %g]", self.label, n_clipped, bound, bound)
         em = mechanisms.em_blocks(k, d, bound)
         init = mechanisms.init_blocks(d, bound) if settings.init is None else []
         rel = accounting.releases(em, init, settings.max_iter, accounting.parse_split(self.split))
         scales = accounting.calibrate(self.mechanism, self.accountant, float(self.epsilon), float(self.delta), rel)
-        by_name = {r.block.name: s for r, s in zip(rel, scales)}
+        by_name = {r.block.name: s for r, s in zip(rel, scales, strict=True)}
         plan = NoisePlan(
             mechanism=self.mechanism,
             init_scale=mechanisms.scale_vector(init, [by_name.get(b.name, 0.0) for b in init], init_stats_size(d)),

@@ -282,12 +282,10 @@ def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None
                         progress(i + 1, len(tasks))
         finally:
             _WORK = None
+    from p2pem.runner import output_header
+
     return {
-        "format": FORMAT,
-        "version": VERSION,
-        "scenario": scenario.name,
-        "scenario_file": str(scenario.path),
-        "seed": scenario.seed,
+        **output_header((FORMAT, VERSION), scenario),
         "n_train": int(sum(len(p) for p in work.parts)),
         "n_test": int(len(work.X_test)),
         "n_nodes": len(work.parts),
@@ -322,7 +320,7 @@ def summarize(doc: dict) -> list[dict]:
             stats: tuple[Callable[[np.ndarray], Any], ...] = (
                 np.mean, np.std, np.median, lambda v: np.quantile(v, 0.25), lambda v: np.quantile(v, 0.75)
             )
-            for suffix, fn in zip(("", "_std", "_median", "_q25", "_q75"), stats):
+            for suffix, fn in zip(("", "_std", "_median", "_q25", "_q75"), stats, strict=True):
                 row[key + suffix] = float(fn(vals)) if vals.size else None
         out.append(row)
     return out
@@ -346,7 +344,7 @@ def tradeoff_figure(doc: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 4.2), squeeze=False)
     eps_finite = [e for e in doc["epsilons"] if e is not None]
     styles = {"centralized": ("black", "-"), "secure-sum": ("tab:gray", "--"), "pdmm-sp": ("tab:green", ":"), "federated": ("tab:brown", "-.")}
-    for ax, (key, label, log_y) in zip(axes[0], keys):
+    for ax, (key, label, log_y) in zip(axes[0], keys, strict=True):
         private = sorted({r["protocol"] for r in rows if r["epsilon"] is not None})
         for proto in private:
             pts = sorted((r for r in rows if r["protocol"] == proto and r["epsilon"] is not None), key=lambda r: r["epsilon"])

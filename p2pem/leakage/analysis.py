@@ -547,16 +547,11 @@ class LeakageReport:
         wall_s : float, optional
             The wall time they add up to (default: the analysis's own).
         """
-        from p2pem.runner import graph_summary
+        from p2pem.runner import graph_summary, output_header
 
         cfg = self.config
-        fmt, version = SUMMARY_FORMAT
         return {
-            "format": fmt,
-            "version": version,
-            "scenario": self.scenario.name,
-            "scenario_file": str(self.scenario.path),
-            "seed": self.scenario.seed,
+            **output_header(SUMMARY_FORMAT, self.scenario),
             "graph": graph_summary(self.graph) | {"edges": sorted([sorted(e) for e in self.graph.edges])},
             "statistic": "responsibility-weighted first moment r x_i, X_i ~ N(0, 1), r = 1/n_components",
             "statistic_std": 1.0 / self.scenario.em.n_components,
@@ -633,7 +628,7 @@ def prepare_protocols(scenario: Scenario, cfg: LeakageConfig, graph: nx.Graph) -
         scale = 1.0 / scenario.em.n_components
         specs = [dataclasses.replace(s, perturbation_std=s.perturbation_std * scale) if isinstance(s, PdmmSP) else s for s in specs]
     out = []
-    for spec, label in zip(specs, run_labels(specs)):
+    for spec, label in zip(specs, run_labels(specs), strict=True):
         try:
             run_spec = monte_carlo_spec(spec, cfg.iterations)
             run_spec.validate(graph)

@@ -300,27 +300,28 @@ def reconstruct_rows(
     scale = 1.0 / m
     norm = float(np.linalg.norm(target * scale)) or 1.0
     draw = _start_sampler(observations, m, d)
+    # least_squares asks for the residuals and then the Jacobian at the same point: one
+    # evaluation serves both (the equations depend on the point alone, so a start may reuse it)
+    cache: dict[bytes, tuple[FloatArray, FloatArray]] = {}
+
+    def evaluate(flat: FloatArray) -> tuple[FloatArray, FloatArray]:
+        key = flat.tobytes()
+        if key not in cache:
+            cache.clear()
+            cache[key] = equations(flat.reshape(m, d))
+        return cache[key]
+
+    def fun(flat: FloatArray) -> FloatArray:
+        return (evaluate(flat)[0] - target) * scale
+
+    def jac(flat: FloatArray) -> FloatArray:
+        return evaluate(flat)[1] * scale
+
     best: Reconstruction | None = None
     tried = 0
     for s in range(starts):
         tried += 1
         x0 = initial if (s == 0 and initial is not None) else draw(rng)
-
-        cache: dict[bytes, tuple[FloatArray, FloatArray]] = {}
-
-        def evaluate(flat: FloatArray) -> tuple[FloatArray, FloatArray]:
-            key = flat.tobytes()
-            if key not in cache:
-                cache.clear()
-                cache[key] = equations(flat.reshape(m, d))
-            return cache[key]
-
-        def fun(flat: FloatArray) -> FloatArray:
-            return (evaluate(flat)[0] - target) * scale
-
-        def jac(flat: FloatArray) -> FloatArray:
-            return evaluate(flat)[1] * scale
-
         with np.errstate(over="ignore", under="ignore"):
             fit = least_squares(fun, x0.ravel(), jac=jac, method="trf", x_scale="jac", max_nfev=max_nfev, xtol=1e-15, ftol=1e-15, gtol=1e-15)
         res = float(np.linalg.norm(fit.fun)) / norm

@@ -13,13 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from p2pem.leakage.analysis import LeakageRun  # noqa: E402
+from p2pem.plots import protocol_style  # noqa: E402
 
-_COLORS = {
-    "federated": "tab:orange",
-    "secure-sum": "tab:green",
-    "pdmm-sp": "tab:blue",
-}
-_MARKERS = {"federated": "s", "secure-sum": "^", "pdmm-sp": "o"}
 _INSECURE_COLOR = "tab:red"
 
 #: Bits below this are drawn on the bottom edge of the log axis.
@@ -27,9 +22,10 @@ FLOOR_BITS = 1e-3
 
 
 def _style(protocol: str) -> dict:
-    base = protocol.split(" ")[0]
-    color = _INSECURE_COLOR if "INSECURE" in protocol else _COLORS.get(base, "tab:gray")
-    return {"color": color, "marker": _MARKERS.get(base, "x")}
+    """The protocol's colour and marker from :func:`p2pem.plots.protocol_style`; red when insecure."""
+    look = protocol_style(protocol)
+    color = _INSECURE_COLOR if "INSECURE" in protocol else look.get("color", "tab:gray")
+    return {"color": color, "marker": look.get("marker", "x")}
 
 
 def _styles(runs: Sequence[LeakageRun]) -> dict[str, dict]:
@@ -121,7 +117,7 @@ def sweep_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceiling_
         hi = [max(r.mi_ci[-1][1], FLOOR_BITS) for r in sel]
         color = cmap(g_idx % 10)
         name = f"node {label}" + (f" ({adv})" if len({g[1] for g in groups}) > 1 else "")
-        ax_mi.errorbar(std, est, yerr=[[e - a for e, a in zip(est, lo)], [b - e for e, b in zip(est, hi)]], color=color, marker="o", markersize=4, capsize=2, linewidth=1.2, label=f"{name}: KSG estimate")
+        ax_mi.errorbar(std, est, yerr=[[e - a for e, a in zip(est, lo, strict=True)], [b - e for e, b in zip(est, hi, strict=True)]], color=color, marker="o", markersize=4, capsize=2, linewidth=1.2, label=f"{name}: KSG estimate")
         exacts = [r.exact_bits[-1] for r in sel if r.exact_bits is not None]
         if len(exacts) == len(sel):
             exact = [ceiling_bits if math.isinf(v) else max(v, FLOOR_BITS) for v in exacts]

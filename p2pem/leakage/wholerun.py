@@ -132,7 +132,7 @@ class WholeRunView:
     def reduction_error(self) -> FloatArray:
         """(n_aggregations, n_groups): max |view sum - true sum| / max |true sum|."""
         out = np.empty((len(self.sums), len(self.groups)))
-        for t, (s, ref) in enumerate(zip(self.sums, self.truth)):
+        for t, (s, ref) in enumerate(zip(self.sums, self.truth, strict=True)):
             scale = np.maximum(np.max(np.abs(ref), axis=1), np.finfo(float).tiny)
             out[t] = np.max(np.abs(s - ref), axis=1) / scale
         return out
@@ -144,7 +144,7 @@ class WholeRunView:
         """
         return [
             Observation(model, sums[group_index] if model is None else sums[group_index][:-1])
-            for it, model, sums in zip(self.iterations, self.models, self.sums)
+            for it, model, sums in zip(self.iterations, self.models, self.sums, strict=True)
             if it <= t_seen
         ]
 
@@ -372,7 +372,7 @@ def _ring_sums(topology: Topology, groups, seen: list[Message]) -> FloatArray:
         before, last = ring[(pos[first] - 1) % n], arc[-1]
         if before not in sent or last not in sent:
             raise DataError(f"secure-sum: the ring values around {sorted(arc)} are not observed")
-        diff = decode_fixed([(b - a) % MODULUS for a, b in zip(sent[before], sent[last])])
+        diff = decode_fixed([(b - a) % MODULUS for a, b in zip(sent[before], sent[last], strict=True)])
         # a value that passes the initiator (ring position 0) lost the total on the way
         out.append(diff + total if pos[first] > pos[last] or pos[first] == 0 else diff)
     return np.array(out)
@@ -455,7 +455,7 @@ def record_whole_run(
         outcome = spec.aggregate(values, topology, rngs, it, record=True)
         trace = outcome.trace or []
         index = _pdmm_index(trace, n) if isinstance(spec, PdmmSP) else None
-        for view, adv, model in zip(views, adversaries, models):
+        for view, adv, model in zip(views, adversaries, models, strict=True):
             own = {c: values[c] for c in adv.corrupt_nodes}
             seen = None if index is not None else _observed(trace, adv)
             groups, sums = disclosed_sums(spec, topology, graph, adv, trace, own, observed=seen, pdmm_index=index)
@@ -471,7 +471,7 @@ def record_whole_run(
         state.absorb(outcome.results)
         if progress is not None and it > 0:
             progress(it, settings.max_iter)
-    for view, r in zip(views, refs):
+    for view, r in zip(views, refs, strict=True):
         view.loglik = state.node_loglik(r)
         view.final = _copy_params(state.params(r))
         view.rows = tuple(int(sum(len(parts[i]) for i in g)) for g in view.groups)

@@ -25,7 +25,7 @@ import numpy as np
 
 from p2pem.errors import GraphError, ProtocolError
 from p2pem.messages import SERVER, Message
-from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology
+from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, ProtocolViolation, Topology
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -98,10 +98,10 @@ class SecureSum(ProtocolSpec):
         mask = random_mask(rngs[ring[0]], p)
         acc = mask
         for hop, v in enumerate(ring):
-            acc = [(a + e) % MODULUS for a, e in zip(acc, encode_fixed(values[v]))]
+            acc = [(a + e) % MODULUS for a, e in zip(acc, encode_fixed(values[v]), strict=True)]
             if trace is not None:
                 trace.append(Message(v, (ring[(hop + 1) % n],), iteration, hop + 1, "ring", tuple(acc), True))
-        total = [(a - r) % MODULUS for a, r in zip(acc, mask)]
+        total = [(a - r) % MODULUS for a, r in zip(acc, mask, strict=True)]
         average = decode_fixed(total) / n
         if trace is not None:
             for hop in range(n - 1):
@@ -130,7 +130,7 @@ class RingNode(Aggregation):
         if not self.initiator:
             return []
         self.mask = random_mask(self.ctx.rng, self.p)
-        acc = [(a + e) % MODULUS for a, e in zip(self.mask, self.enc)]
+        acc = [(a + e) % MODULUS for a, e in zip(self.mask, self.enc, strict=True)]
         return [Message(self.ctx.node_id, (self.succ,), self.iteration, 1, "ring", tuple(acc), True)]
 
     def receive(self, msg: Message) -> list[Message]:
@@ -140,10 +140,14 @@ class RingNode(Aggregation):
         if msg.kind == "ring":
             if msg.round != self.pos + (self.n if self.initiator else 0):
                 raise ProtocolError(f"secure-sum: ring message from node {msg.sender} in wrong round {msg.round}")
+            if len(msg.payload) != self.p:  # zip would silently drop the missing coordinates
+                raise ProtocolViolation(
+                    msg.sender, msg.iteration, msg.round, "shape", f"ring message: {len(msg.payload)} values, expected {self.p}"
+                )
             if not self.initiator:
-                acc = [(a + e) % MODULUS for a, e in zip(msg.payload, self.enc)]
+                acc = [(a + e) % MODULUS for a, e in zip(msg.payload, self.enc, strict=True)]
                 return [Message(me, (self.succ,), self.iteration, self.pos + 1, "ring", tuple(acc), True)]
-            total = [(a - r) % MODULUS for a, r in zip(msg.payload, self.mask)]
+            total = [(a - r) % MODULUS for a, r in zip(msg.payload, self.mask, strict=True)]
             return self._finish(decode_fixed(total) / self.n, self.n + 1)
         if msg.kind == "result" and not self.initiator:
             return self._finish(np.asarray(msg.payload), msg.round + 1)

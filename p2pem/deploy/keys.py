@@ -1,0 +1,67 @@
+"""Key and credential files of a deployment: the one job of this module.
+
+* :func:`write_broker_auth` -- the broker's side: Mosquitto's hashed password file, the ACL
+  (node ``i`` may publish only under its own topics) and one plain password per user;
+* :func:`public_path`, :func:`public_toml` -- the public half of a node's identity as the
+  small TOML file a node's owner sends to whoever assembles the roster
+  (:func:`p2pem.deploy.roster.assemble_roster`).
+
+The identities themselves (key generation, signing, sealing) live in :mod:`p2pem.deploy.crypto`,
+the only importer of ``cryptography``; this module only lays their files out.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+from p2pem.deploy.config import toml_dumps
+from p2pem.files import atomic_write
+
+__all__ = ["public_path", "public_toml", "write_broker_auth"]
+
+
+def write_broker_auth(directory: Path, run_id: str, n_nodes: int, *, executable: Path | None = None) -> dict[str, str]:
+    """Write the broker's hashed password file, ACL and the plain per-user passwords.
+
+    Files in ``directory`` (all mode 0600): ``passwords`` (Mosquitto password file, hashed),
+    ``acl`` (node ``i`` may publish only under ``p2pem/<run>/from/<i>/``), ``node<i>.password``
+    (give it to node ``i``'s host) and ``credentials.toml`` (the ``admin`` and ``observer``
+    users' passwords).
+
+    Returns
+    -------
+    dict
+        User name to password.
+    """
+    from p2pem.deploy.broker import acl_rules, username_for, write_password_file
+
+    users = {username_for(i): secrets.token_urlsafe(18) for i in range(n_nodes)}
+    users["admin"] = secrets.token_urlsafe(18)
+    users["observer"] = secrets.token_urlsafe(18)
+    write_password_file(directory / "passwords", users, executable=executable)
+    atomic_write(directory / "acl", acl_rules(run_id, range(n_nodes)), mode=0o600)
+    for i in range(n_nodes):
+        atomic_write(directory / f"node{i}.password", users[username_for(i)] + "\n", mode=0o600)
+    header = "broker users for monitoring (admin may publish, observer may only read); keep secret"
+    doc = toml_dumps({"admin": users["admin"], "observer": users["observer"]}, header=header)
+    atomic_write(directory / "credentials.toml", doc, mode=0o600)
+    return users
+
+
+def public_path(key_file: Path) -> Path:
+    """Where the public half of ``key_file`` goes: ``x.key`` -> ``x.pub``, else ``x`` + ``.pub``."""
+    key_file = Path(key_file)
+    return key_file.with_suffix(".pub") if key_file.suffix == ".key" else key_file.with_name(key_file.name + ".pub")
+
+
+def public_toml(public, node_id: int | None = None) -> str:
+    """The public identity as a small TOML document (``id`` when known, both keys, fingerprint)."""
+    doc: dict[str, Any] = {}
+    if node_id is not None:
+        doc["id"] = node_id
+    doc.update(public.to_dict())
+    doc["fingerprint"] = public.fingerprint
+    return toml_dumps(doc, header="p2pem public identity: send this file to whoever assembles the roster")
+

@@ -1,0 +1,384 @@
+"""The deployment kit: what ``p2pem deploy`` prepares on disk before any process starts.
+
+:func:`prepare_kit`
+    From a scenario: split the data exactly as ``p2pem simulate`` does and write one file
+    per node, generate every node's keys, write the roster, the broker's password file and
+    ACL, and one ``node.toml`` per node.  Layout of the output folder::
+
+        DIR/kit.json                  what was prepared (read by --kit)
+        DIR/roster.toml               public, identical for every node
+        DIR/broker/                   mosquitto.conf, passwords (hashed), acl, credentials.toml, log
+        DIR/nodes/node<i>/            node.toml, node.key, node.pub, broker.password, data.csv,
+                                      node.log and result.json once it ran
+        DIR/result.json               written by the launcher on success
+
+:class:`Kit`
+    That folder once written: paths, run id, broker address (:meth:`Kit.load` reads it back).
+:func:`start_kit_broker`
+    Mosquitto on the kit's address with its password file and ACL (and Nagle off).
+
+The processes are started by :mod:`p2pem.deploy.supervise`, the results merged by
+:mod:`p2pem.deploy.results`, and :mod:`p2pem.deploy.launcher` chains the three.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from p2pem.deploy.config import (
+    BrokerConfig,
+    NodeConfig,
+    Roster,
+    Timeouts,
+    check_deployable,
+    write_node_data,
+)
+from p2pem.deploy.keys import public_path, public_toml, write_broker_auth
+from p2pem.errors import ConfigError
+from p2pem.files import atomic_write, write_json
+from p2pem.tomltable import read_toml
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "KIT_FORMAT",
+    "MAX_NODE_SPREAD",
+    "Kit",
+    "deploy_settings",
+    "make_run_id",
+    "pick_protocol",
+    "prepare_kit",
+    "start_kit_broker",
+    "write_kit_broker_config",
+]
+
+KIT_FORMAT = 1
+#: Largest relative disagreement between the nodes' final models accepted by default.
+MAX_NODE_SPREAD = 1e-6
+
+
+
+@dataclass(frozen=True)
+class Kit:
+    """A prepared deployment folder (see the module docstring for its layout)."""
+
+    root: Path
+    run_id: str
+    n_nodes: int
+    scenario_file: Path | None
+    protocol: str
+    broker_host: str
+    broker_port: int
+    max_node_spread: float = MAX_NODE_SPREAD
+    seeded: bool = False
+
+    @property
+    def roster_path(self) -> Path:
+        return self.root / "roster.toml"
+
+    @property
+    def broker_dir(self) -> Path:
+        return self.root / "broker"
+
+    @property
+    def password_file(self) -> Path:
+        return self.broker_dir / "passwords"
+
+    @property
+    def acl_file(self) -> Path:
+        return self.broker_dir / "acl"
+
+    def node_dir(self, i: int) -> Path:
+        return self.root / "nodes" / f"node{i}"
+
+    def config_path(self, i: int) -> Path:
+        return self.node_dir(i) / "node.toml"
+
+    def result_path(self, i: int) -> Path:
+        return self.node_dir(i) / "result.json"
+
+    def log_path(self, i: int) -> Path:
+        return self.node_dir(i) / "node.log"
+
+    def credentials(self) -> dict[str, str]:
+        """Broker passwords of the ``admin`` and ``observer`` users (for monitoring and tests)."""
+        return read_toml(self.broker_dir / "credentials.toml", "broker credentials")
+
+    def save(self) -> None:
+        doc = {
+            "format": KIT_FORMAT,
+            "run_id": self.run_id,
+            "n_nodes": self.n_nodes,
+            "scenario_file": None if self.scenario_file is None else str(self.scenario_file),
+            "protocol": self.protocol,
+            "broker_host": self.broker_host,
+            "broker_port": self.broker_port,
+            "max_node_spread": self.max_node_spread,
+            "seeded": self.seeded,
+        }
+        write_json(self.root / "kit.json", doc)
+
+    @classmethod
+    def load(cls, root: str | os.PathLike[str]) -> Kit:
+        root = Path(root)
+        try:
+            doc = json.loads((root / "kit.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{root}: not a deployment kit (no kit.json; prepare one with `p2pem deploy SCENARIO --out {root} --prepare-only`)") from None
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{root}/kit.json: unreadable ({exc})") from None
+        if doc.get("format") != KIT_FORMAT:
+            raise ConfigError(f"{root}/kit.json: unknown kit format {doc.get('format')!r}")
+        return cls(
+            root=root,
+            run_id=doc["run_id"],
+            n_nodes=int(doc["n_nodes"]),
+            scenario_file=None if doc.get("scenario_file") is None else Path(doc["scenario_file"]),
+            protocol=doc["protocol"],
+            broker_host=doc["broker_host"],
+            broker_port=int(doc["broker_port"]),
+            max_node_spread=float(doc.get("max_node_spread", MAX_NODE_SPREAD)),
+            seeded=bool(doc.get("seeded", False)),
+        )
+
+    def set_broker(self, host: str, port: int) -> Kit:
+        """Point every node config (and the kit) at another broker address."""
+        for i in range(self.n_nodes):
+            NodeConfig.load(self.config_path(i)).with_broker(host, port).save(self.config_path(i))
+        kit = Kit(self.root, self.run_id, self.n_nodes, self.scenario_file, self.protocol, host, int(port), self.max_node_spread, self.seeded)
+        kit.save()
+        return kit
+
+
+
+def make_run_id(name: str) -> str:
+    """``<scenario name>-<8 random hex digits>``, squeezed into the run-id alphabet."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")[:40] or "run"
+    return f"{stem}-{secrets.token_hex(4)}"
+
+
+def pick_protocol(scenario, protocol: str | None):
+    """The scenario's protocol named ``protocol`` (default its first), checked to be deployable."""
+    from p2pem.runner import protocols
+
+    specs = protocols(scenario)
+    if protocol is None:
+        spec = specs[0]
+    else:
+        matches = [s for s in specs if s.name == protocol]
+        if not matches:
+            raise ConfigError(f"{scenario.path}: no protocol {protocol!r} in the scenario (it has: {', '.join(s.name for s in specs)})")
+        spec = matches[0]
+    try:
+        check_deployable(spec)
+    except ConfigError as exc:
+        raise ConfigError(f"{scenario.path}: {exc}") from None
+    return spec
+
+
+def deploy_settings(scenario, overrides: dict[str, float] | None = None) -> tuple[Timeouts, float, tuple[str, int] | None]:
+    """Timeouts, max node spread and broker address from a scenario's ``[deploy]`` table.
+
+    ``overrides`` (e.g. ``--timeout`` on the command line) replace keys of the table before
+    the derived defaults (heartbeat, reconnect_timeout) are computed, and every key given
+    reaches the node configs.
+    """
+    from p2pem.deploy.config import parse_broker_address
+
+    table = {**dict(scenario.deploy), **(overrides or {})}
+    timeouts = Timeouts.from_mapping(table, f"{scenario.path}: deploy")
+    spread = float(table.get("max_node_spread", MAX_NODE_SPREAD))
+    broker = None
+    if "broker" in table:
+        try:
+            broker = parse_broker_address(table["broker"])
+        except ConfigError as exc:
+            raise ConfigError(f"{scenario.path}: deploy.broker: {exc}") from None
+    return timeouts, spread, broker
+
+
+def prepare_kit(
+    scenario,
+    out: str | os.PathLike[str],
+    *,
+    broker: tuple[str, int],
+    protocol: str | None = None,
+    run_id: str | None = None,
+    seeded: bool = False,
+    timeouts: Timeouts | None = None,
+    max_node_spread: float | None = None,
+    on_dropout: str | None = None,
+) -> Kit:
+    """Write everything the node processes and the broker need into ``out``.
+
+    Parameters
+    ----------
+    scenario : p2pem.scenario.Scenario
+    out : path-like
+        New (or empty) folder.
+    broker : (host, port)
+        Where the nodes will find the broker.
+    protocol : str, optional
+        Which of the scenario's protocols to deploy; default the first.
+    run_id : str, optional
+        Default ``<scenario name>-<random>``.
+    seeded : bool, default False
+        INSECURE, for tests and reproductions only: write the scenario seed into every node
+        config so that the protocol noise (initial duals) equals ``p2pem simulate``'s;
+        anyone holding the scenario file then recovers every node's statistics from the
+        broker traffic.  By default every node draws its secrets from the OS's entropy.
+    timeouts : Timeouts, optional
+        Default: the scenario's ``[deploy]`` table.
+    max_node_spread : float, optional
+        Largest accepted relative disagreement between the nodes' models.
+    on_dropout : {"stop", "continue"}, optional
+        Default: the scenario's ``[deploy] on_dropout``, else "stop".
+
+    Returns
+    -------
+    Kit
+
+    Raises
+    ------
+    ConfigError
+        The folder is not empty, the protocol cannot be deployed, or mosquitto_passwd is
+        missing.
+    """
+    from p2pem.deploy.broker import find_mosquitto, username_for
+    from p2pem.deploy.crypto import Identity
+    from p2pem.runner import build_graph, em_settings
+    from p2pem.scenario import load_data
+
+    root = Path(out)
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise ConfigError(f"{root}: exists and is not an empty folder; choose a new output folder")
+    if not root.resolve().parent.exists():
+        raise ConfigError(f"{root}: parent folder {root.resolve().parent} does not exist")
+    scenario_timeouts, scenario_spread, _ = deploy_settings(scenario)
+    timeouts = timeouts or scenario_timeouts
+    spread = scenario_spread if max_node_spread is None else float(max_node_spread)
+    spec = pick_protocol(scenario, protocol)
+    parts = load_data(scenario)
+    graph = build_graph(scenario)
+    spec.validate(graph)
+    settings = em_settings(scenario)
+    run_id = run_id or make_run_id(scenario.name)
+    n = graph.number_of_nodes()
+    passwd = find_mosquitto("mosquitto_passwd")
+    if passwd is None:
+        raise ConfigError("mosquitto_passwd not found; install mosquitto (e.g. apt-get install mosquitto) to write the broker's password file")
+
+    if seeded:
+        log.warning(
+            "INSECURE REPRODUCIBLE SEED: the nodes' protocol noise is drawn from the scenario seed; "
+            "whoever has the scenario file can undo the privacy noise (use only for tests)"
+        )
+    root.mkdir(exist_ok=True)
+    (root / "nodes").mkdir()
+    broker_dir = root / "broker"
+    broker_dir.mkdir()
+    identities = [Identity.generate() for _ in range(n)]
+    roster = Roster.build(run_id, graph, settings, spec, [ident.public for ident in identities], n_features=int(parts[0].shape[1]))
+    roster.save(root / "roster.toml")
+    write_broker_auth(broker_dir, run_id, n, executable=passwd)
+    host, port = broker
+    protocol_stream = scenario.streams()["protocol"]
+    for i in range(n):
+        d = root / "nodes" / f"node{i}"
+        d.mkdir()
+        identities[i].save(d / "node.key")
+        atomic_write(public_path(d / "node.key"), public_toml(identities[i].public, i))
+        pw = d / "broker.password"
+        os.replace(broker_dir / f"node{i}.password", pw)
+        write_node_data(d / "data.csv", parts[i])
+        config = NodeConfig(
+            node_id=i,
+            roster=root / "roster.toml",
+            key_file=d / "node.key",
+            data=d / "data.csv",
+            result=d / "result.json",
+            broker=BrokerConfig(host=host, port=int(port), username=username_for(i), password_file=pw),
+            timeouts=timeouts,
+            seed=int(protocol_stream.entropy) if seeded else None,
+            spawn_key=(*protocol_stream.spawn_key, i) if seeded else (),
+            on_dropout=str(scenario.deploy.get("on_dropout", "stop")) if on_dropout is None else on_dropout,
+        )
+        config.save(d / "node.toml")
+    kit = Kit(
+        root=root,
+        run_id=run_id,
+        n_nodes=n,
+        scenario_file=Path(scenario.path).resolve(),
+        protocol=spec.name,
+        broker_host=host,
+        broker_port=int(port),
+        max_node_spread=spread,
+        seeded=seeded,
+    )
+    kit.save()
+    write_kit_broker_config(kit)
+    return kit
+
+
+
+def start_kit_broker(kit: Kit, *, timeout: float = 5.0, other_port_if_taken: bool = False):
+    """Start Mosquitto with the kit's password file and ACL on the kit's address.
+
+    Parameters
+    ----------
+    kit : Kit
+    timeout : float, default 5.0
+        Seconds to wait for it to listen.
+    other_port_if_taken : bool, default False
+        When the kit's port is taken, listen on a free one instead; the caller then points
+        the kit at it (``kit.set_broker(kit.broker_host, handle.port)``).
+
+    Returns
+    -------
+    p2pem.deploy.broker.BrokerHandle
+
+    Raises
+    ------
+    ConfigError
+        Mosquitto is not installed.
+    TransportError
+        It does not start (:class:`~p2pem.deploy.broker.PortInUse` when the port is taken).
+    """
+    from p2pem.deploy.broker import find_mosquitto, start_broker
+
+    exe = find_mosquitto()
+    if exe is None:
+        raise ConfigError("mosquitto not found; install it (e.g. apt-get install mosquitto) or give --broker HOST:PORT")
+    handle = start_broker(
+        kit.broker_dir,
+        port=kit.broker_port,
+        host=kit.broker_host,
+        password_file=kit.password_file,
+        acl_file=kit.acl_file,
+        executable=exe,
+        timeout=timeout,
+        other_port_if_taken=other_port_if_taken,
+    )
+    log.info("mosquitto listening on %s for run %s", handle.address, kit.run_id)
+    return handle
+
+
+def write_kit_broker_config(kit: Kit, *, host: str | None = None, port: int | None = None) -> Path:
+    """``DIR/broker/mosquitto.conf`` for the kit: password file, ACL, and Nagle off
+    (see :func:`p2pem.deploy.broker.write_mosquitto_config`)."""
+    from p2pem.deploy.broker import write_mosquitto_config
+
+    return write_mosquitto_config(
+        kit.broker_dir,
+        kit.broker_port if port is None else port,
+        kit.password_file,
+        kit.acl_file,
+        host=kit.broker_host if host is None else host,
+    )
+

@@ -1,0 +1,244 @@
+"""Merging the nodes' results of a deployment into one ``result.json``: the one job of this module.
+
+:func:`collect_results` reads every node's ``result.json``, tells a failed run (naming the
+node whose error explains it) from nodes the others agreed to drop, checks that the
+survivors agree on the model, and builds the document in the schema of ``p2pem simulate``
+plus a ``deployment`` section; :func:`compare_with_simulate` measures how far it is from
+the simulator's answer.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from p2pem.deploy.config import Roster
+from p2pem.deploy.kit import Kit
+from p2pem.deploy.supervise import DeploymentFailed
+from p2pem.errors import ConfigError, ProtocolError
+from p2pem.gmm import GMMParams
+
+__all__ = ["collect_results", "compare_with_simulate", "write_result"]
+
+
+def collect_results(
+    kit: Kit,
+    codes: Sequence[int],
+    wall: float,
+    *,
+    exit_times: dict[int, float] | None = None,
+    launched_unix: float | None = None,
+) -> dict[str, Any]:
+    """Read every node's result file, check agreement and build the ``result.json`` document.
+
+    ``exit_times`` (seconds after launch, per node) and ``launched_unix`` (when the first
+    process was started) add launcher-relative timings to the per-node entries.
+    """
+    reports: list[dict[str, Any] | None] = []
+    for i in range(kit.n_nodes):
+        try:
+            reports.append(json.loads(kit.result_path(i).read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            reports.append(None)
+    # nodes the others agreed to drop (on_dropout = "continue") are not failures of the run
+    dropped: dict[int, dict[str, Any]] = {}
+    for rep in reports:
+        if rep is not None and rep.get("status") == "finished":
+            for d in rep.get("dropped", []):
+                dropped.setdefault(int(d["node"]), d)
+    failed = [
+        i for i, rep in enumerate(reports) if i not in dropped and (codes[i] != 0 or rep is None or rep.get("status") != "finished")
+    ]
+    if failed:
+        raise DeploymentFailed(_failure_summary(kit, codes, reports, failed))
+    survivors = [i for i in range(kit.n_nodes) if i not in dropped]
+    ok: list[dict[str, Any]] = []
+    for i in survivors:
+        rep = reports[i]
+        assert rep is not None  # a survivor without a report is in `failed` above
+        ok.append(rep)
+    sets = {tuple(sorted(int(d["node"]) for d in rep.get("dropped", []))) for rep in ok}
+    if len(sets) > 1:
+        raise DeploymentFailed(f"deployment failed: the surviving nodes disagree on who dropped out ({sorted(sets)})")
+    doc = _combine(kit, ok, wall, exit_times or {}, launched_unix)
+    doc["deployment"]["dropped"] = [
+        {"node": k, "iteration": int(d["iteration"]), "detected_by": int(d["detected_by"])} for k, d in sorted(dropped.items())
+    ]
+    return doc
+
+
+def _failure_summary(kit: Kit, codes: Sequence[int], reports: Sequence[dict | None], failed: list[int]) -> str:
+    def reason(i: int) -> str:
+        rep = reports[i]
+        if rep is not None and rep.get("error"):
+            return str(rep["error"])
+        code = codes[i]
+        if code < 0:
+            return f"node {i} was killed by {signal.Signals(-code).name} (no result)"
+        tail = _last_line(kit.log_path(i))
+        return f"node {i} exited with code {code}" + (f": {tail}" if tail else "")
+
+    reasons = {i: reason(i) for i in failed}
+    # Prefer a node that failed by itself (bad data, a violation it caught) over one that only
+    # noticed a neighbour's absence, and that over one told by a neighbour.
+    def rank(i: int) -> int:
+        text = reasons[i]
+        if "run stopped" in text or "launcher" in text:
+            return 2
+        return 1 if any(w in text for w in ("never came online", "fell silent", "no progress", "was killed by")) else 0
+
+    # Among nodes that noticed a silence, prefer one accusing the node most others accuse: a
+    # node that was itself paused (SIGSTOP) wakes up to find every neighbour gone and accuses
+    # them all, while its neighbours agree on it.
+    accused = {i: re.findall(r"\bnode (\d+) fell silent", reasons[i]) for i in failed}
+    votes = collections.Counter(a for names in accused.values() for a in set(names))
+    primary = min(failed, key=lambda i: (rank(i), -max((votes[a] for a in accused[i]), default=0), i))
+    others = len(failed) - 1
+    more = f"; {others} other node{'s' if others != 1 else ''} stopped too" if others else ""
+    return f"deployment failed: {reasons[primary]}{more} (logs: {kit.root / 'nodes'}/node*/node.log)"
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1].strip()[:300] if lines else ""
+
+
+def _flat(rep: dict[str, Any]) -> np.ndarray:
+    return np.concatenate([np.ravel(rep["weights"]), np.ravel(rep["means"]), np.ravel(rep["covariances"])])
+
+
+def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: dict[int, float], launched_unix: float | None) -> dict[str, Any]:
+    from p2pem.simulate import RunResult, relative_error
+
+    ref = reports[0]
+    n_iters = {r["n_iter"] for r in reports}
+    if len(n_iters) != 1:
+        raise ProtocolError(f"nodes disagree on the number of EM iterations: {sorted(n_iters)}")
+    flat0 = _flat(ref)
+    spread = max((relative_error(_flat(r), flat0) for r in reports[1:]), default=0.0)
+    if not spread <= kit.max_node_spread:
+        raise ProtocolError(f"nodes ended with different models: relative spread {spread:.3g} > {kit.max_node_spread:g}")
+    iterations = sorted({int(k) for r in reports for k in r["rounds"]})
+    rounds = {it: float(np.mean([r["rounds"][str(it)] for r in reports])) for it in iterations}
+    roster = Roster.load(kit.roster_path)
+    spec = roster.protocol_spec()
+    run = RunResult(
+        protocol=getattr(spec, "label", spec.name),
+        protocol_params=spec.params(),
+        weights=np.asarray(ref["weights"]),
+        means=np.asarray(ref["means"]),
+        covariances=np.asarray(ref["covariances"]),
+        loglik=list(ref["loglik"]),
+        n_iter=int(ref["n_iter"]),
+        converged=bool(ref["converged"]),
+        consensus_iterations=[rounds[k] for k in iterations if k > 0],
+        init_consensus_iterations=rounds.get(0),
+        messages=int(sum(r["messages"] for r in reports)),
+        bytes=int(sum(r["bytes"] for r in reports)),
+        wall_s=wall,
+        node_spread=spread,
+        unconverged_iterations=sorted(set().union(*(r["unconverged_iterations"] for r in reports))),
+    )
+    nodes = []
+    for r in reports:
+        t = r["timings"]
+        nodes.append(
+            {
+                "node_id": r["node_id"],
+                "n_rows": r["n_rows"],
+                "messages": r["messages"],
+                "bytes": r["bytes"],
+                **{k: v for k, v in r["wire"].items()},
+                "connect_s": t.get("connected_s"),
+                "online_s": t.get("online_s"),
+                "online_after_launch_s": None
+                if launched_unix is None or t.get("online_s") is None
+                else t["started_unix"] + t["online_s"] - launched_unix,
+                "run_s": None if t.get("finished_s") is None or t.get("online_s") is None else t["finished_s"] - t["online_s"],
+                "agree_s": None if t.get("agreed_s") is None or t.get("finished_s") is None else t["agreed_s"] - t["finished_s"],
+                **{k: v for k, v in r.get("costs", {}).items()},
+                "total_s": t.get("total_s"),
+                "cpu_s": r.get("cpu_s"),
+                "exit_s": exit_times.get(r["node_id"]),
+            }
+        )
+    from p2pem.runner import RESULT_FORMAT, build_graph, graph_summary, output_header
+
+    if kit.scenario_file is not None and kit.scenario_file.exists():
+        from p2pem.scenario import load_scenario
+
+        scenario = load_scenario(kit.scenario_file)
+        doc: dict[str, Any] = {**output_header(RESULT_FORMAT, scenario), "graph": graph_summary(build_graph(scenario))}
+    else:
+        doc = {**output_header(RESULT_FORMAT, None), "graph": {"n_nodes": roster.n_nodes, "diameter": roster.diameter}}
+    doc["n_rows"] = int(sum(r["n_rows"] for r in reports))
+    doc["protocols"] = [run.to_json()]
+    run_s = [n["run_s"] for n in nodes if n["run_s"] is not None]
+    online = [n["online_after_launch_s"] for n in nodes if n["online_after_launch_s"] is not None]
+    doc["deployment"] = {
+        "run_id": kit.run_id,
+        "broker": f"{kit.broker_host}:{kit.broker_port}",
+        "n_processes": kit.n_nodes,
+        "seeded": kit.seeded,
+        "secrets": "INSECURE: protocol noise from the scenario seed (reproducible, not private)" if kit.seeded else "OS entropy",
+        "wall_s": wall,
+        "startup_s": max(online) if online else None,  # launch -> last node online
+        "run_s": max(run_s) if run_s else None,
+        "envelopes_published": int(sum(n["published"] for n in nodes)),
+        "wire_bytes": int(sum(n["wire_bytes"] for n in nodes)),
+        "control_messages": int(sum(n["control_sent"] for n in nodes)),
+        "deliveries": int(sum(n["received"] for n in nodes)),
+        "duplicates": int(sum(n["duplicates"] for n in nodes)),
+        "rejected": int(sum(sum(n["rejected"].values()) for n in nodes)),
+        "reconnects": int(sum(n["reconnects"] for n in nodes)),
+        "node_cpu_s": float(sum(n["cpu_s"] or 0.0 for n in nodes)),
+        "nodes": nodes,
+    }
+    return doc
+
+
+def write_result(kit: Kit, doc: dict[str, Any]) -> Path:
+    """Write ``DIR/result.json`` atomically."""
+    from p2pem.files import write_json
+
+    return write_json(kit.root / "result.json", doc)
+
+
+def compare_with_simulate(kit: Kit, doc: dict[str, Any]) -> float:
+    """Largest relative difference of weights, means, covariances to ``p2pem simulate`` (vectorised)."""
+    from p2pem.runner import build_graph, em_settings
+    from p2pem.scenario import load_data, load_scenario
+    from p2pem.simulate import max_relative_difference, run_protocol
+
+    if kit.scenario_file is None:
+        raise ConfigError("the kit has no scenario to simulate")
+    scenario = load_scenario(kit.scenario_file)
+    roster = Roster.load(kit.roster_path)
+    schedule = {int(d["node"]): int(d["iteration"]) for d in doc.get("deployment", {}).get("dropped", [])}
+    if schedule:
+        from p2pem.deploy.dropout import simulate_with_dropouts
+        from p2pem.simulate import protocol_streams
+
+        parts = load_data(scenario)
+        sim: Any
+        sim, _ = simulate_with_dropouts(
+            parts, roster.neighbours, roster.protocol_spec(), em_settings(scenario), schedule,
+            rngs=protocol_streams(scenario.streams()["protocol"], len(parts)),
+        )
+    else:
+        sim = run_protocol(
+            load_data(scenario), build_graph(scenario), roster.protocol_spec(), em_settings(scenario), seed=scenario.streams()["protocol"]
+        )
+    run = doc["protocols"][0]
+    return max_relative_difference(GMMParams(np.asarray(run["weights"]), np.asarray(run["means"]), np.asarray(run["covariances"])), sim)
+

@@ -85,7 +85,7 @@ def dual_update(z: np.ndarray, z_other: np.ndarray, coef: np.ndarray, x_other: n
     return (1.0 - theta) * z + theta * (z_other + coef * x_other)
 
 
-def sums_update(u, v, x, nb_sum, two_c, two_cd, theta: float, w=None):
+def sums_update(u, v, x, nb_sum, two_c, two_cd, theta: float, w=None, *, inplace: bool = False):
     """The synchronous PDMM round on per-node dual sums (no per-edge state needed).
 
     With u_i = sum_j B_{i|j} z_{i|j} and v_i = sum_j B_{i|j} z_{j|i}, summing the dual update
@@ -102,7 +102,20 @@ def sums_update(u, v, x, nb_sum, two_c, two_cd, theta: float, w=None):
     Heavy-ball mode passes ``nb_sum`` = sum_j 2 c_ij x_j, ``two_c`` = 1, ``two_cd`` = K and the
     node-local term ``w`` (module docstring): u_i <- v_i - 2 sum_j c_ij x_j - w_i x_i,
     v_i <- u_i + K x_i.
+
+    ``inplace=True`` (the batch engine on NumPy, theta = 1) writes the new u into ``nb_sum``'s
+    buffer and the new v into ``u``'s, with the same operations in the same order, so the
+    bits are those of the allocating form; the caller must own both buffers.
     """
+    if inplace and theta == 1.0:
+        scratch = np.multiply(w, x) if w is not None else None
+        u_new = np.subtract(v, nb_sum if two_c == 1.0 else np.multiply(two_c, nb_sum), out=nb_sum)
+        if scratch is not None:
+            np.subtract(u_new, scratch, out=u_new)
+            v_new = np.add(u, np.multiply(two_cd, x, out=scratch), out=u)
+        else:
+            v_new = np.add(u, np.multiply(two_cd, x), out=u)
+        return u_new, v_new
     u_new = v - nb_sum if two_c == 1.0 else v - two_c * nb_sum
     if w is not None:
         u_new = u_new - w * x
@@ -117,15 +130,37 @@ def settled(x, x_prev, nb_sum, degree, tol: float, xp=np):
 
     Infinity norms over the vector; ``nb_sum / degree`` is the (weighted) mean of the
     neighbours.  When every node passes, x is (close to) harmonic on the graph, i.e. (close
-    to) constant on a connected graph: consensus.  The gap term is only computed when some
-    node's change already passes (the answer is the same, it is cheaper).  ``xp`` is the
-    array namespace (NumPy for a node).
+    to) constant on a connected graph: consensus.  ``xp`` is the array namespace (NumPy for
+    a node).  Shortcuts that give the same answer more cheaply: for a batch (2-D x), a node
+    whose change in the first or the middle entry already exceeds tol times the largest |x|
+    of *all* nodes fails, so while every node fails that way nothing else is computed (most
+    rounds); the
+    gap term is only computed when some node's change passes.  Maxima are exact, so the
+    answer does not depend on how they are taken.
     """
-    threshold = tol * xp.max(xp.abs(x), axis=-1)
-    ok = xp.max(xp.abs(x - x_prev), axis=-1) <= threshold
+    if x.ndim == 2 and x.shape[0] > 1:
+        bound = tol * xp.maximum(xp.max(x), -xp.min(x))
+        # two entries, as one entry of a heavy-ball iterate crosses zero change now and then
+        j = x.shape[1] // 2
+        if not bool(xp.any((xp.abs(x[:, 0] - x_prev[:, 0]) <= bound) & (xp.abs(x[:, j] - x_prev[:, j]) <= bound))):
+            return xp.zeros(x.shape[0], dtype=bool if xp is np else xp.bool)
+    threshold = tol * _row_max(xp.abs(x), xp)
+    ok = _row_max(xp.abs(x - x_prev), xp) <= threshold
     if not bool(xp.any(ok)):
         return ok
-    return ok & (xp.max(xp.abs(x - nb_sum / degree), axis=-1) <= threshold)
+    return ok & (_row_max(xp.abs(x - nb_sum / degree), xp) <= threshold)
+
+
+def _row_max(a, xp):
+    """max over the last axis.  NumPy reduces a short last axis of a tall array slowly (a
+    call per row); a running maximum over the columns is several times faster there, and
+    exact like any maximum."""
+    if xp is np and a.ndim == 2 and a.shape[0] >= 256 and a.shape[1] > 1:
+        acc = a[:, 0].copy()
+        for j in range(1, a.shape[1]):
+            np.maximum(acc, a[:, j], out=acc)
+        return acc
+    return xp.max(a, axis=-1)
 
 
 def neighbour_sum(x_nb: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
@@ -140,7 +175,19 @@ def neighbour_sum(x_nb: np.ndarray, weights: np.ndarray | None = None) -> np.nda
     return acc
 
 
-_ZERO = np.zeros(1, dtype=np.intp)
+def _dual_sum_matrices(topology: Topology):
+    """Sparse (n, m) matrices taking the per-edge initial duals (CSR edge order) to
+    u_i = sum_j B_{i|j} z_{i|j} and v_i = sum_j B_{i|j} z_{j|i}.
+
+    Their product adds a row's terms from zero in neighbour order, as :func:`neighbour_sum`
+    does on a node (same bits), without the (m, p) temporaries of a gather.
+    """
+    import scipy.sparse as sp
+
+    n, m = topology.n_nodes, topology.dst.size
+    sign = topology.sign.astype(float)
+    return (sp.csr_matrix((sign, np.arange(m), topology.indptr), shape=(n, m)),
+            sp.csr_matrix((sign, topology.reverse, topology.indptr), shape=(n, m)))
 
 
 LAMBDA2_MARGIN = 0.98
@@ -338,9 +385,17 @@ class _Product:
         if sparse is None:
             self.matrix = matrix
             self.host = True
+        elif sparse.__name__ == "scipy.sparse":
+            self.host = False
+            # CSC: SciPy's CSC product is 15-25 % faster than CSR's here, and it adds row i's
+            # terms in ascending column order, as the CSR product does when the row's indices
+            # are sorted (a Topology's are): the same bits as neighbour_sum on a node
+            if not matrix.has_sorted_indices:
+                raise ProtocolError("pdmm-sp: the topology's neighbour lists must be sorted (internal error)")
+            self.matrix = matrix.tocsc()
         else:
             self.host = False
-            self.matrix = matrix if sparse.__name__ == "scipy.sparse" else sparse.csr_matrix(matrix)
+            self.matrix = sparse.csr_matrix(matrix)
 
     def __call__(self, x):
         if self.host:
@@ -499,9 +554,8 @@ class PdmmSP(ProtocolSpec):
             for d in range(t_.dst.size):
                 trace.append(Message(int(src[d]), (int(t_.dst[d]),), iteration, 0, "dual-init", z[d].copy(), self.encrypt_duals))
         dst, starts = t_.dst, t_.row_start
-        sign = t_.sign[:, None]
-        u = np.add.reduceat(sign * z, starts, axis=0)
-        v = np.add.reduceat(sign * z[t_.reverse], starts, axis=0)
+        to_u, to_v = _cached(t_, "dual_sums", lambda: _dual_sum_matrices(t_))
+        u, v = to_u @ z, to_v @ z
         del z
         # the product's matrix (on the device) is built once per topology and step parameters
         product = _cached(t_, ("product", self.device, prm.c, prm.beta), lambda: _Product(
@@ -519,10 +573,17 @@ class PdmmSP(ProtocolSpec):
         stop_at = np.full(n, NEVER, dtype=np.int64)
         flooding = False  # does any node hold a stop round yet?
         x_prev = None
+        # on NumPy the round runs in preallocated buffers (same operations, same bits): x goes
+        # into `spare`, sums_update writes the new u and v over nb_sum and the old u
+        inplace = xp is np and theta == 1.0
+        spare = np.empty_like(u) if inplace else None
         t = 0
         while True:
             t += 1
-            x = (s_dev - u) / denom
+            if inplace:
+                x = np.divide(np.subtract(s_dev, u, out=spare), denom, out=spare)
+            else:
+                x = (s_dev - u) / denom
             if trace is not None:
                 for i in range(n):
                     trace.append(Message(i, t_.neighbours[i], iteration, t, "primal", x[i].copy(), False, (int(g[i]), int(stop_at[i]))))
@@ -545,7 +606,8 @@ class PdmmSP(ProtocolSpec):
                 converged = bool(t >= stop_in[0])
                 break
             g, stop_at = g_new, stop_in
-            u, v = sums_update(u, v, x, nb_sum, two_c, two_cd, theta, w)
+            spare = v if x_prev is None else x_prev  # free after this round (trace rows are copies)
+            u, v = sums_update(u, v, x, nb_sum, two_c, two_cd, theta, w, inplace=inplace)
             x_prev = x
         n_edges = t_.dst.size
         messages = n_edges + n * t
@@ -692,9 +754,8 @@ class PdmmNode(Aggregation):
             elif len(self._inits) == len(self.nbrs):
                 self.z_nb = np.stack([self._inits[j] for j in self.nbrs])
                 if not self.spec.asynchronous:
-                    sign = self.sign_out[:, None]
-                    self.u = np.add.reduceat(sign * self.z_own, _ZERO, axis=0)[0]
-                    self.v = np.add.reduceat(sign * self.z_nb, _ZERO, axis=0)[0]
+                    self.u = neighbour_sum(self.z_own, self.sign_out)
+                    self.v = neighbour_sum(self.z_nb, self.sign_out)
                     self.z_own = self.z_nb = None
                     return self._broadcast_next()
             return []

@@ -139,11 +139,13 @@ def settled(x, x_prev, nb_sum, degree, tol: float, xp=np):
     answer does not depend on how they are taken.
     """
     if x.ndim == 2 and x.shape[0] > 1:
-        bound = tol * xp.maximum(xp.max(x), -xp.min(x))
+        # (NumPy's methods: a few microseconds less per call, which counts at 80 nodes)
+        bound = tol * (max(x.max(), -x.min()) if xp is np else xp.maximum(xp.max(x), -xp.min(x)))
         # two entries, as one entry of a heavy-ball iterate crosses zero change now and then
         j = x.shape[1] // 2
-        if not bool(xp.any((xp.abs(x[:, 0] - x_prev[:, 0]) <= bound) & (xp.abs(x[:, j] - x_prev[:, j]) <= bound))):
-            return xp.zeros(x.shape[0], dtype=bool if xp is np else xp.bool)
+        candidates = (xp.abs(x[:, 0] - x_prev[:, 0]) <= bound) & (xp.abs(x[:, j] - x_prev[:, j]) <= bound)
+        if not (candidates.any() if xp is np else bool(xp.any(candidates))):
+            return candidates
     threshold = tol * _row_max(xp.abs(x), xp)
     ok = _row_max(xp.abs(x - x_prev), xp) <= threshold
     if not bool(xp.any(ok)):

@@ -36,7 +36,11 @@ measured in the same run:
 * Chebyshev-accelerated gossip (Golub-Varga semi-iteration on I - gamma L_g, L_g the
   Metropolis Laplacian, exact extreme eigenvalues) from the *same start*: PDMM's first
   broadcast x(1), shifted to the true mean (gossip keeps its start's mean), counted to the
-  final error that the heavy-ball run reached; and from the non-private start x = s.
+  final error that the heavy-ball run reached; and from the non-private start x = s;
+* the fewest rounds the heavy-ball iteration itself needs for the "before" run's error (runs
+  with tol = 0, bisection): what any stopping rule would need for the same accuracy;
+* a gossip-level heavy ball with the three lowest Laplacian modes deflated by exact-eigenvalue
+  steps (:func:`deflated_rounds`; not a pdmm-sp mode): how far a better polynomial could go.
 
 Usage::
 
@@ -67,7 +71,7 @@ from p2pem.protocols import PdmmSP
 from p2pem.protocols.base import Topology
 from p2pem.protocols.pdmm import auto_c, heavy_ball_params, metropolis_weights
 from p2pem.simulate import protocol_streams, relative_error
-from _common import print_table
+from _common import before_issue10, chebyshev_gossip_rounds, exact_metropolis_extremes, print_table
 
 C_GRID = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 THETAS = (1.0, 0.5)
@@ -254,48 +258,60 @@ def part_b(args) -> dict:
     return {"p": p, "sizes": out}
 
 
-def chebyshev_gossip_rounds(topo, x0, mean, target, max_rounds=20000) -> int | None:
-    """Rounds of Chebyshev semi-iteration on M = I - gamma L_g from x0 until max|x - mean|/max|mean| <= target.
+def deflated_rounds(topo, x0, mean, target, n_deflate=3, max_rounds=20000) -> tuple[int | None, int]:
+    """(rounds, round of the first deflation step) of heavy ball on [lambda_{2+k}, lambda_max] with the k =
+    ``n_deflate`` lowest modes removed by steps x <- x - L_g x / lambda_j (exact eigenvalues), from x0.
 
-    gamma = 2 / (lambda_2 + lambda_max), rho = (lambda_max - lambda_2) / (lambda_max + lambda_2),
-    x(k+1) = w(k+1) M x(k) + (1 - w(k+1)) x(k-1), w1 = 1, w2 = 2 / (2 - rho^2),
-    w(k+1) = 1 / (1 - rho^2 w(k) / 4) (Golub & Varga 1961).  Round 1 is x0 itself, as PDMM's round 1
-    is its first broadcast.
+    A gossip-level experiment, not a pdmm-sp mode: the graph's lowest Laplacian eigenvalues
+    are public, and on a geometric graph lambda_5 is about 4 lambda_2, so the rate improves by
+    about sqrt(4).  The deflation steps amplify the other modes by up to prod_j lambda_max /
+    lambda_j, so they come once heavy ball has damped those by as much (earlier, float64
+    rounding leaks into the deflated modes); the momentum restarts after them.
     """
     import scipy.sparse as sp
     import scipy.sparse.linalg as spla
 
     W = topo.weighted_adjacency(metropolis_weights(topo))
     lap = (sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W).tocsr()
-    lmax = float(spla.eigsh(lap, k=1, which="LA", return_eigenvectors=False)[0])
-    lam2 = float(spla.eigsh(lap.tocsc(), k=2, sigma=-1e-3, which="LM", return_eigenvectors=False).max())
-    gamma, rho = 2.0 / (lam2 + lmax), (lmax - lam2) / (lmax + lam2)
+    low = np.sort(spla.eigsh(lap.tocsc(), k=n_deflate + 2, sigma=-1e-4, which="LM", return_eigenvectors=False, tol=1e-14))
+    _, lmax = exact_metropolis_extremes(topo)
+    roots, lo = low[1:1 + n_deflate], low[1 + n_deflate]
+    kappa = lmax / lo
+    beta = ((kappa**0.5 - 1) / (kappa**0.5 + 1)) ** 2
+    alpha = 4.0 / (lmax**0.5 + lo**0.5) ** 2
+    at = int(np.ceil(np.sum(np.log(lmax / roots)) / -np.log(beta**0.5)))
     scale = np.max(np.abs(mean))
-
-    def err(x):
-        return np.max(np.abs(x - mean)) / scale
-
-    prev, x = x0, x0 - gamma * (lap @ x0)
-    if err(x0) <= target:
-        return 1
-    w = 1.0
+    prev, x = x0, x0 - alpha / (1.0 + beta) * (lap @ x0)
     for k in range(2, max_rounds + 1):
-        if err(x) <= target:
-            return k
-        w = 2.0 / (2.0 - rho**2) if k == 2 else 1.0 / (1.0 - rho**2 * w / 4.0)
-        prev, x = x, w * (x - gamma * (lap @ x)) + (1.0 - w) * prev
-    return None
+        if np.max(np.abs(x - mean)) / scale <= target:
+            return k, at
+        if at <= k < at + n_deflate:
+            x = x - (lap @ x) / roots[k - at]
+            prev = x
+        else:
+            x, prev = x - alpha * (lap @ x) + beta * (x - prev), x
+    return None, at
 
 
-def old_auto_c(topo) -> float:
-    """The step size ``c = "auto"`` had before issue 10: 1/sqrt(lambda_2 lambda_max), unit Laplacian, shift-invert."""
-    import scipy.sparse as sp
-    import scipy.sparse.linalg as spla
+def rounds_to_error(spec, values, topo, seed, target, hi) -> int:
+    """The fewest rounds after which ``spec``'s iteration (run with tol = 0) is within ``target``
+    of the true mean, by bisection below ``hi`` (the error falls about geometrically): what an
+    ideal stopping rule would need for that accuracy."""
+    n = values.shape[0]
+    mean = values.mean(axis=0)
 
-    lap = (sp.diags(topo.degrees.astype(float)) - topo.adjacency).tocsc()
-    lmax = float(spla.eigsh(lap, k=1, which="LA", return_eigenvectors=False)[0])
-    lam2 = float(spla.eigsh(lap, k=2, sigma=-1e-3, which="LM", return_eigenvectors=False).max())
-    return 1.0 / (lam2 * lmax) ** 0.5
+    def error(k):
+        out = type(spec)(**{**spec.params(), "tol": 0.0, "max_iter": k}).aggregate(values, topo, protocol_streams(seed, n), 1)
+        return relative_error(out.results, mean)
+
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if error(mid) <= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def part_c(args) -> dict:
@@ -308,12 +324,11 @@ def part_c(args) -> dict:
         values = np.random.default_rng(1).standard_normal((n, p)) + 3.0
         mean = values.mean(axis=0)
         runs = {}
-        before = Topology(n, diameter=topo.diameter, indptr=topo.indptr, indices=topo.dst)
-        before.__dict__["eccentricity"] = np.full(n, topo.diameter)  # the old rule: every node waits D
+        before_spec, before = before_issue10(topo)
         alternatives = (("plain c=1/sqrt(mean degree)", PdmmSP(accel="none", c=1.0 / float(np.sqrt(topo.degrees.mean())))),
                         ("plain theta=0.9", PdmmSP(accel="none", theta=0.9)))
         for key, spec, tp in (("heavy-ball", PdmmSP(), topo), ("plain", PdmmSP(accel="none"), topo),
-                              ("before", PdmmSP(accel="none", c=old_auto_c(topo)), before),
+                              ("before", before_spec, before),
                               *((k, sp_, topo) for k, sp_ in alternatives)):
             agg = spec.aggregate(values, tp, protocol_streams(0, n), 1)
             runs[key] = (int(agg.rounds), relative_error(agg.results, mean), agg.converged)
@@ -322,29 +337,38 @@ def part_c(args) -> dict:
         cheb_same = chebyshev_gossip_rounds(topo, first - first.mean(axis=0) + mean, mean, target)
         cheb_plain = chebyshev_gossip_rounds(topo, values, mean, target)
         hb, plain, old = runs["heavy-ball"], runs["plain"], runs["before"]
+        # the least the default iteration needs for the old default's accuracy (any stopping rule)
+        ideal = rounds_to_error(PdmmSP(), values, topo, 0, old[1], hb[0] + 20)
+        deflated, deflate_at = deflated_rounds(topo, first - first.mean(axis=0) + mean, mean, target)
         ecc = topo.eccentricity
         rows.append([f"{n:,}", str(topo.diameter), f"{int(ecc.min())}", f"{old[0]} ({old[1]:.1e})",
                      f"{plain[0]} ({plain[1]:.1e})", f"{hb[0]} ({hb[1]:.1e})", f"{hb[0] / old[0]:.2f}",
-                     str(cheb_same), f"{hb[0] / cheb_same:.2f}",
-                     str(cheb_plain), f"{hb[0] / topo.diameter:.1f}"])
+                     f"{ideal} ({ideal / old[0]:.2f})", str(cheb_same), f"{hb[0] / cheb_same:.2f}",
+                     str(cheb_plain), f"{deflated} ({deflated / old[0]:.2f})" if deflated else "-",
+                     f"{hb[0] / topo.diameter:.1f}"])
         out.append({"n": n, "p": p, "diameter_bound": topo.diameter, "min_eccentricity_bound": int(ecc.min()),
                     "before_rounds": old[0], "before_error": old[1], "before_converged": old[2],
                     "plain_rounds": plain[0], "plain_error": plain[1], "plain_converged": plain[2],
                     "heavy_ball_rounds": hb[0], "heavy_ball_error": hb[1], "heavy_ball_converged": hb[2],
-                    "chebyshev_same_start_rounds": cheb_same, "chebyshev_data_start_rounds": cheb_plain})
+                    "chebyshev_same_start_rounds": cheb_same, "chebyshev_data_start_rounds": cheb_plain,
+                    "heavy_ball_rounds_to_before_error": ideal, "deflated_3_rounds": deflated,
+                    "deflated_3_at_round": deflate_at})
         out[-1]["alternatives"] = {k: {"rounds": runs[k][0], "error": runs[k][1], "converged": runs[k][2]}
                                    for k, _ in alternatives}
         alt_rows.append([f"{n:,}", *(f"{runs[k][0]} ({runs[k][1]:.1e})" for k, _ in alternatives)])
         print(f"  n = {n:,} done", flush=True)
     print_table(["n", "D bound", "radius bound", "before (err)", "plain PDMM (err)", "heavy ball (err)", "ratio",
-                 "Chebyshev, same start",
-                 "ratio", "Chebyshev, from s", "rounds / D"], rows)
+                 "heavy ball to before's err (ratio)", "Chebyshev, same start",
+                 "ratio", "Chebyshev, from s", "deflated, same start (ratio)", "rounds / D"], rows)
     print("before: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max) by shift-invert, every "
           "node waiting the diameter bound D to stop); plain PDMM: accel = 'none' with the new stopping rule; heavy "
           "ball: the default now; err: max relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip on the "
           "Metropolis Laplacian to the heavy-ball run's error, from PDMM's perturbed first broadcast (same start) and "
           "from the data (no perturbation: not private).  Ratios: heavy-ball rounds / 'before', and / Chebyshev from the "
-          "same start.")
+          "same start.  Heavy ball to before's err: the fewest rounds after which the default iteration (tol = 0) is "
+          "within the 'before' run's error, i.e. what any stopping rule needs for the same accuracy (ratio to 'before').  "
+          "Deflated: gossip-level heavy ball on [lambda_5, lambda_max] with the 3 lowest modes removed by exact "
+          "eigenvalue steps (not a pdmm-sp mode), same start, to the heavy-ball run's error (ratio to 'before').")
     print("\nother step-size rules for plain PDMM on the same runs (rounds, error), new stopping rule:")
     print_table(["n", "c = 1/sqrt(mean degree)", "c auto, theta = 0.9"], alt_rows)
     return {"sizes": out}

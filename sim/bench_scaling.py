@@ -60,7 +60,7 @@ from p2pem.graphs import geometric_edges
 from p2pem.protocols.pdmm import heavy_ball_params, metropolis_extremes, metropolis_weights
 from p2pem.simulate import protocol_streams, relative_error
 from p2pem.simulate import run_protocol
-from _common import print_table
+from _common import before_issue10, chebyshev_gossip_rounds, print_table
 
 GOAL_N = 10_000
 GOAL_S = 60.0
@@ -124,6 +124,27 @@ def setup_size(n: int, args) -> dict:
     return out
 
 
+class Recording(PdmmSP):
+    """pdmm-sp that keeps, per aggregation, the relative error of its result against the true
+    mean of its inputs (and the inputs of the first two), optionally on a given topology."""
+
+    def __init__(self, *args, topology_override=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        object.__setattr__(self, "errors", [])
+        object.__setattr__(self, "inputs", [])
+        object.__setattr__(self, "topology_override", topology_override)
+
+    def topology(self, g):
+        return self.topology_override if self.topology_override is not None else super().topology(g)
+
+    def aggregate(self, values, topology, rngs, iteration, *, record=False):
+        out = super().aggregate(values, topology, rngs, iteration, record=record)
+        self.errors.append(relative_error(out.results, values.mean(axis=0)))
+        if len(self.inputs) < 2:
+            self.inputs.append(np.array(values))
+        return out
+
+
 def one_size(n: int, args) -> dict:
     def log(msg):
         print(f"  n = {n:,}: {msg}", file=sys.stderr, flush=True)
@@ -137,12 +158,32 @@ def one_size(n: int, args) -> dict:
     parts = split_rows(X, n, how="even", rng=rng)
     settings = EMSettings(3, max_iter=args.em_iter, tol=0.0, init_seed=args.seed)
     ref, ref_s, ref_cpu = timed(lambda: run_protocol(parts, g, Centralized(), settings))
-    spec = PdmmSP()
+    spec = Recording()
     run, em_s, em_cpu = timed(lambda: run_protocol(parts, g, spec, settings, seed=args.seed))
     log(f"pdmm-sp EM {em_s:.1f} s (CPU {em_cpu:.1f} s)")
     rounds = np.asarray(run.consensus_iterations, dtype=float)
     errs = rel_errors(run, ref)
+    before = {}
+    if n <= args.before_upto:
+        # the default before issue 10 on the same graph, data and streams (its own topology)
+        old_spec, old_topo = before_issue10(topo)
+        bspec = Recording(accel="none", c=old_spec.c, topology_override=old_topo)
+        brun, b_s, b_cpu = timed(lambda: run_protocol(parts, g, bspec, settings, seed=args.seed))
+        log(f"before issue 10: EM {b_s:.1f} s (CPU {b_cpu:.1f} s)")
+        before = {"mean_rounds": float(np.mean(brun.consensus_iterations)), "em_wall_s": b_s, "em_cpu_s": b_cpu,
+                  "rel_error": rel_errors(brun, ref), "consensus_errors": bspec.errors}
+        before["max_rel_error"] = max(before["rel_error"].values())
+    # lower bounds on one EM iteration's aggregation (the first after the initialisation):
+    # the diameter, and Chebyshev gossip from pdmm-sp's own first broadcast to its final error
+    values = spec.inputs[1]
+    agg = PdmmSP().aggregate(values, topo, protocol_streams(args.seed, n), 1)
+    mean = values.mean(axis=0)
+    first = PdmmSP(tol=0.0, max_iter=1).aggregate(values, topo, protocol_streams(args.seed, n), 1).results
+    cheb = chebyshev_gossip_rounds(topo, first - first.mean(axis=0) + mean, mean, relative_error(agg.results, mean))
     return {
+        "before_issue10": before, "consensus_errors": spec.errors,
+        "bound_aggregation": {"rounds": int(agg.rounds), "error": relative_error(agg.results, mean),
+                              "chebyshev_same_start_rounds": cheb, "diameter_bound": topo.diameter},
         "n": n, "rows": int(len(X)), "edges": g.number_of_edges(), "mean_degree": 2 * g.number_of_edges() / n,
         "diameter_bound": topo.diameter, "c": c,
         "graph_s": graph_s, "topology_s": topo_s, "step_params_s": autoc_s,
@@ -166,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-node", type=int, default=5, help="synthetic rows per node (default 5)")
     parser.add_argument("--em-iter", type=int, default=20, help="EM iterations, tol=0 (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="graph, data and protocol seed (default 0)")
+    parser.add_argument("--before-upto", type=int, default=10000,
+                        help="also run the default before issue 10 (same graph, data, streams) up to this many nodes "
+                             "(default 10000; about twice the EM time)")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to this JSON file")
     args = parser.parse_args(argv)
 
@@ -208,6 +252,24 @@ def main(argv: list[str] | None = None) -> int:
     print("rounds/it: mean consensus rounds per EM iteration (the last, log-likelihood-only aggregation included); "
           "init: the private initialisation's aggregation; hit max: aggregations that reached max_iter; s/round: EM "
           "wall time / all consensus rounds (E/M-steps included); rel err: max|a - b| / max|b| against centralized")
+    print("\nrounds against the references, measured in the same run")
+    print_table(["n", "D bound", "rounds/it", "rounds/it / D", "before issue 10", "ratio", "agg. err median (before)",
+                 "max rel err (before)", "one agg.: rounds", "Chebyshev same start", "ratio"], [
+        [f"{r['n']:,}", str(r["diameter_bound"]), f"{r['mean_rounds']:.1f}", f"{r['mean_rounds'] / r['diameter_bound']:.1f}",
+         f"{r['before_issue10']['mean_rounds']:.1f}" if r["before_issue10"] else "-",
+         f"{r['mean_rounds'] / r['before_issue10']['mean_rounds']:.3f}" if r["before_issue10"] else "-",
+         f"{np.median(r['consensus_errors']):.1e}"
+         + (f" ({np.median(r['before_issue10']['consensus_errors']):.1e})" if r["before_issue10"] else ""),
+         f"{r['max_rel_error']:.1e}" + (f" ({r['before_issue10']['max_rel_error']:.1e})" if r["before_issue10"] else ""),
+         str(r["bound_aggregation"]["rounds"]), str(r["bound_aggregation"]["chebyshev_same_start_rounds"]),
+         f"{r['bound_aggregation']['rounds'] / r['bound_aggregation']['chebyshev_same_start_rounds']:.2f}"]
+        for r in results])
+    print("before issue 10: plain PDMM, c = 1/sqrt(lambda_2 lambda_max), every node waiting the diameter bound (same "
+          "graph, data, streams); ratio: rounds per EM iteration now / before (goal <= 0.5 at the same accuracy); "
+          "agg. err: median over the aggregations of max|result - true mean| / max|true mean|; max rel err: final "
+          "parameters against centralized.  One agg.: the first EM iteration's statistics aggregated again by the "
+          "default, against Chebyshev-accelerated gossip (exact eigenvalues) from the same first broadcast to the same "
+          "error: the Chebyshev lower bound for the interval [lambda_2, lambda_max] of the Metropolis Laplacian (sim/_common.py).")
     for r in results:
         if r["n"] == GOAL_N:
             print(f"n = {GOAL_N:,}: {r['em_wall_s']:.1f} s wall (+ graph {r['graph_s']:.1f} s)  (goal < {GOAL_S:.0f} s "

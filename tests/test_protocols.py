@@ -298,3 +298,53 @@ def test_cuda_device_without_cupy_is_a_clear_error():
     g = geometric_graph(12, seed=5)
     with pytest.raises(ConfigError, match=r"needs CuPy: pip install 'p2pem\[gpu\]'"):
         PdmmSP(device="cuda").aggregate(np.ones((12, 2)), Topology.from_graph(g), protocol_streams(0, 12), 1)
+
+
+def test_batch_settle_test_agrees_with_each_node_s_own_test():
+    # the batch form takes shortcuts (a two-entry prefilter, column-wise maxima): it must
+    # decide exactly as every node deciding alone, also for rows that only the shortcut sees
+    from p2pem.protocols.pdmm import settled
+
+    rng = np.random.default_rng(8)
+    n, p, tol = 600, 9, 1e-10
+    x = rng.normal(size=(n, p)) * 10.0 ** rng.integers(-3, 3, size=(n, 1))
+    degree = rng.integers(2, 9, size=(n, 1)).astype(float)
+    scale = tol * np.max(np.abs(x), axis=1, keepdims=True)
+    step = rng.choice([0.3, 0.99, 3.0], size=(n, p)) * scale  # below and above each node's threshold
+    step[::7, 1:] = 0.0  # only the probed entry 0 moves
+    step[3::7, 0] = step[3::7, p // 2] = 0.0  # only unprobed entries move
+    x_prev = x - step
+    nb_sum = degree * (x + rng.choice([0.5, 2.0], size=(n, 1)) * scale)
+    each = np.array([settled(x[i], x_prev[i], nb_sum[i], degree[i], tol) for i in range(n)])
+    assert 0 < each.sum() < n
+    np.testing.assert_array_equal(settled(x, x_prev, nb_sum, degree, tol), each)
+    far = x - 1e3 * scale  # every node fails: the prefilter alone answers
+    assert not settled(x, far, nb_sum, degree, tol).any()
+    x[5, 4] = np.nan
+    assert not settled(x, x_prev, nb_sum, degree, tol)[5]
+
+
+def test_in_place_dual_sums_update_gives_the_same_bits():
+    from p2pem.protocols.pdmm import sums_update
+
+    rng = np.random.default_rng(9)
+    u, v, x, nb = (rng.normal(size=(40, 6)) * 100 for _ in range(4))
+    w, two_cd = rng.normal(size=(40, 1)), rng.normal(size=(40, 1))
+    for two_c, ww in ((1.0, w), (0.37, None)):
+        ref = sums_update(u, v, x, nb, two_c, two_cd, 1.0, ww)
+        got = sums_update(u.copy(), v, x, nb.copy(), two_c, two_cd, 1.0, ww, inplace=True)
+        for a, b in zip(ref, got):
+            assert a.tobytes() == b.tobytes()
+
+
+def test_secure_sum_untraced_total_equals_the_ring_s():
+    g = nx.cycle_graph(30)
+    g.add_edges_from([(0, 15), (7, 22)])
+    spec = SecureSum()
+    topo = spec.topology(g)
+    rng = np.random.default_rng(10)
+    s = rng.normal(size=(30, 5)) * 10.0 ** rng.integers(-8, 8, size=(30, 5))
+    fast = spec.aggregate(s, topo, protocol_streams(1, 30), 1)
+    ring = spec.aggregate(s, topo, protocol_streams(1, 30), 1, record=True)
+    assert fast.results.tobytes() == ring.results.tobytes()
+    np.testing.assert_array_equal(fast.results[0], fsum_average(s))

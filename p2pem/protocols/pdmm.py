@@ -54,7 +54,10 @@ overhead after the last node settles falls from about 2D rounds to about twice t
 
 Engines.  :class:`PdmmNode` is the per-node state machine (simulator and deployment);
 :meth:`PdmmSP.aggregate` runs all nodes at once with the same update functions, on NumPy
-(bit-identical to the nodes) or, with ``device``, on another array-API namespace (CuPy).
+(bit-identical to the nodes) or, with ``device``, on another array-API namespace (CuPy).  On
+NumPy a round reuses preallocated buffers and SciPy's CSC product, which adds each node's
+neighbour terms in the node's own order; the settle test skips its full form while a cheap,
+exact prefilter already fails every node (see :func:`settled`).
 """
 
 from __future__ import annotations

@@ -24,7 +24,12 @@ so both start from the same parameters).  Printed per size:
 * total EM wall time of pdmm-sp (``run_protocol`` end to end; it builds its own topology and
   c again, included) and of centralized;
 * consensus rounds per EM iteration (mean and max), aggregations that hit max_iter;
-* the largest relative error of the final weights, means and covariances against centralized.
+* the largest relative error of the final weights, means and covariances against centralized;
+* against references measured in the same run: the default before issue 10 on the same
+  graph, data and protocol streams (``--before-upto``; plain PDMM with its old step size, every
+  node waiting the diameter bound), its rounds, per-aggregation errors and final errors; the
+  diameter bound; and, for the first EM iteration's statistics, Chebyshev-accelerated gossip
+  from pdmm-sp's own first broadcast to the error pdmm-sp reaches (``sim/_common.py``).
 
 Goal of issue 10: n = 10 000 in under 60 s on a 2-core machine (issue 2 asked for 5 minutes).
 

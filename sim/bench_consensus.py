@@ -39,8 +39,9 @@ measured in the same run:
   final error that the heavy-ball run reached; and from the non-private start x = s;
 * the fewest rounds the heavy-ball iteration itself needs for the "before" run's error (runs
   with tol = 0, bisection): what any stopping rule would need for the same accuracy;
-* a gossip-level heavy ball with the three lowest Laplacian modes deflated by exact-eigenvalue
-  steps (:func:`deflated_rounds`; not a pdmm-sp mode): how far a better polynomial could go.
+* a prototype deflated heavy ball in pdmm-sp's dual-sum form (:func:`deflated_rounds`; not a
+  pdmm-sp mode yet): rounds until it is as accurate as the "before" run, i.e. how far a
+  better polynomial goes at the same accuracy.
 
 Usage::
 
@@ -260,38 +261,72 @@ def part_b(args) -> dict:
     return {"p": p, "sizes": out}
 
 
-def deflated_rounds(topo, x0, mean, target, n_deflate=3, max_rounds=20000) -> tuple[int | None, int]:
-    """(rounds, round of the first deflation step) of heavy ball on [lambda_{2+k}, lambda_max] with the k =
-    ``n_deflate`` lowest modes removed by steps x <- x - L_g x / lambda_j (exact eigenvalues), from x0.
+def deflated_rounds(topo, values, seed, target, n_deflate=3, max_rounds=20000) -> tuple[int | None, int]:
+    """(rounds, round of the first deflation step) of a deflated heavy ball run in pdmm-sp's own
+    dual-sum form, from the real perturbed initial duals, to ``target`` (no stopping rule).
 
-    A gossip-level experiment, not a pdmm-sp mode: the graph's lowest Laplacian eigenvalues
-    are public, and on a geometric graph lambda_5 is about 4 lambda_2, so the rate improves by
-    about sqrt(4).  The deflation steps amplify the other modes by up to prod_j lambda_max /
-    lambda_j, so they come once heavy ball has damped those by as much (earlier, float64
-    rounding leaks into the deflated modes); the momentum restarts after them.
+    A prototype of an iteration pdmm-sp does not have yet.  The graph's lowest Laplacian
+    eigenvalues are public, and on a geometric graph lambda_5 is about 4 lambda_2: heavy
+    ball on [lambda_{2+k}, lambda_max] (k = ``n_deflate``) converges about sqrt(4) times
+    faster, and k steps x <- x - L_g x / lambda_j remove the k lowest modes.  Those steps
+    amplify the other modes by up to prod_j lambda_max / lambda_j, so they come once heavy
+    ball has damped them by as much (earlier, float64 rounding leaks into the removed modes),
+    and the momentum restarts after them.
+
+    Any three-term schedule x(k) = (1 + m_k) x(k-1) - b_k L_g x(k-1) - m_k x(k-2) runs in the
+    dual-sum form (:func:`p2pem.protocols.pdmm.sums_update`, node-local term w_t = K_t -
+    2 c_t sum_j g_ij) with a per-round primal divisor N_t, local coefficient K_t and edge
+    scale c_t: N_{k-1} = 2 + m_k N_k (computed backwards from heavy ball's 2 / (1 - beta)),
+    c_{k-1} = b_k N_k / 2 and K_t = N_t + N_{t+1} - 2, which keeps sum_i (u_i + v_i) = 0,
+    so the fixed point is the exact average as before; the per-edge duals still follow
+    PDMM's update (with c_ij = c_t g_ij), so their H-perp part still never converges.
     """
     import scipy.sparse as sp
     import scipy.sparse.linalg as spla
 
-    W = topo.weighted_adjacency(metropolis_weights(topo))
+    from p2pem.protocols.pdmm import _dual_sum_matrices, sums_update
+
+    g = metropolis_weights(topo)
+    W = topo.weighted_adjacency(g)
     lap = (sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W).tocsr()
     low = np.sort(spla.eigsh(lap.tocsc(), k=n_deflate + 2, sigma=-1e-4, which="LM", return_eigenvectors=False, tol=1e-14))
     _, lmax = exact_metropolis_extremes(topo)
-    roots, lo = low[1:1 + n_deflate], low[1 + n_deflate]
-    kappa = lmax / lo
+    # margins as pdmm-sp's own: lambda_max raised (at exactly lambda_max the top mode is
+    # critically damped and decays like t rho^t), the interval's lower end lowered by 2 %
+    roots, lo, hi = low[1:1 + n_deflate], 0.98 * low[1 + n_deflate], 1.02 * lmax
+    kappa = hi / lo
     beta = ((kappa**0.5 - 1) / (kappa**0.5 + 1)) ** 2
-    alpha = 4.0 / (lmax**0.5 + lo**0.5) ** 2
-    at = int(np.ceil(np.sum(np.log(lmax / roots)) / -np.log(beta**0.5)))
-    scale = np.max(np.abs(mean))
-    prev, x = x0, x0 - alpha / (1.0 + beta) * (lap @ x0)
-    for k in range(2, max_rounds + 1):
-        if np.max(np.abs(x - mean)) / scale <= target:
-            return k, at
+    alpha = 4.0 / (hi**0.5 + lo**0.5) ** 2
+    at = int(np.ceil(np.sum(np.log(hi / roots)) / -np.log(beta**0.5)))
+    end = at + n_deflate + 1  # from here on: plain heavy ball, constant coefficients
+
+    def step(k):  # (momentum, step) of the step that makes x(k)
         if at <= k < at + n_deflate:
-            x = x - (lap @ x) / roots[k - at]
-            prev = x
-        else:
-            x, prev = x - alpha * (lap @ x) + beta * (x - prev), x
+            return 0.0, 1.0 / roots[k - at]
+        return (0.0 if k == at + n_deflate else beta), alpha
+
+    n_inf = 2.0 / (1.0 - beta)
+    big_n = {end: n_inf}
+    for k in range(end, 1, -1):
+        big_n[k - 1] = 2.0 + step(k)[0] * big_n[k]
+    n, p = values.shape
+    rngs = protocol_streams(seed, n)
+    z = np.empty((topo.dst.size, p))
+    for i in range(n):
+        lo_, hi_ = topo.indptr[i], topo.indptr[i + 1]
+        z[lo_:hi_] = rngs[i].normal(0.0, PdmmSP().perturbation_std, size=(hi_ - lo_, p))
+    to_u, to_v = _dual_sum_matrices(topo)
+    u, v = to_u @ z, to_v @ z
+    two_g = topo.weighted_adjacency(2.0 * g)
+    wdeg2 = np.asarray(two_g.sum(axis=1)).ravel()[:, None]
+    mean = values.mean(axis=0)
+    for t in range(1, max_rounds + 1):
+        n_t, n_next = big_n.get(t, n_inf), big_n.get(t + 1, n_inf)
+        k_t, c_t = n_t + n_next - 2.0, step(t + 1)[1] * n_next / 2.0
+        x = (values - u) / n_t
+        if relative_error(x, mean) <= target:
+            return t, at
+        u, v = sums_update(u, v, x, two_g @ x, c_t, k_t, 1.0, k_t - c_t * wdeg2)
     return None, at
 
 
@@ -341,7 +376,7 @@ def part_c(args) -> dict:
         hb, plain, old = runs["heavy-ball"], runs["plain"], runs["before"]
         # the least the default iteration needs for the old default's accuracy (any stopping rule)
         ideal = rounds_to_error(PdmmSP(), values, topo, 0, old[1], hb[0] + 20)
-        deflated, deflate_at = deflated_rounds(topo, first - first.mean(axis=0) + mean, mean, target)
+        deflated, deflate_at = deflated_rounds(topo, values, 0, old[1])
         ecc = topo.eccentricity
         rows.append([f"{n:,}", str(topo.diameter), f"{int(ecc.min())}", f"{old[0]} ({old[1]:.1e})",
                      f"{plain[0]} ({plain[1]:.1e})", f"{hb[0]} ({hb[1]:.1e})", f"{hb[0] / old[0]:.2f}",
@@ -361,7 +396,7 @@ def part_c(args) -> dict:
         print(f"  n = {n:,} done", flush=True)
     print_table(["n", "D bound", "radius bound", "before (err)", "plain PDMM (err)", "heavy ball (err)", "ratio",
                  "heavy ball to before's err (ratio)", "Chebyshev, same start",
-                 "ratio", "Chebyshev, from s", "deflated, same start (ratio)", "rounds / D"], rows)
+                 "ratio", "Chebyshev, from s", "deflated prototype to before's err (ratio)", "rounds / D"], rows)
     print("before: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max) by shift-invert, every "
           "node waiting the diameter bound D to stop); plain PDMM: accel = 'none' with the new stopping rule; heavy "
           "ball: the default now; err: max relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip on the "
@@ -369,8 +404,9 @@ def part_c(args) -> dict:
           "from the data (no perturbation: not private).  Ratios: heavy-ball rounds / 'before', and / Chebyshev from the "
           "same start.  Heavy ball to before's err: the fewest rounds after which the default iteration (tol = 0) is "
           "within the 'before' run's error, i.e. what any stopping rule needs for the same accuracy (ratio to 'before').  "
-          "Deflated: gossip-level heavy ball on [lambda_5, lambda_max] with the 3 lowest modes removed by exact "
-          "eigenvalue steps (not a pdmm-sp mode), same start, to the heavy-ball run's error (ratio to 'before').")
+          "Deflated: a prototype (not a pdmm-sp mode yet) run in pdmm-sp's dual-sum form from the same perturbed duals: "
+          "heavy ball on [lambda_5, lambda_max] with the 3 lowest modes removed by exact-eigenvalue steps, rounds until "
+          "it is within the 'before' run's error (no stopping rule; ratio to 'before').")
     print("\nother step-size rules for plain PDMM on the same runs (rounds, error), new stopping rule:")
     print_table(["n", "c = 1/sqrt(mean degree)", "c auto, theta = 0.9"], alt_rows)
     return {"sizes": out}

@@ -144,6 +144,78 @@ def test_heavy_ball_matches_per_edge_reference_and_keeps_the_h_perp_part():
         np.testing.assert_allclose(xs_h[t], xs[t], atol=1e-9)
 
 
+def _per_edge_schedule(z0, s, C, P, g, sched, rounds):
+    """The deflated schedule per edge: PDMM's dual update with c_ij = c_t g_ij, a node-local
+    pair a <- b - w_t x, b <- a + w_t x (w_t = K_t - 2 c_t sum_j g_ij), x = (s - C^T z - a) / N_t."""
+    gdeg = np.abs(C).T @ g
+    z, a, b = z0.copy(), np.zeros_like(s), np.zeros_like(s)
+    xs, zs = [], [z.copy()]
+    for t in range(1, rounds + 1):
+        n_t, c_t, k_t = sched.at(t)
+        x = (s - C.T @ z - a) / n_t
+        w = (k_t - 2 * c_t * gdeg)[:, None]
+        z = P @ (z + 2 * c_t * g[:, None] * (C @ x))
+        a, b = b - w * x, a + w * x
+        xs.append(x)
+        zs.append(z.copy())
+    return xs, zs
+
+
+def test_deflated_schedule_matches_per_edge_reference_and_keeps_the_h_perp_part():
+    from p2pem.protocols.pdmm import deflation_schedule, low_eigenvalues
+
+    g = geometric_graph(14, seed=5)
+    topo = Topology.from_graph(g)
+    s = np.random.default_rng(0).normal(size=(14, 3)) + 2.0
+    sched = deflation_schedule(topo)
+    rounds = sched.end + 80
+    spec = PdmmSP(accel="deflated", perturbation_std=10.0, tol=0.0, max_iter=rounds)
+    out = spec.aggregate(s, topo, protocol_streams(1, 14), 1, record=True)
+    z0 = np.stack([m.payload for m in out.trace if m.kind == "dual-init"])
+    C, P = _edge_matrices(topo)
+    deg = topo.degrees.astype(float)
+    gw = 1.0 / np.maximum(deg[topo.src], deg[topo.dst])
+    xs, _ = _per_edge_schedule(z0, s, C, P, gw, sched, rounds)
+    primal = _primal_by_round(out.trace, s.shape)
+    for t in (1, 2, sched.deflate_at, sched.end, rounds):
+        np.testing.assert_allclose(primal[t], xs[t - 1], rtol=0, atol=1e-8)
+    assert np.max(np.abs(out.results - s.mean(0))) < 1e-10
+    # the designed steps: x(k) = x(k-1) - L_g x(k-1) / lambda_j at the deflation rounds, so
+    # the lowest modes vanish there; the sum of x keeps its exact average at the fixed point
+    W = topo.weighted_adjacency(gw).toarray()
+    L = np.diag(W.sum(1)) - W
+    k = sched.deflate_at
+    lam = low_eigenvalues(topo, 3)
+    for j in range(3):
+        np.testing.assert_allclose(xs[k + j - 1], xs[k + j - 2] - L @ xs[k + j - 2] / lam[j], atol=1e-8)
+    low = np.linalg.eigh(L)[1][:, 1:4]
+    dev = xs[k + 1] - xs[k + 1].mean(0)
+    assert np.max(np.abs(low.T @ dev)) < 1e-6 * np.max(np.abs(xs[k - 2] - xs[k - 2].mean(0)))
+    # the H-perp part of the initial duals never reaches the primal and flips with P forever
+    h, perp = _subspace(C, P)
+    zp = perp(z0)
+    xs_p, zs_p = _per_edge_schedule(zp, np.zeros_like(s), C, P, gw, sched, rounds)
+    assert max(np.max(np.abs(x)) for x in xs_p) < 1e-9
+    for t in (0, k, rounds - 1):
+        np.testing.assert_allclose(zs_p[t + 1], P @ zs_p[t], atol=1e-9)
+    assert np.linalg.norm(zs_p[rounds] - zs_p[rounds - 1]) > 0.1 * np.linalg.norm(zp)
+
+
+def test_deflation_is_the_default_where_it_pays_and_saves_rounds():
+    g = geometric_graph(600, seed=2)
+    topo = Topology.from_graph(g)
+    assert PdmmSP().deflates(topo) and not PdmmSP(accel="heavy-ball").deflates(topo)
+    assert not PdmmSP().deflates(Topology.from_graph(geometric_graph(80, seed=2)))
+    s = np.random.default_rng(5).normal(size=(600, 4)) + 1.0
+    hb = PdmmSP(accel="heavy-ball").aggregate(s, topo, protocol_streams(0, 600), 1)
+    fast = PdmmSP().aggregate(s, topo, protocol_streams(0, 600), 1)
+    assert fast.converged and hb.converged and fast.rounds < 0.85 * hb.rounds
+    for out in (hb, fast):
+        assert np.max(np.abs(out.results - s.mean(0))) <= 1e-10 * np.max(np.abs(s.mean(0)))
+    with pytest.raises(ConfigError, match="deflated"):
+        PdmmSP(accel="deflated", c=0.3)
+
+
 def test_pdmm_sp_stops_by_itself_at_the_same_round_everywhere():
     g = geometric_graph(30, seed=2)
     topo = Topology.from_graph(g)

@@ -60,10 +60,11 @@ def test_parkinsons_async_equals_reference(parkinsons, parkinsons_reference):
         ("federated", 1e-12),
         (PdmmSP(), 1e-8),
         (PdmmSP(theta=0.5, c=0.3), 1e-8),
+        (PdmmSP(accel="deflated"), 1e-8),
         (PdmmSP(mode="async"), 1e-8),
         (PdmmSP(mode="async", theta=0.5), 1e-8),
     ],
-    ids=["secure-sum", "federated", "pdmm-sync", "admm-sync", "pdmm-async", "admm-async"],
+    ids=["secure-sum", "federated", "pdmm-sync", "admm-sync", "pdmm-deflated", "pdmm-async", "admm-async"],
 )
 def test_synthetic_mixtures_equal_reference(seed, protocol, tol):
     rng = np.random.default_rng(100 + seed)
@@ -81,8 +82,8 @@ def test_synthetic_mixtures_equal_reference(seed, protocol, tol):
 
 @pytest.mark.parametrize(
     "protocol",
-    ["secure-sum", "federated", PdmmSP(), PdmmSP(theta=0.5, c=0.2, encrypt_duals=False)],
-    ids=["secure-sum", "federated", "pdmm-sp", "admm-plaintext"],
+    ["secure-sum", "federated", PdmmSP(), PdmmSP(accel="deflated"), PdmmSP(theta=0.5, c=0.2, encrypt_duals=False)],
+    ids=["secure-sum", "federated", "pdmm-sp", "pdmm-sp-deflated", "admm-plaintext"],
 )
 def test_engines_agree_bit_for_bit_including_traces(protocol):
     rng = np.random.default_rng(7)

@@ -297,6 +297,106 @@ def heavy_ball_params(topology: Topology) -> tuple[float, float]:
     return _cached(topology, "heavy_ball", compute)
 
 
+N_DEFLATE = 3
+DEFLATE_NODES = (500, 20_000)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Per-round coefficients of deflated heavy ball: ``denom`` N_t, ``scale`` c_t and ``local``
+    K_t for rounds t = 1..``end``; every later round uses the last entries (plain heavy ball).
+
+    No node counts as settled before round ``end`` + 1 (the stopping rule starts after the
+    last special round).  See :func:`deflation_schedule`.
+    """
+
+    deflate_at: int
+    denom: tuple[float, ...]
+    scale: tuple[float, ...]
+    local: tuple[float, ...]
+
+    @property
+    def end(self) -> int:
+        return len(self.denom)
+
+    def at(self, t: int) -> tuple[float, float, float]:
+        i = min(t, self.end) - 1
+        return self.denom[i], self.scale[i], self.local[i]
+
+
+def low_eigenvalues(topology: Topology, k: int) -> np.ndarray:
+    """lambda_2 .. lambda_{k+1} of the Metropolis Laplacian, to 12 significant digits.
+
+    Dense up to 400 nodes, else shift-invert Lanczos (ARPACK, tolerance 1e-14): the
+    deflation steps need them to about 1e-9 relative, which LOBPCG does not give cheaply.
+    """
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+
+    def compute() -> np.ndarray:
+        W = topology.weighted_adjacency(metropolis_weights(topology))
+        lap = (sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W).tocsc()
+        if topology.n_nodes <= 400:
+            ev = np.linalg.eigvalsh(lap.toarray())
+        else:
+            lam2, _ = metropolis_extremes(topology)
+            ev = np.sort(spla.eigsh(lap, k=k + 1, sigma=-0.5 * lam2, which="LM", return_eigenvectors=False, tol=1e-14))
+        return np.array([_round_sig(float(v), 12) for v in ev[1 : k + 1]])
+
+    return _cached(topology, ("low_eigenvalues", k), compute)
+
+
+def deflation_schedule(topology: Topology) -> Schedule:
+    """Heavy ball on [lambda_5, lambda_max] with the three lowest modes removed (public, cached).
+
+    On a geometric graph the lowest eigenvalues of the Metropolis Laplacian L_g are
+    isolated (lambda_3 ~ 1.1 lambda_2, lambda_4 ~ 2 lambda_2, lambda_5 ~ 4 lambda_2), so heavy
+    ball tuned to [0.98 lambda_5, lambda_max] converges about sqrt(lambda_5 / lambda_2) times
+    faster, and three steps x <- x - L_g x / lambda_j (j = 2, 3, 4) remove the modes it does
+    not damp.  Those steps amplify the other modes by up to prod_j lambda_max / lambda_j, so
+    they come at the round where heavy ball has damped them by as much (earlier, float64
+    rounding would leak into the removed modes); the momentum restarts after them.
+
+    Any schedule of steps x(k) = (1 + m_k) x(k-1) - b_k L_g x(k-1) - m_k x(k-2) is the primal
+    of the dual-sum iteration (:func:`sums_update`, edge weights c_t g_ij, node-local term
+    w_t = K_t - 2 c_t sum_j g_ij) with primal divisor N_t, where N_{k-1} = 2 + m_k N_k
+    (backwards from heavy ball's 2 / (1 - beta)), c_{k-1} = b_k N_k / 2 and
+    K_t = N_t + N_{t+1} - 2.  The same K_t in both dual sums keeps sum_i (u_i + v_i) = 0, and
+    N_{t+1} + N_t - K_t = 2 makes the exact average the fixed point; the per-edge duals
+    follow PDMM's update with c_ij = c_t g_ij, so their H-perp part still never converges.
+    ``sim/bench_consensus.py --part c`` measures the rounds.
+    """
+
+    def compute() -> Schedule:
+        low = low_eigenvalues(topology, N_DEFLATE + 1)
+        _, lmax = metropolis_extremes(topology)
+        roots, lo = [float(v) for v in low[:N_DEFLATE]], LAMBDA2_MARGIN * float(low[N_DEFLATE])
+        kappa = lmax / lo
+        beta = ((math.sqrt(kappa) - 1.0) / (math.sqrt(kappa) + 1.0)) ** 2
+        alpha = 4.0 / (math.sqrt(lmax) + math.sqrt(lo)) ** 2
+        at = max(3, math.ceil(sum(math.log(lmax / r) for r in roots) / -math.log(math.sqrt(beta))))
+        end = at + N_DEFLATE
+
+        def step(k: int) -> tuple[float, float]:  # (m_k, b_k) of the step that makes x(k)
+            if at <= k < end:
+                return 0.0, 1.0 / roots[k - at]
+            return (0.0 if k == end else beta), alpha
+
+        big_n = {end: 2.0 / (1.0 - beta)}
+        for k in range(end, 1, -1):
+            big_n[k - 1] = 2.0 + step(k)[0] * big_n[k]
+        big_n[end + 1] = big_n[end]
+        rounds = range(1, end + 1)
+        return Schedule(
+            at,
+            tuple(big_n[t] for t in rounds),
+            tuple(step(t + 1)[1] * big_n[t + 1] / 2.0 for t in rounds),
+            tuple(big_n[t] + big_n[t + 1] - 2.0 for t in rounds),
+        )
+
+    return _cached(topology, "deflation", compute)
+
+
 @dataclass(frozen=True)
 class StepParams:
     """The public per-round coefficients of one node or, as arrays, of all nodes.
@@ -314,6 +414,21 @@ class StepParams:
     two_cd: object
     w: object
     degree: object
+    schedule: Schedule | None = None
+
+    @property
+    def settle_after(self) -> int:
+        """No node counts as settled up to this round."""
+        return 1 if self.schedule is None else self.schedule.end
+
+    def at(self, t: int):
+        """(denom, two_c, two_cd, w) of round t: constant, or from the deflation schedule
+        (weights 2 g_ij scaled by c_t, w_t = K_t - c_t sum_j 2 g_ij)."""
+        if self.schedule is None:
+            return self.denom, self.two_c, self.two_cd, self.w
+        n_t, c_t, k_t = self.schedule.at(t)
+        degree: Any = self.degree  # a float (one node) or an (n, 1) array (all nodes)
+        return n_t, c_t, k_t, k_t - c_t * degree
 
 
 def step_params(spec: PdmmSP, topology: Topology, node: int | None = None) -> StepParams:
@@ -332,6 +447,15 @@ def step_params(spec: PdmmSP, topology: Topology, node: int | None = None) -> St
         c, beta = spec.step_parameters(topology)
         dst = topology.dst[lo:hi]
         src_deg = deg_all[topology.src[lo:hi]]
+        if spec.deflates(topology):
+            sched = deflation_schedule(topology)
+            weights = 2.0 / np.maximum(src_deg, deg_all[dst])
+            if node is None:
+                wdeg2 = topology.weighted_adjacency(weights) @ np.ones((topology.n_nodes, 1))
+            else:
+                wdeg2 = float(neighbour_sum(weights[:, None])[0])
+            n_t, c_t, k_t = sched.at(sched.end)
+            return StepParams(c_t, None, weights, n_t, c_t, k_t, k_t - c_t * wdeg2, wdeg2, sched)
         # 2 c_ij: the factor 2 of the update rides in the product (exact: a power of two), which
         # saves one pass over the (n, p) block per round; the neighbour mean is unchanged
         weights = (2.0 * c) / np.maximum(src_deg, deg_all[dst])
@@ -452,7 +576,7 @@ class PdmmSP(ProtocolSpec):
     tol: Union[float, None] = None
     max_iter: int = 5000
     encrypt_duals: bool = True
-    accel: Literal["auto", "heavy-ball", "none"] = "auto"
+    accel: Literal["auto", "deflated", "heavy-ball", "none"] = "auto"
     momentum: Union[float, str] = "auto"
     device: Literal["cpu", "cuda", "array-api-strict"] = "cpu"
     name: str = field(init=False, default="pdmm-sp")
@@ -477,10 +601,12 @@ class PdmmSP(ProtocolSpec):
             raise ConfigError(f"pdmm-sp: max_iter must be a positive integer, got {self.max_iter!r}")
         if not isinstance(self.encrypt_duals, bool):
             raise ConfigError(f"pdmm-sp: encrypt_duals must be true or false, got {self.encrypt_duals!r}")
-        if self.accel not in ("auto", "heavy-ball", "none"):
-            raise ConfigError(f"pdmm-sp: accel must be 'auto', 'heavy-ball' or 'none', got {self.accel!r}")
-        if self.accel == "heavy-ball" and (self.asynchronous or self.theta != 1.0):
-            raise ConfigError("pdmm-sp: accel = 'heavy-ball' needs mode = 'sync' and theta = 1 (use accel = 'none')")
+        if self.accel not in ("auto", "deflated", "heavy-ball", "none"):
+            raise ConfigError(f"pdmm-sp: accel must be 'auto', 'deflated', 'heavy-ball' or 'none', got {self.accel!r}")
+        if self.accel in ("heavy-ball", "deflated") and (self.asynchronous or self.theta != 1.0):
+            raise ConfigError(f"pdmm-sp: accel = {self.accel!r} needs mode = 'sync' and theta = 1 (use accel = 'none')")
+        if self.accel == "deflated" and (self.c != "auto" or self.momentum != "auto"):
+            raise ConfigError("pdmm-sp: accel = 'deflated' takes its steps from the graph: leave c and momentum 'auto'")
         if isinstance(self.momentum, str):
             if self.momentum != "auto":
                 raise ConfigError(f"pdmm-sp: momentum must be a number in [0, 1) or 'auto', got {self.momentum!r}")
@@ -491,8 +617,18 @@ class PdmmSP(ProtocolSpec):
 
     @property
     def accelerated(self) -> bool:
-        """Whether the heavy-ball iteration runs (``accel`` resolved)."""
-        return self.accel == "heavy-ball" or (self.accel == "auto" and not self.asynchronous and self.theta == 1.0)
+        """Whether heavy ball (deflated or not) runs (``accel`` resolved)."""
+        return self.accel in ("heavy-ball", "deflated") or (self.accel == "auto" and not self.asynchronous and self.theta == 1.0)
+
+    def deflates(self, topology: Topology) -> bool:
+        """Whether the deflated schedule runs on ``topology``: asked for, or by default (c and
+        momentum "auto") from 500 to 20 000 nodes, where its exact eigenvalues take seconds."""
+        if self.accel == "deflated":
+            if topology.n_nodes < N_DEFLATE + 3:
+                raise ConfigError(f"pdmm-sp: accel = 'deflated' needs at least {N_DEFLATE + 3} nodes")
+            return True
+        return (self.accel == "auto" and self.accelerated and self.c == "auto" and self.momentum == "auto"
+                and DEFLATE_NODES[0] <= topology.n_nodes <= DEFLATE_NODES[1])
 
     @property
     def stop_tol(self) -> float:
@@ -544,7 +680,7 @@ class PdmmSP(ProtocolSpec):
         xp, sparse = _namespace(self.device)
         t_ = topology
         n, p = values.shape
-        prm = _cached(t_, ("steps", self.accelerated, self.c, self.momentum, self.theta), lambda: step_params(self, t_))
+        prm = _cached(t_, ("steps", self.accel, self.accelerated, self.c, self.momentum, self.theta), lambda: step_params(self, t_))
         theta = self.theta
         trace: list[Message] | None = [] if record else None
         worst = int(np.argmin(np.max(np.abs(values), axis=1))) if n else 0
@@ -563,7 +699,7 @@ class PdmmSP(ProtocolSpec):
         u, v = to_u @ z, to_v @ z
         del z
         # the product's matrix (on the device) is built once per topology and step parameters
-        product = _cached(t_, ("product", self.device, prm.c, prm.beta), lambda: _Product(
+        product = _cached(t_, ("product", self.device, prm.c, prm.beta, prm.schedule is None), lambda: _Product(
             t_.adjacency if prm.weights is None else t_.weighted_adjacency(prm.weights), xp, sparse))
 
         def dev(a):
@@ -572,6 +708,7 @@ class PdmmSP(ProtocolSpec):
         u, v, s_dev = dev(u), dev(v), dev(np.ascontiguousarray(values, dtype=float))
         denom, two_cd, w, degree = dev(prm.denom), dev(prm.two_cd), dev(prm.w), dev(prm.degree)
         two_c = prm.two_c
+        settle_after = prm.settle_after
         ecc = t_.eccentricity
         zeros = np.zeros(n, dtype=np.int64)  # never written to: g_new may alias it
         g = zeros
@@ -585,6 +722,9 @@ class PdmmSP(ProtocolSpec):
         t = 0
         while True:
             t += 1
+            if prm.schedule is not None:
+                denom, two_c, two_cd, _ = prm.at(t)
+                w = two_cd - two_c * degree  # as prm.at computes it, on the device
             if inplace:
                 x = np.divide(np.subtract(s_dev, u, out=spare), denom, out=spare)
             else:
@@ -596,7 +736,7 @@ class PdmmSP(ProtocolSpec):
             # the floods below are skipped while there is nothing to flood (same result, cheaper)
             stop_in = np.minimum(stop_at, np.minimum.reduceat(stop_at[dst], starts)) if flooding else stop_at
             g_new = zeros
-            if x_prev is not None:
+            if t > settle_after:
                 ok = _to_host(settled(x, x_prev, nb_sum, degree, self.stop_tol, xp))
                 if ok.any():
                     g_new = np.where(ok, 1 + np.minimum(g, np.minimum.reduceat(g[dst], starts)), 0)
@@ -691,7 +831,7 @@ class PdmmNode(Aggregation):
 
     def _primal(self) -> np.ndarray:
         if not self.spec.asynchronous:
-            return (self.s - self.u) / self.denom
+            return (self.s - self.u) / self.prm.at(self.round)[0]
         acc = np.zeros(self.s.shape)
         for k in range(len(self.nbrs)):
             acc += self.sign_out[k] * self.z_own[k]
@@ -799,7 +939,7 @@ class PdmmNode(Aggregation):
         g_nb = min(m.meta[0] for m in msgs)
         stop_at = min(self.stop_at, min(m.meta[1] for m in msgs))
         x = self.x
-        if self.x_prev is None:
+        if t <= self.prm.settle_after:
             g_new = 0
         else:
             g_new = 1 + min(self.g, g_nb) if settled(x, self.x_prev, nb_sum, self.prm.degree, self.spec.stop_tol) else 0
@@ -812,8 +952,8 @@ class PdmmNode(Aggregation):
             self.rounds = t
             return []
         self.g, self.stop_at = g_new, stop_at
-        prm = self.prm
-        self.u, self.v = sums_update(self.u, self.v, x, nb_sum, prm.two_c, prm.two_cd, self.spec.theta, prm.w)
+        _, two_c, two_cd, w = self.prm.at(t)
+        self.u, self.v = sums_update(self.u, self.v, x, nb_sum, two_c, two_cd, self.spec.theta, w)
         self.x_prev = x
         return self._broadcast_next()
 

@@ -28,8 +28,9 @@ edge weights (the faster of SciPy's CSR and CSC forms): the same product, the le
 On one geometric graph per size, inputs N(3, 1) with p = 8 columns, one self-stopping
 aggregation each of: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max)
 by shift-invert, every node waiting the diameter bound to stop: emulated by setting every
-eccentricity bound to D), plain PDMM (``accel = "none"``) with the new stopping rule, and the
-heavy-ball default.  Against, on the same graph and
+eccentricity bound to D), plain PDMM (``accel = "none"``) with the new stopping rule, heavy
+ball (``accel = "heavy-ball"``) and the default (deflated heavy ball from 500 to 20 000 nodes,
+:func:`p2pem.protocols.pdmm.deflation_schedule`).  Against, on the same graph and
 measured in the same run:
 
 * the diameter D: no rule can stop before information has crossed the graph;
@@ -37,11 +38,9 @@ measured in the same run:
   Metropolis Laplacian, exact extreme eigenvalues) from the *same start*: PDMM's first
   broadcast x(1), shifted to the true mean (gossip keeps its start's mean), counted to the
   final error that the heavy-ball run reached; and from the non-private start x = s;
-* the fewest rounds the heavy-ball iteration itself needs for the "before" run's error (runs
-  with tol = 0, bisection): what any stopping rule would need for the same accuracy;
-* a prototype deflated heavy ball in pdmm-sp's dual-sum form (:func:`deflated_rounds`; not a
-  pdmm-sp mode yet): rounds until it is as accurate as the "before" run, i.e. how far a
-  better polynomial goes at the same accuracy.
+* the fewest rounds the heavy-ball iteration and the default (deflated heavy ball from 500 to
+  20 000 nodes) need for the "before" run's error (runs with tol = 0, bisection): what any
+  stopping rule would need for the same accuracy.
 
 Usage::
 
@@ -72,7 +71,7 @@ from p2pem.protocols import PdmmSP
 from p2pem.protocols.base import Topology
 from p2pem.protocols.pdmm import auto_c, heavy_ball_params, metropolis_weights
 from p2pem.simulate import protocol_streams, relative_error
-from _common import before_issue10, chebyshev_gossip_rounds, exact_metropolis_extremes, print_table
+from _common import before_issue10, chebyshev_gossip_rounds, print_table
 
 C_GRID = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 THETAS = (1.0, 0.5)
@@ -261,75 +260,6 @@ def part_b(args) -> dict:
     return {"p": p, "sizes": out}
 
 
-def deflated_rounds(topo, values, seed, target, n_deflate=3, max_rounds=20000) -> tuple[int | None, int]:
-    """(rounds, round of the first deflation step) of a deflated heavy ball run in pdmm-sp's own
-    dual-sum form, from the real perturbed initial duals, to ``target`` (no stopping rule).
-
-    A prototype of an iteration pdmm-sp does not have yet.  The graph's lowest Laplacian
-    eigenvalues are public, and on a geometric graph lambda_5 is about 4 lambda_2: heavy
-    ball on [lambda_{2+k}, lambda_max] (k = ``n_deflate``) converges about sqrt(4) times
-    faster, and k steps x <- x - L_g x / lambda_j remove the k lowest modes.  Those steps
-    amplify the other modes by up to prod_j lambda_max / lambda_j, so they come once heavy
-    ball has damped them by as much (earlier, float64 rounding leaks into the removed modes),
-    and the momentum restarts after them.
-
-    Any three-term schedule x(k) = (1 + m_k) x(k-1) - b_k L_g x(k-1) - m_k x(k-2) runs in the
-    dual-sum form (:func:`p2pem.protocols.pdmm.sums_update`, node-local term w_t = K_t -
-    2 c_t sum_j g_ij) with a per-round primal divisor N_t, local coefficient K_t and edge
-    scale c_t: N_{k-1} = 2 + m_k N_k (computed backwards from heavy ball's 2 / (1 - beta)),
-    c_{k-1} = b_k N_k / 2 and K_t = N_t + N_{t+1} - 2, which keeps sum_i (u_i + v_i) = 0,
-    so the fixed point is the exact average as before; the per-edge duals still follow
-    PDMM's update (with c_ij = c_t g_ij), so their H-perp part still never converges.
-    """
-    import scipy.sparse as sp
-    import scipy.sparse.linalg as spla
-
-    from p2pem.protocols.pdmm import _dual_sum_matrices, sums_update
-
-    g = metropolis_weights(topo)
-    W = topo.weighted_adjacency(g)
-    lap = (sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W).tocsr()
-    low = np.sort(spla.eigsh(lap.tocsc(), k=n_deflate + 2, sigma=-1e-4, which="LM", return_eigenvectors=False, tol=1e-14))
-    _, lmax = exact_metropolis_extremes(topo)
-    # margins as pdmm-sp's own: lambda_max raised (at exactly lambda_max the top mode is
-    # critically damped and decays like t rho^t), the interval's lower end lowered by 2 %
-    roots, lo, hi = low[1:1 + n_deflate], 0.98 * low[1 + n_deflate], 1.02 * lmax
-    kappa = hi / lo
-    beta = ((kappa**0.5 - 1) / (kappa**0.5 + 1)) ** 2
-    alpha = 4.0 / (hi**0.5 + lo**0.5) ** 2
-    at = int(np.ceil(np.sum(np.log(hi / roots)) / -np.log(beta**0.5)))
-    end = at + n_deflate + 1  # from here on: plain heavy ball, constant coefficients
-
-    def step(k):  # (momentum, step) of the step that makes x(k)
-        if at <= k < at + n_deflate:
-            return 0.0, 1.0 / roots[k - at]
-        return (0.0 if k == at + n_deflate else beta), alpha
-
-    n_inf = 2.0 / (1.0 - beta)
-    big_n = {end: n_inf}
-    for k in range(end, 1, -1):
-        big_n[k - 1] = 2.0 + step(k)[0] * big_n[k]
-    n, p = values.shape
-    rngs = protocol_streams(seed, n)
-    z = np.empty((topo.dst.size, p))
-    for i in range(n):
-        lo_, hi_ = topo.indptr[i], topo.indptr[i + 1]
-        z[lo_:hi_] = rngs[i].normal(0.0, PdmmSP().perturbation_std, size=(hi_ - lo_, p))
-    to_u, to_v = _dual_sum_matrices(topo)
-    u, v = to_u @ z, to_v @ z
-    two_g = topo.weighted_adjacency(2.0 * g)
-    wdeg2 = np.asarray(two_g.sum(axis=1)).ravel()[:, None]
-    mean = values.mean(axis=0)
-    for t in range(1, max_rounds + 1):
-        n_t, n_next = big_n.get(t, n_inf), big_n.get(t + 1, n_inf)
-        k_t, c_t = n_t + n_next - 2.0, step(t + 1)[1] * n_next / 2.0
-        x = (values - u) / n_t
-        if relative_error(x, mean) <= target:
-            return t, at
-        u, v = sums_update(u, v, x, two_g @ x, c_t, k_t, 1.0, k_t - c_t * wdeg2)
-    return None, at
-
-
 def rounds_to_error(spec, values, topo, seed, target, hi) -> int:
     """The fewest rounds after which ``spec``'s iteration (run with tol = 0) is within ``target``
     of the true mean, by bisection below ``hi`` (the error falls about geometrically): what an
@@ -364,49 +294,50 @@ def part_c(args) -> dict:
         before_spec, before = before_issue10(topo)
         alternatives = (("plain c=1/sqrt(mean degree)", PdmmSP(accel="none", c=1.0 / float(np.sqrt(topo.degrees.mean())))),
                         ("plain theta=0.9", PdmmSP(accel="none", theta=0.9)))
-        for key, spec, tp in (("heavy-ball", PdmmSP(), topo), ("plain", PdmmSP(accel="none"), topo),
-                              ("before", before_spec, before),
+        for key, spec, tp in (("default", PdmmSP(), topo), ("heavy-ball", PdmmSP(accel="heavy-ball"), topo),
+                              ("plain", PdmmSP(accel="none"), topo), ("before", before_spec, before),
                               *((k, sp_, topo) for k, sp_ in alternatives)):
             agg = spec.aggregate(values, tp, protocol_streams(0, n), 1)
             runs[key] = (int(agg.rounds), relative_error(agg.results, mean), agg.converged)
         first = PdmmSP(tol=0.0, max_iter=1).aggregate(values, topo, protocol_streams(0, n), 1).results
-        target = runs["heavy-ball"][1]
+        default, hb, plain, old = runs["default"], runs["heavy-ball"], runs["plain"], runs["before"]
+        target = hb[1]
         cheb_same = chebyshev_gossip_rounds(topo, first - first.mean(axis=0) + mean, mean, target)
         cheb_plain = chebyshev_gossip_rounds(topo, values, mean, target)
-        hb, plain, old = runs["heavy-ball"], runs["plain"], runs["before"]
-        # the least the default iteration needs for the old default's accuracy (any stopping rule)
-        ideal = rounds_to_error(PdmmSP(), values, topo, 0, old[1], hb[0] + 20)
-        deflated, deflate_at = deflated_rounds(topo, values, 0, old[1])
+        # the least each iteration needs for the old default's accuracy (with any stopping rule)
+        ideal_hb = rounds_to_error(PdmmSP(accel="heavy-ball"), values, topo, 0, old[1], hb[0] + 20)
+        ideal = rounds_to_error(PdmmSP(), values, topo, 0, old[1], default[0] + 20)
+        deflates = PdmmSP().deflates(topo)
         ecc = topo.eccentricity
         rows.append([f"{n:,}", str(topo.diameter), f"{int(ecc.min())}", f"{old[0]} ({old[1]:.1e})",
-                     f"{plain[0]} ({plain[1]:.1e})", f"{hb[0]} ({hb[1]:.1e})", f"{hb[0] / old[0]:.2f}",
-                     f"{ideal} ({ideal / old[0]:.2f})", str(cheb_same), f"{hb[0] / cheb_same:.2f}",
-                     str(cheb_plain), f"{deflated} ({deflated / old[0]:.2f})" if deflated else "-",
-                     f"{hb[0] / topo.diameter:.1f}"])
+                     f"{plain[0]} ({plain[1]:.1e})", f"{hb[0]} ({hb[1]:.1e})", f"{ideal_hb} ({ideal_hb / old[0]:.2f})",
+                     str(cheb_same), f"{hb[0] / cheb_same:.2f}", str(cheb_plain),
+                     f"{default[0]} ({default[1]:.1e})" + (" deflated" if deflates else ""), f"{default[0] / old[0]:.2f}",
+                     f"{ideal} ({ideal / old[0]:.2f})", f"{default[0] / topo.diameter:.1f}"])
         out.append({"n": n, "p": p, "diameter_bound": topo.diameter, "min_eccentricity_bound": int(ecc.min()),
                     "before_rounds": old[0], "before_error": old[1], "before_converged": old[2],
                     "plain_rounds": plain[0], "plain_error": plain[1], "plain_converged": plain[2],
                     "heavy_ball_rounds": hb[0], "heavy_ball_error": hb[1], "heavy_ball_converged": hb[2],
+                    "default_rounds": default[0], "default_error": default[1], "default_converged": default[2],
+                    "default_deflates": deflates,
                     "chebyshev_same_start_rounds": cheb_same, "chebyshev_data_start_rounds": cheb_plain,
-                    "heavy_ball_rounds_to_before_error": ideal, "deflated_3_rounds": deflated,
-                    "deflated_3_at_round": deflate_at})
+                    "heavy_ball_rounds_to_before_error": ideal_hb, "default_rounds_to_before_error": ideal})
         out[-1]["alternatives"] = {k: {"rounds": runs[k][0], "error": runs[k][1], "converged": runs[k][2]}
                                    for k, _ in alternatives}
         alt_rows.append([f"{n:,}", *(f"{runs[k][0]} ({runs[k][1]:.1e})" for k, _ in alternatives)])
         print(f"  n = {n:,} done", flush=True)
-    print_table(["n", "D bound", "radius bound", "before (err)", "plain PDMM (err)", "heavy ball (err)", "ratio",
-                 "heavy ball to before's err (ratio)", "Chebyshev, same start",
-                 "ratio", "Chebyshev, from s", "deflated prototype to before's err (ratio)", "rounds / D"], rows)
+    print_table(["n", "D bound", "radius bound", "before (err)", "plain PDMM (err)", "heavy ball (err)",
+                 "heavy ball to before's err (ratio)", "Chebyshev, same start", "ratio", "Chebyshev, from s",
+                 "default (err)", "ratio", "default to before's err (ratio)", "rounds / D"], rows)
     print("before: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max) by shift-invert, every "
-          "node waiting the diameter bound D to stop); plain PDMM: accel = 'none' with the new stopping rule; heavy "
-          "ball: the default now; err: max relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip on the "
-          "Metropolis Laplacian to the heavy-ball run's error, from PDMM's perturbed first broadcast (same start) and "
-          "from the data (no perturbation: not private).  Ratios: heavy-ball rounds / 'before', and / Chebyshev from the "
-          "same start.  Heavy ball to before's err: the fewest rounds after which the default iteration (tol = 0) is "
-          "within the 'before' run's error, i.e. what any stopping rule needs for the same accuracy (ratio to 'before').  "
-          "Deflated: a prototype (not a pdmm-sp mode yet) run in pdmm-sp's dual-sum form from the same perturbed duals: "
-          "heavy ball on [lambda_5, lambda_max] with the 3 lowest modes removed by exact-eigenvalue steps, rounds until "
-          "it is within the 'before' run's error (no stopping rule; ratio to 'before').")
+          "node waiting the diameter bound D to stop); plain PDMM: accel = 'none'; heavy ball: accel = 'heavy-ball'; "
+          "default: PdmmSP() (deflated heavy ball from 500 to 20 000 nodes); all with the eccentricity stopping rule; "
+          "err: max relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip "
+          "on the Metropolis Laplacian (interval [lambda_2, lambda_max]) to the heavy-ball run's error, from PDMM's "
+          "perturbed first broadcast (same start) and from the data (no perturbation: not private); ratio: heavy-ball "
+          "rounds / Chebyshev from the same start.  '... to before's err': the fewest rounds after which that iteration "
+          "(tol = 0) is within the 'before' run's error, i.e. what any stopping rule needs for the same accuracy.  "
+          "Ratios in parentheses and after 'default': rounds / 'before'.")
     print("\nother step-size rules for plain PDMM on the same runs (rounds, error), new stopping rule:")
     print_table(["n", "c = 1/sqrt(mean degree)", "c auto, theta = 0.9"], alt_rows)
     return {"sizes": out}

@@ -215,7 +215,7 @@ def spmv_time(a, x) -> tuple[float, float]:
 def part_b(args) -> dict:
     p = args.p if args.p is not None else stats_size(3, 2) + 1
     print(f"\n(b) cost of one consensus round against one sparse product W @ x (the heavy-ball edge weights), x of "
-          f"shape (n, {p}); pdmm-sp defaults (heavy ball, std {PdmmSP().perturbation_std:g}); c: heavy ball's scale")
+          f"shape (n, {p}); pdmm-sp defaults (deflated heavy ball from 500 nodes, std {PdmmSP().perturbation_std:g}); c: heavy ball's scale")
     rows, out = [], []
     for n in args.sizes:
         g = geometric_graph(n, seed=0)
@@ -299,7 +299,7 @@ def part_c(args) -> dict:
                               *((k, sp_, topo) for k, sp_ in alternatives)):
             agg = spec.aggregate(values, tp, protocol_streams(0, n), 1)
             runs[key] = (int(agg.rounds), relative_error(agg.results, mean), agg.converged)
-        first = PdmmSP(tol=0.0, max_iter=1).aggregate(values, topo, protocol_streams(0, n), 1).results
+        first = PdmmSP(accel="heavy-ball", tol=0.0, max_iter=1).aggregate(values, topo, protocol_streams(0, n), 1).results
         default, hb, plain, old = runs["default"], runs["heavy-ball"], runs["plain"], runs["before"]
         target = hb[1]
         cheb_same = chebyshev_gossip_rounds(topo, first - first.mean(axis=0) + mean, mean, target)

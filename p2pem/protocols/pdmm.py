@@ -34,6 +34,17 @@ to 2 sum_i s_i, so the fixed point is the exact average.  What a node reveals is
 x_i(1), x_i(2) expose s_i - u_i(0) and s_i - v_i(0) (hidden by the duals of an honest edge),
 and every later x_i is a function of earlier broadcasts.
 
+Deflated heavy ball (``accel = "deflated"``, the default from 500 to 20 000 nodes).  The
+lowest eigenvalues of the Metropolis Laplacian are public and, on geometric graphs, isolated
+(lambda_5 ~ 4 lambda_2): heavy ball tuned to [lambda_5, lambda_max] plus three steps
+x <- x - L_g x / lambda_j (j = 2, 3, 4) that remove the modes it does not damp needs about
+half of heavy ball's rounds less the cost of those steps (0.72x at 1 000 nodes, 0.85x at
+10 000).  It is the same dual-sum iteration with a public per-round schedule of N, K and the
+edge scale (:func:`deflation_schedule`); the fixed point stays exact, the per-edge duals
+follow PDMM's update with c_ij = c_t g_ij, so their H-perp part never converges, and what a
+node reveals is unchanged.  No node counts as settled before the schedule's last special
+round.
+
 Messages.  ``dual-init`` (round 0, encrypted, one per directed edge: z_{i|j}); then one
 ``primal`` broadcast per round t >= 1 with payload x_i(t) and ``meta = (g, stop_at)``: the
 settled counter g_i(t - 1) and the stop round known to i before round t (``NEVER`` = 2**62
@@ -556,9 +567,12 @@ class PdmmSP(ProtocolSpec):
     encrypt_duals : bool
         Send the initial duals encrypted (the protocol).  False is an *insecure* variant kept
         only as a labelled comparison for the leakage analysis.
-    accel : {"auto", "heavy-ball", "none"}
+    accel : {"auto", "deflated", "heavy-ball", "none"}
         "heavy-ball": the accelerated iteration of the module docstring (sync, theta = 1
-        only); "none": plain PDMM; "auto" (default): heavy ball where it applies, else plain.
+        only); "deflated": heavy ball with the three lowest Laplacian modes removed
+        (:func:`deflation_schedule`; c and momentum "auto"); "none": plain PDMM; "auto"
+        (default): deflated from 500 to 20 000 nodes with c and momentum "auto", else heavy
+        ball where it applies, else plain.
     momentum : float or "auto"
         Heavy ball's beta in [0, 1); "auto" from the graph (:func:`heavy_ball_params`).
     device : {"cpu", "cuda", "array-api-strict"}

@@ -420,3 +420,25 @@ def test_secure_sum_untraced_total_equals_the_ring_s():
     ring = spec.aggregate(s, topo, protocol_streams(1, 30), 1, record=True)
     assert fast.results.tobytes() == ring.results.tobytes()
     np.testing.assert_array_equal(fast.results[0], fsum_average(s))
+
+
+def test_deflated_node_rejects_a_settled_counter_inside_the_schedule():
+    from p2pem.messages import Message
+    from p2pem.protocols.base import NodeContext, ProtocolViolation
+    from p2pem.protocols.pdmm import PdmmNode, deflation_schedule
+
+    g = geometric_graph(14, seed=5)
+    topo = Topology.from_graph(g)
+    end = deflation_schedule(topo).end
+    node = PdmmNode(PdmmSP(accel="deflated"), NodeContext(0, topo, np.random.default_rng(0)), 1)
+    node.start(np.ones(3))
+    j = topo.neighbours[0][0]
+
+    def primal(t, g_count):
+        return Message(j, topo.neighbours[j], 1, t, "primal", np.ones(3), False, (g_count, 2**62))
+
+    node.check(primal(end + 3, 2))  # settled in rounds end + 1 and end + 2
+    with pytest.raises(ProtocolViolation, match="settled counter"):
+        node.check(primal(end, 1))  # an honest node cannot have settled yet
+    with pytest.raises(ProtocolViolation, match="settled counter"):
+        node.check(primal(end + 3, 3))

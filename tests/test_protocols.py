@@ -329,11 +329,12 @@ def test_array_api_engine_agrees_with_the_cpu_engine():
     g = geometric_graph(60, seed=4)
     topo = Topology.from_graph(g)
     s = np.random.default_rng(6).normal(size=(60, 5)) + 2.0
-    cpu = PdmmSP().aggregate(s, topo, protocol_streams(2, 60), 1)
-    strict = PdmmSP(device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1)
-    assert strict.rounds == cpu.rounds and strict.converged
-    assert isinstance(strict.results, np.ndarray)
-    np.testing.assert_allclose(strict.results, cpu.results, rtol=1e-9, atol=0)
+    for accel in ("auto", "deflated"):  # constant coefficients, and the per-round schedule
+        cpu = PdmmSP(accel=accel).aggregate(s, topo, protocol_streams(2, 60), 1)
+        strict = PdmmSP(accel=accel, device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1)
+        assert strict.rounds == cpu.rounds and strict.converged
+        assert isinstance(strict.results, np.ndarray)
+        np.testing.assert_allclose(strict.results, cpu.results, rtol=1e-9, atol=0)
     with pytest.raises(ConfigError, match="device"):
         PdmmSP(device="tpu")
     with pytest.raises(ConfigError, match="trace"):

@@ -185,3 +185,18 @@ def test_reduction_follows_the_deflated_schedule():
     advs = [Adversary("eavesdropper"), Adversary("honest-but-curious", {1, 5, 8})]
     for view in record_whole_run(parts, g, PdmmSP(accel="deflated", tol=1e-12), settings, advs, seed=3):
         assert view.reduction_error().max() < 1e-9
+
+
+@pytest.mark.parametrize("kind", ["honest-but-curious", "eavesdropper"])
+def test_rank_structure_deflated_discloses_what_heavy_ball_does(kind):
+    """The deflated schedule reveals the same group sums as heavy ball, and no more."""
+    from p2pem.graphs import geometric_graph
+    from p2pem.protocols import PdmmSP, Topology
+    from p2pem.protocols.pdmm import deflation_schedule
+
+    g = geometric_graph(10, seed=3)
+    assert deflation_schedule(Topology.from_graph(g)).end < 40  # the view covers the special rounds
+    adv = Adversary(kind, {1, 5, 8} if kind == "honest-but-curious" else set())
+    ranks = [disclosure_rank(PdmmSP(accel=a, tol=1e-12), g, adv, rounds=40, seed=4) for a in ("heavy-ball", "deflated")]
+    assert ranks[0].disclosed == ranks[1].disclosed and ranks[1].matches_groups
+    assert ranks[1].next_bits < 1e-3

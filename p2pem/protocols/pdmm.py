@@ -380,7 +380,9 @@ def deflation_schedule(topology: Topology) -> Schedule:
 
     def compute() -> Schedule:
         low = low_eigenvalues(topology, N_DEFLATE + 1)
-        _, lmax = metropolis_extremes(topology)
+        # public and the same on every node: rounded like heavy_ball_params' (other BLAS builds
+        # may differ in the last bits), lambda_max only needs to bound the spectrum
+        lmax = _round_sig(metropolis_extremes(topology)[1])
         roots, lo = [float(v) for v in low[:N_DEFLATE]], LAMBDA2_MARGIN * float(low[N_DEFLATE])
         kappa = lmax / lo
         beta = ((math.sqrt(kappa) - 1.0) / (math.sqrt(kappa) + 1.0)) ** 2

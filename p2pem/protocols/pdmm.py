@@ -37,9 +37,9 @@ and every later x_i is a function of earlier broadcasts.
 Deflated heavy ball (``accel = "deflated"``, the default from 500 to 20 000 nodes).  The
 lowest eigenvalues of the Metropolis Laplacian are public and, on geometric graphs, isolated
 (lambda_5 ~ 4 lambda_2): heavy ball tuned to [lambda_5, lambda_max] plus three steps
-x <- x - L_g x / lambda_j (j = 2, 3, 4) that remove the modes it does not damp needs about
-half of heavy ball's rounds less the cost of those steps (0.72x at 1 000 nodes, 0.85x at
-10 000).  It is the same dual-sum iteration with a public per-round schedule of N, K and the
+x <- x - L_g x / lambda_j (j = 2, 3, 4) that remove the modes it does not damp converges
+about sqrt(4) times faster, less the cost of those steps (``sim/bench_consensus.py --part c``:
+0.76x heavy ball's rounds at 1 000 nodes, 0.89x at 10 000, at a smaller error).  It is the same dual-sum iteration with a public per-round schedule of N, K and the
 edge scale (:func:`deflation_schedule`); the fixed point stays exact, the per-edge duals
 follow PDMM's update with c_ij = c_t g_ij, so their H-perp part never converges, and what a
 node reveals is unchanged.  No node counts as settled before the schedule's last special
@@ -148,9 +148,8 @@ def settled(x, x_prev, nb_sum, degree, tol: float, xp=np):
     a node).  Shortcuts that give the same answer more cheaply: for a batch (2-D x), a node
     whose change in the first or the middle entry already exceeds tol times the largest |x|
     of *all* nodes fails, so while every node fails that way nothing else is computed (most
-    rounds); the
-    gap term is only computed when some node's change passes.  Maxima are exact, so the
-    answer does not depend on how they are taken.
+    rounds); the gap term is only computed when some node's change passes.  Maxima are
+    exact, so the answer does not depend on how they are taken.
     """
     if x.ndim == 2 and x.shape[0] > 1:
         # (NumPy's methods: a few microseconds less per call, which counts at 80 nodes)

@@ -14,3 +14,77 @@ def print_table(headers: list[str], rows: list[list[str]]) -> None:
     print("  ".join("-" * w for w in widths))
     for r in rows:
         print(line(r))
+
+
+def exact_metropolis_extremes(topo) -> tuple[float, float]:
+    """(lambda_2, lambda_max) of the Metropolis Laplacian by ARPACK (shift-invert for lambda_2):
+    slower than the LOBPCG estimate pdmm-sp uses, but exact, as a lower bound needs."""
+    import numpy as np
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+
+    from p2pem.protocols.pdmm import metropolis_weights
+
+    W = topo.weighted_adjacency(metropolis_weights(topo))
+    lap = (sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W).tocsr()
+    lmax = float(spla.eigsh(lap, k=1, which="LA", return_eigenvectors=False)[0])
+    lam2 = float(spla.eigsh(lap.tocsc(), k=2, sigma=-1e-3 * lmax, which="LM", return_eigenvectors=False).max())
+    return lam2, lmax
+
+
+def chebyshev_gossip_rounds(topo, x0, mean, target, max_rounds=20000) -> int | None:
+    """Rounds of Chebyshev semi-iteration on M = I - gamma L_g from x0 until max|x - mean|/max|mean| <= target.
+
+    L_g is the Metropolis Laplacian (the weighting pdmm-sp's heavy ball uses), gamma =
+    2 / (lambda_2 + lambda_max), rho = (lambda_max - lambda_2) / (lambda_max + lambda_2),
+    x(k+1) = w(k+1) M x(k) + (1 - w(k+1)) x(k-1), w1 = 1, w2 = 2 / (2 - rho^2),
+    w(k+1) = 1 / (1 - rho^2 w(k) / 4) (Golub & Varga 1961): the fewest rounds any
+    fixed-weight polynomial iteration on that interval needs.  Round 1 is x0 itself, as PDMM's
+    round 1 is its first broadcast.  None if not reached within ``max_rounds``.
+    """
+    import numpy as np
+    import scipy.sparse as sp
+
+    from p2pem.protocols.pdmm import metropolis_weights
+
+    W = topo.weighted_adjacency(metropolis_weights(topo))
+    lap = (sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W).tocsr()
+    lam2, lmax = exact_metropolis_extremes(topo)
+    gamma, rho = 2.0 / (lam2 + lmax), (lmax - lam2) / (lmax + lam2)
+    scale = np.max(np.abs(mean))
+
+    def err(x):
+        return np.max(np.abs(x - mean)) / scale
+
+    prev, x = x0, x0 - gamma * (lap @ x0)
+    if err(x0) <= target:
+        return 1
+    w = 1.0
+    for k in range(2, max_rounds + 1):
+        if err(x) <= target:
+            return k
+        w = 2.0 / (2.0 - rho**2) if k == 2 else 1.0 / (1.0 - rho**2 * w / 4.0)
+        prev, x = x, w * (x - gamma * (lap @ x)) + (1.0 - w) * prev
+    return None
+
+
+def before_issue10(topo):
+    """(spec, topology) of pdmm-sp's default before issue 10, on ``topo``'s graph.
+
+    Plain PDMM with c = 1/sqrt(lambda_2 lambda_max) of the unit Laplacian (by shift-invert,
+    as then) and every node waiting the diameter bound D to stop (today's rule with every
+    eccentricity bound set to D): reproduces the old default's rounds exactly.
+    """
+    import numpy as np
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+
+    from p2pem.protocols import PdmmSP
+    from p2pem.protocols.base import Topology
+
+    lap = (sp.diags(topo.degrees.astype(float)) - topo.adjacency).tocsc()
+    lmax = float(spla.eigsh(lap, k=1, which="LA", return_eigenvectors=False)[0])
+    lam2 = float(spla.eigsh(lap, k=2, sigma=-1e-3, which="LM", return_eigenvectors=False).max())
+    before = Topology(topo.n_nodes, diameter=topo.diameter, indptr=topo.indptr, indices=topo.dst)
+    before.__dict__["eccentricity"] = np.full(topo.n_nodes, topo.diameter)
+    return PdmmSP(accel="none", c=1.0 / (lam2 * lmax) ** 0.5), before

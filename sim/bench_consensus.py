@@ -22,21 +22,25 @@ what one EM iteration averages), the marginal time of one consensus round (from 
 ``tol=0`` and different round counts, so set-up is excluded) and the time per round of one
 whole self-stopping aggregation (set-up and stopping test included), each divided by the
 time of one sparse matrix-vector product ``W @ x`` with x of shape (n, p) and W the heavy-ball
-edge weights: the same product, the least any round has to do.  Goal of issue 2: within 2x.
+edge weights (the faster of SciPy's CSR and CSC forms): the same product, the least any round has to do.  Goal of issue 2: within 2x.
 
 (c) Rounds against lower bounds (``--part c``, default n = 1 000 and 10 000, ``--bound-sizes``).
 On one geometric graph per size, inputs N(3, 1) with p = 8 columns, one self-stopping
 aggregation each of: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max)
 by shift-invert, every node waiting the diameter bound to stop: emulated by setting every
-eccentricity bound to D), plain PDMM (``accel = "none"``) with the new stopping rule, and the
-heavy-ball default.  Against, on the same graph and
+eccentricity bound to D), plain PDMM (``accel = "none"``) with the new stopping rule, heavy
+ball (``accel = "heavy-ball"``) and the default (deflated heavy ball from 500 to 20 000 nodes,
+:func:`p2pem.protocols.pdmm.deflation_schedule`).  Against, on the same graph and
 measured in the same run:
 
 * the diameter D: no rule can stop before information has crossed the graph;
 * Chebyshev-accelerated gossip (Golub-Varga semi-iteration on I - gamma L_g, L_g the
   Metropolis Laplacian, exact extreme eigenvalues) from the *same start*: PDMM's first
   broadcast x(1), shifted to the true mean (gossip keeps its start's mean), counted to the
-  final error that the heavy-ball run reached; and from the non-private start x = s.
+  final error that the heavy-ball run reached; and from the non-private start x = s;
+* the fewest rounds the heavy-ball iteration and the default (deflated heavy ball from 500 to
+  20 000 nodes) need for the "before" run's error (runs with tol = 0, bisection): what any
+  stopping rule would need for the same accuracy.
 
 Usage::
 
@@ -67,7 +71,7 @@ from p2pem.protocols import PdmmSP
 from p2pem.protocols.base import Topology
 from p2pem.protocols.pdmm import auto_c, heavy_ball_params, metropolis_weights
 from p2pem.simulate import protocol_streams, relative_error
-from _common import print_table
+from _common import before_issue10, chebyshev_gossip_rounds, print_table
 
 C_GRID = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 THETAS = (1.0, 0.5)
@@ -211,7 +215,7 @@ def spmv_time(a, x) -> tuple[float, float]:
 def part_b(args) -> dict:
     p = args.p if args.p is not None else stats_size(3, 2) + 1
     print(f"\n(b) cost of one consensus round against one sparse product W @ x (the heavy-ball edge weights), x of "
-          f"shape (n, {p}); pdmm-sp defaults (heavy ball, std {PdmmSP().perturbation_std:g}); c: heavy ball's scale")
+          f"shape (n, {p}); pdmm-sp defaults (deflated heavy ball from 500 nodes, std {PdmmSP().perturbation_std:g}); c: heavy ball's scale")
     rows, out = [], []
     for n in args.sizes:
         g = geometric_graph(n, seed=0)
@@ -220,7 +224,9 @@ def part_b(args) -> dict:
         values = np.random.default_rng(1).standard_normal((n, p))
         x = np.ascontiguousarray(values)
         # the product a heavy-ball round does: weights c / max(d_i, d_j)
-        spmv_wall, spmv_cpu = spmv_time(topo.weighted_adjacency(c * metropolis_weights(topo)), x)
+        # (the faster of SciPy's CSR and CSC products: the engine uses CSC, 15-25 % faster here)
+        w_adj = topo.weighted_adjacency(c * metropolis_weights(topo))
+        spmv_wall, spmv_cpu = min(spmv_time(w_adj, x), spmv_time(w_adj.tocsc(), x))
         rngs = lambda: protocol_streams(0, n)  # noqa: E731
         # the marginal cost of a round: two fixed-length runs, difference over the extra rounds
         short = 10
@@ -254,48 +260,25 @@ def part_b(args) -> dict:
     return {"p": p, "sizes": out}
 
 
-def chebyshev_gossip_rounds(topo, x0, mean, target, max_rounds=20000) -> int | None:
-    """Rounds of Chebyshev semi-iteration on M = I - gamma L_g from x0 until max|x - mean|/max|mean| <= target.
+def rounds_to_error(spec, values, topo, seed, target, hi) -> int:
+    """The fewest rounds after which ``spec``'s iteration (run with tol = 0) is within ``target``
+    of the true mean, by bisection below ``hi`` (the error falls about geometrically): what an
+    ideal stopping rule would need for that accuracy."""
+    n = values.shape[0]
+    mean = values.mean(axis=0)
 
-    gamma = 2 / (lambda_2 + lambda_max), rho = (lambda_max - lambda_2) / (lambda_max + lambda_2),
-    x(k+1) = w(k+1) M x(k) + (1 - w(k+1)) x(k-1), w1 = 1, w2 = 2 / (2 - rho^2),
-    w(k+1) = 1 / (1 - rho^2 w(k) / 4) (Golub & Varga 1961).  Round 1 is x0 itself, as PDMM's round 1
-    is its first broadcast.
-    """
-    import scipy.sparse as sp
-    import scipy.sparse.linalg as spla
+    def error(k):
+        out = type(spec)(**{**spec.params(), "tol": 0.0, "max_iter": k}).aggregate(values, topo, protocol_streams(seed, n), 1)
+        return relative_error(out.results, mean)
 
-    W = topo.weighted_adjacency(metropolis_weights(topo))
-    lap = (sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W).tocsr()
-    lmax = float(spla.eigsh(lap, k=1, which="LA", return_eigenvectors=False)[0])
-    lam2 = float(spla.eigsh(lap.tocsc(), k=2, sigma=-1e-3, which="LM", return_eigenvectors=False).max())
-    gamma, rho = 2.0 / (lam2 + lmax), (lmax - lam2) / (lmax + lam2)
-    scale = np.max(np.abs(mean))
-
-    def err(x):
-        return np.max(np.abs(x - mean)) / scale
-
-    prev, x = x0, x0 - gamma * (lap @ x0)
-    if err(x0) <= target:
-        return 1
-    w = 1.0
-    for k in range(2, max_rounds + 1):
-        if err(x) <= target:
-            return k
-        w = 2.0 / (2.0 - rho**2) if k == 2 else 1.0 / (1.0 - rho**2 * w / 4.0)
-        prev, x = x, w * (x - gamma * (lap @ x)) + (1.0 - w) * prev
-    return None
-
-
-def old_auto_c(topo) -> float:
-    """The step size ``c = "auto"`` had before issue 10: 1/sqrt(lambda_2 lambda_max), unit Laplacian, shift-invert."""
-    import scipy.sparse as sp
-    import scipy.sparse.linalg as spla
-
-    lap = (sp.diags(topo.degrees.astype(float)) - topo.adjacency).tocsc()
-    lmax = float(spla.eigsh(lap, k=1, which="LA", return_eigenvectors=False)[0])
-    lam2 = float(spla.eigsh(lap, k=2, sigma=-1e-3, which="LM", return_eigenvectors=False).max())
-    return 1.0 / (lam2 * lmax) ** 0.5
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if error(mid) <= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def part_c(args) -> dict:
@@ -308,43 +291,53 @@ def part_c(args) -> dict:
         values = np.random.default_rng(1).standard_normal((n, p)) + 3.0
         mean = values.mean(axis=0)
         runs = {}
-        before = Topology(n, diameter=topo.diameter, indptr=topo.indptr, indices=topo.dst)
-        before.__dict__["eccentricity"] = np.full(n, topo.diameter)  # the old rule: every node waits D
+        before_spec, before = before_issue10(topo)
         alternatives = (("plain c=1/sqrt(mean degree)", PdmmSP(accel="none", c=1.0 / float(np.sqrt(topo.degrees.mean())))),
                         ("plain theta=0.9", PdmmSP(accel="none", theta=0.9)))
-        for key, spec, tp in (("heavy-ball", PdmmSP(), topo), ("plain", PdmmSP(accel="none"), topo),
-                              ("before", PdmmSP(accel="none", c=old_auto_c(topo)), before),
+        for key, spec, tp in (("default", PdmmSP(), topo), ("heavy-ball", PdmmSP(accel="heavy-ball"), topo),
+                              ("plain", PdmmSP(accel="none"), topo), ("before", before_spec, before),
                               *((k, sp_, topo) for k, sp_ in alternatives)):
             agg = spec.aggregate(values, tp, protocol_streams(0, n), 1)
             runs[key] = (int(agg.rounds), relative_error(agg.results, mean), agg.converged)
-        first = PdmmSP(tol=0.0, max_iter=1).aggregate(values, topo, protocol_streams(0, n), 1).results
-        target = runs["heavy-ball"][1]
+        first = PdmmSP(accel="heavy-ball", tol=0.0, max_iter=1).aggregate(values, topo, protocol_streams(0, n), 1).results
+        default, hb, plain, old = runs["default"], runs["heavy-ball"], runs["plain"], runs["before"]
+        target = hb[1]
         cheb_same = chebyshev_gossip_rounds(topo, first - first.mean(axis=0) + mean, mean, target)
         cheb_plain = chebyshev_gossip_rounds(topo, values, mean, target)
-        hb, plain, old = runs["heavy-ball"], runs["plain"], runs["before"]
+        # the least each iteration needs for the old default's accuracy (with any stopping rule)
+        ideal_hb = rounds_to_error(PdmmSP(accel="heavy-ball"), values, topo, 0, old[1], hb[0] + 20)
+        ideal = rounds_to_error(PdmmSP(), values, topo, 0, old[1], default[0] + 20)
+        deflates = PdmmSP().deflates(topo)
         ecc = topo.eccentricity
         rows.append([f"{n:,}", str(topo.diameter), f"{int(ecc.min())}", f"{old[0]} ({old[1]:.1e})",
-                     f"{plain[0]} ({plain[1]:.1e})", f"{hb[0]} ({hb[1]:.1e})", f"{hb[0] / old[0]:.2f}",
-                     str(cheb_same), f"{hb[0] / cheb_same:.2f}",
-                     str(cheb_plain), f"{hb[0] / topo.diameter:.1f}"])
+                     f"{plain[0]} ({plain[1]:.1e})", f"{hb[0]} ({hb[1]:.1e})", f"{ideal_hb} ({ideal_hb / old[0]:.2f})",
+                     str(cheb_same), f"{hb[0] / cheb_same:.2f}", str(cheb_plain),
+                     f"{default[0]} ({default[1]:.1e})" + (" deflated" if deflates else ""), f"{default[0] / old[0]:.2f}",
+                     f"{ideal} ({ideal / old[0]:.2f})", f"{default[0] / topo.diameter:.1f}"])
         out.append({"n": n, "p": p, "diameter_bound": topo.diameter, "min_eccentricity_bound": int(ecc.min()),
                     "before_rounds": old[0], "before_error": old[1], "before_converged": old[2],
                     "plain_rounds": plain[0], "plain_error": plain[1], "plain_converged": plain[2],
                     "heavy_ball_rounds": hb[0], "heavy_ball_error": hb[1], "heavy_ball_converged": hb[2],
-                    "chebyshev_same_start_rounds": cheb_same, "chebyshev_data_start_rounds": cheb_plain})
+                    "default_rounds": default[0], "default_error": default[1], "default_converged": default[2],
+                    "default_deflates": deflates,
+                    "chebyshev_same_start_rounds": cheb_same, "chebyshev_data_start_rounds": cheb_plain,
+                    "heavy_ball_rounds_to_before_error": ideal_hb, "default_rounds_to_before_error": ideal})
         out[-1]["alternatives"] = {k: {"rounds": runs[k][0], "error": runs[k][1], "converged": runs[k][2]}
                                    for k, _ in alternatives}
         alt_rows.append([f"{n:,}", *(f"{runs[k][0]} ({runs[k][1]:.1e})" for k, _ in alternatives)])
         print(f"  n = {n:,} done", flush=True)
-    print_table(["n", "D bound", "radius bound", "before (err)", "plain PDMM (err)", "heavy ball (err)", "ratio",
-                 "Chebyshev, same start",
-                 "ratio", "Chebyshev, from s", "rounds / D"], rows)
+    print_table(["n", "D bound", "radius bound", "before (err)", "plain PDMM (err)", "heavy ball (err)",
+                 "heavy ball to before's err (ratio)", "Chebyshev, same start", "ratio", "Chebyshev, from s",
+                 "default (err)", "ratio", "default to before's err (ratio)", "rounds / D"], rows)
     print("before: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max) by shift-invert, every "
-          "node waiting the diameter bound D to stop); plain PDMM: accel = 'none' with the new stopping rule; heavy "
-          "ball: the default now; err: max relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip on the "
-          "Metropolis Laplacian to the heavy-ball run's error, from PDMM's perturbed first broadcast (same start) and "
-          "from the data (no perturbation: not private).  Ratios: heavy-ball rounds / 'before', and / Chebyshev from the "
-          "same start.")
+          "node waiting the diameter bound D to stop); plain PDMM: accel = 'none'; heavy ball: accel = 'heavy-ball'; "
+          "default: PdmmSP() (deflated heavy ball from 500 to 20 000 nodes); all with the eccentricity stopping rule; "
+          "err: max relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip "
+          "on the Metropolis Laplacian (interval [lambda_2, lambda_max]) to the heavy-ball run's error, from PDMM's "
+          "perturbed first broadcast (same start) and from the data (no perturbation: not private); ratio: heavy-ball "
+          "rounds / Chebyshev from the same start.  '... to before's err': the fewest rounds after which that iteration "
+          "(tol = 0) is within the 'before' run's error, i.e. what any stopping rule needs for the same accuracy.  "
+          "Ratios in parentheses and after 'default': rounds / 'before'.")
     print("\nother step-size rules for plain PDMM on the same runs (rounds, error), new stopping rule:")
     print_table(["n", "c = 1/sqrt(mean degree)", "c auto, theta = 0.9"], alt_rows)
     return {"sizes": out}

@@ -14,7 +14,7 @@ Part 2, EM (``--sizes``):
 For each size n: a connected geometric graph (``geometric_graph(n, seed=...)``, default radius
 sqrt(2 log n / n)), a synthetic 3-component mixture in d = 2 (``synthetic_mixture``, 5 rows
 per node by default, split evenly), and 20 EM iterations with ``tol=0`` of ``pdmm-sp`` with
-its default parameters (sync, heavy ball with c and beta auto, theta 1, perturbation std 100, tol 1e-10, max_iter
+its default parameters (sync, deflated heavy ball from 500 to 20 000 nodes and heavy ball otherwise, c and beta auto, theta 1, perturbation std 100, tol 1e-10, max_iter
 5000) on the vectorised engine, starting from the private initialisation (aggregation 0),
 against ``centralized`` from the same settings (the initialisation is rounded to 6 digits,
 so both start from the same parameters).  Printed per size:
@@ -24,7 +24,12 @@ so both start from the same parameters).  Printed per size:
 * total EM wall time of pdmm-sp (``run_protocol`` end to end; it builds its own topology and
   c again, included) and of centralized;
 * consensus rounds per EM iteration (mean and max), aggregations that hit max_iter;
-* the largest relative error of the final weights, means and covariances against centralized.
+* the largest relative error of the final weights, means and covariances against centralized;
+* against references measured in the same run: the default before issue 10 on the same
+  graph, data and protocol streams (``--before-upto``; plain PDMM with its old step size, every
+  node waiting the diameter bound), its rounds, per-aggregation errors and final errors; the
+  diameter bound; and, for the first EM iteration's statistics, Chebyshev-accelerated gossip
+  from pdmm-sp's own first broadcast to the error pdmm-sp reaches (``sim/_common.py``).
 
 Goal of issue 10: n = 10 000 in under 60 s on a 2-core machine (issue 2 asked for 5 minutes).
 
@@ -57,10 +62,10 @@ from p2pem.graphs import geometric_graph
 from p2pem.protocols import Centralized, PdmmSP
 from p2pem.protocols.base import Topology
 from p2pem.graphs import geometric_edges
-from p2pem.protocols.pdmm import heavy_ball_params, metropolis_extremes, metropolis_weights
+from p2pem.protocols.pdmm import deflation_schedule, heavy_ball_params, metropolis_extremes, metropolis_weights
 from p2pem.simulate import protocol_streams, relative_error
 from p2pem.simulate import run_protocol
-from _common import print_table
+from _common import before_issue10, chebyshev_gossip_rounds, print_table
 
 GOAL_N = 10_000
 GOAL_S = 60.0
@@ -104,11 +109,15 @@ def setup_size(n: int, args) -> dict:
     topo, topo_s, _ = timed(lambda: Topology.from_edges(n, pairs))
     (c, beta), step_s, _ = timed(lambda: heavy_ball_params(topo))
     lam2, lmax = metropolis_extremes(topo)  # cached by heavy_ball_params
+    # the default's deflation eigenvalues (shift-invert), where the default deflates
+    _, deflation_s, deflation_cpu = timed(lambda: deflation_schedule(topo)) if PdmmSP().deflates(topo) else (None, None, None)
     out = {"n": n, "edges": int(len(pairs)), "graph_s": graph_s, "topology_s": topo_s, "step_s": step_s,
            "diameter_bound": topo.diameter, "min_eccentricity_bound": int(topo.eccentricity.min()),
-           "c": c, "beta": beta, "lambda2_lobpcg": lam2, "lambda_max": lmax, "peak_rss_gb": peak_rss_gb()}
+           "c": c, "beta": beta, "lambda2_lobpcg": lam2, "lambda_max": lmax, "peak_rss_gb": peak_rss_gb(),
+           "deflation_s": deflation_s, "deflation_cpu_s": deflation_cpu}
     print(f"  set-up n = {n:,}: graph {graph_s:.1f} s, topology {topo_s:.1f} s, step {step_s:.1f} s, "
-          f"peak RSS {out['peak_rss_gb']:.2f} GB", file=sys.stderr, flush=True)
+          + (f"deflation eigenvalues {deflation_s:.1f} s (CPU {deflation_cpu:.1f} s), " if deflation_s is not None else "")
+          + f"peak RSS {out['peak_rss_gb']:.2f} GB", file=sys.stderr, flush=True)
     if n <= args.exact_upto:
         exact, exact_s, _ = timed(lambda: shift_invert_lambda2(topo))
         kappa = lmax / exact
@@ -116,12 +125,33 @@ def setup_size(n: int, args) -> dict:
         c_x = 4.0 / (lmax**0.5 + exact**0.5) ** 2 / (1 - beta_x)
         values = np.random.default_rng(1).standard_normal((n, 20)) + 3.0
         mean = values.mean(axis=0)
-        for key, spec in (("lobpcg", PdmmSP()), ("exact", PdmmSP(c=c_x, momentum=beta_x))):
+        for key, spec in (("lobpcg", PdmmSP(accel="heavy-ball")), ("exact", PdmmSP(c=c_x, momentum=beta_x))):
             agg = spec.aggregate(values, topo, protocol_streams(args.seed, n), 1)
             out[f"rounds_{key}"] = int(agg.rounds)
             out[f"error_{key}"] = relative_error(agg.results, mean)
         out.update(lambda2_exact=exact, exact_s=exact_s)
     return out
+
+
+class Recording(PdmmSP):
+    """pdmm-sp that keeps, per aggregation, the relative error of its result against the true
+    mean of its inputs (and the inputs of the first two), optionally on a given topology."""
+
+    def __init__(self, *args, topology_override=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        object.__setattr__(self, "errors", [])
+        object.__setattr__(self, "inputs", [])
+        object.__setattr__(self, "topology_override", topology_override)
+
+    def topology(self, g):
+        return self.topology_override if self.topology_override is not None else super().topology(g)
+
+    def aggregate(self, values, topology, rngs, iteration, *, record=False):
+        out = super().aggregate(values, topology, rngs, iteration, record=record)
+        self.errors.append(relative_error(out.results, values.mean(axis=0)))
+        if len(self.inputs) < 2:
+            self.inputs.append(np.array(values))
+        return out
 
 
 def one_size(n: int, args) -> dict:
@@ -137,12 +167,32 @@ def one_size(n: int, args) -> dict:
     parts = split_rows(X, n, how="even", rng=rng)
     settings = EMSettings(3, max_iter=args.em_iter, tol=0.0, init_seed=args.seed)
     ref, ref_s, ref_cpu = timed(lambda: run_protocol(parts, g, Centralized(), settings))
-    spec = PdmmSP()
+    spec = Recording()
     run, em_s, em_cpu = timed(lambda: run_protocol(parts, g, spec, settings, seed=args.seed))
     log(f"pdmm-sp EM {em_s:.1f} s (CPU {em_cpu:.1f} s)")
     rounds = np.asarray(run.consensus_iterations, dtype=float)
     errs = rel_errors(run, ref)
+    before = {}
+    if n <= args.before_upto:
+        # the default before issue 10 on the same graph, data and streams (its own topology)
+        old_spec, old_topo = before_issue10(topo)
+        bspec = Recording(accel="none", c=old_spec.c, topology_override=old_topo)
+        brun, b_s, b_cpu = timed(lambda: run_protocol(parts, g, bspec, settings, seed=args.seed))
+        log(f"before issue 10: EM {b_s:.1f} s (CPU {b_cpu:.1f} s)")
+        before = {"mean_rounds": float(np.mean(brun.consensus_iterations)), "em_wall_s": b_s, "em_cpu_s": b_cpu,
+                  "rel_error": rel_errors(brun, ref), "consensus_errors": bspec.errors}
+        before["max_rel_error"] = max(before["rel_error"].values())
+    # lower bounds on one EM iteration's aggregation (the first after the initialisation):
+    # the diameter, and Chebyshev gossip from pdmm-sp's own first broadcast to its final error
+    values = spec.inputs[1]
+    agg = PdmmSP().aggregate(values, topo, protocol_streams(args.seed, n), 1)
+    mean = values.mean(axis=0)
+    first = PdmmSP(tol=0.0, max_iter=1).aggregate(values, topo, protocol_streams(args.seed, n), 1).results
+    cheb = chebyshev_gossip_rounds(topo, first - first.mean(axis=0) + mean, mean, relative_error(agg.results, mean))
     return {
+        "before_issue10": before, "consensus_errors": spec.errors,
+        "bound_aggregation": {"rounds": int(agg.rounds), "error": relative_error(agg.results, mean),
+                              "chebyshev_same_start_rounds": cheb, "diameter_bound": topo.diameter},
         "n": n, "rows": int(len(X)), "edges": g.number_of_edges(), "mean_degree": 2 * g.number_of_edges() / n,
         "diameter_bound": topo.diameter, "c": c,
         "graph_s": graph_s, "topology_s": topo_s, "step_params_s": autoc_s,
@@ -166,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-node", type=int, default=5, help="synthetic rows per node (default 5)")
     parser.add_argument("--em-iter", type=int, default=20, help="EM iterations, tol=0 (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="graph, data and protocol seed (default 0)")
+    parser.add_argument("--before-upto", type=int, default=10000,
+                        help="also run the default before issue 10 (same graph, data, streams) up to this many nodes "
+                             "(default 10000; about twice the EM time)")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to this JSON file")
     args = parser.parse_args(argv)
 
@@ -181,14 +234,17 @@ def main(argv: list[str] | None = None) -> int:
             results.append(one_size(n, args))
     if setups:
         print("\nset-up without networkx (seconds; peak RSS of the process so far)")
-        print_table(["n", "edges", "graph s", "topology s", "step params s", "peak RSS GB", "diam bound",
+        print_table(["n", "edges", "graph s", "topology s", "step params s", "deflation s (CPU)", "peak RSS GB", "diam bound",
                      "min ecc bound", "lambda2 used", "lambda2 exact", "rounds", "rounds exact", "rel err"], [
             [f"{r['n']:,}", f"{r['edges']:,}", f"{r['graph_s']:.2f}", f"{r['topology_s']:.2f}", f"{r['step_s']:.2f}",
+             "-" if r["deflation_s"] is None else f"{r['deflation_s']:.2f} ({r['deflation_cpu_s']:.2f})",
              f"{r['peak_rss_gb']:.2f}", str(r["diameter_bound"]), str(r["min_eccentricity_bound"]),
              f"{r['lambda2_lobpcg']:.4g}", f"{r['lambda2_exact']:.4g}" if "lambda2_exact" in r else "-",
              str(r.get("rounds_lobpcg", "-")), str(r.get("rounds_exact", "-")),
              f"{r['error_lobpcg']:.1e}" if "error_lobpcg" in r else "-"] for r in setups])
-        print("step params: heavy_ball_params (LOBPCG for lambda_max and lambda_2; lambda2 used = 0.98 x the LOBPCG value); rounds: one aggregation, p = 20, "
+        print("step params: heavy_ball_params (LOBPCG for lambda_max and lambda_2; lambda2 used = 0.98 x the LOBPCG value); "
+              "deflation: the default's deflation_schedule (shift-invert for lambda_2..lambda_5), where it deflates; "
+              "rounds: one heavy-ball aggregation, p = 20, "
               "with those parameters and with shift-invert's exact lambda_2 (rel err: of the former vs the true mean). "
               "Goal: step parameters <= 5 s at 10^5.")
     if not results:
@@ -208,6 +264,24 @@ def main(argv: list[str] | None = None) -> int:
     print("rounds/it: mean consensus rounds per EM iteration (the last, log-likelihood-only aggregation included); "
           "init: the private initialisation's aggregation; hit max: aggregations that reached max_iter; s/round: EM "
           "wall time / all consensus rounds (E/M-steps included); rel err: max|a - b| / max|b| against centralized")
+    print("\nrounds against the references, measured in the same run")
+    print_table(["n", "D bound", "rounds/it", "rounds/it / D", "before issue 10", "ratio", "agg. err median (before)",
+                 "max rel err (before)", "one agg.: rounds", "Chebyshev same start", "ratio"], [
+        [f"{r['n']:,}", str(r["diameter_bound"]), f"{r['mean_rounds']:.1f}", f"{r['mean_rounds'] / r['diameter_bound']:.1f}",
+         f"{r['before_issue10']['mean_rounds']:.1f}" if r["before_issue10"] else "-",
+         f"{r['mean_rounds'] / r['before_issue10']['mean_rounds']:.3f}" if r["before_issue10"] else "-",
+         f"{np.median(r['consensus_errors']):.1e}"
+         + (f" ({np.median(r['before_issue10']['consensus_errors']):.1e})" if r["before_issue10"] else ""),
+         f"{r['max_rel_error']:.1e}" + (f" ({r['before_issue10']['max_rel_error']:.1e})" if r["before_issue10"] else ""),
+         str(r["bound_aggregation"]["rounds"]), str(r["bound_aggregation"]["chebyshev_same_start_rounds"]),
+         f"{r['bound_aggregation']['rounds'] / r['bound_aggregation']['chebyshev_same_start_rounds']:.2f}"]
+        for r in results])
+    print("before issue 10: plain PDMM, c = 1/sqrt(lambda_2 lambda_max), every node waiting the diameter bound (same "
+          "graph, data, streams); ratio: rounds per EM iteration now / before (goal <= 0.5 at the same accuracy); "
+          "agg. err: median over the aggregations of max|result - true mean| / max|true mean|; max rel err: final "
+          "parameters against centralized.  One agg.: the first EM iteration's statistics aggregated again by the "
+          "default, against Chebyshev-accelerated gossip (exact eigenvalues) from the same first broadcast to the same "
+          "error: the Chebyshev lower bound for the interval [lambda_2, lambda_max] of the Metropolis Laplacian (sim/_common.py).")
     for r in results:
         if r["n"] == GOAL_N:
             print(f"n = {GOAL_N:,}: {r['em_wall_s']:.1f} s wall (+ graph {r['graph_s']:.1f} s)  (goal < {GOAL_S:.0f} s "

@@ -144,6 +144,78 @@ def test_heavy_ball_matches_per_edge_reference_and_keeps_the_h_perp_part():
         np.testing.assert_allclose(xs_h[t], xs[t], atol=1e-9)
 
 
+def _per_edge_schedule(z0, s, C, P, g, sched, rounds):
+    """The deflated schedule per edge: PDMM's dual update with c_ij = c_t g_ij, a node-local
+    pair a <- b - w_t x, b <- a + w_t x (w_t = K_t - 2 c_t sum_j g_ij), x = (s - C^T z - a) / N_t."""
+    gdeg = np.abs(C).T @ g
+    z, a, b = z0.copy(), np.zeros_like(s), np.zeros_like(s)
+    xs, zs = [], [z.copy()]
+    for t in range(1, rounds + 1):
+        n_t, c_t, k_t = sched.at(t)
+        x = (s - C.T @ z - a) / n_t
+        w = (k_t - 2 * c_t * gdeg)[:, None]
+        z = P @ (z + 2 * c_t * g[:, None] * (C @ x))
+        a, b = b - w * x, a + w * x
+        xs.append(x)
+        zs.append(z.copy())
+    return xs, zs
+
+
+def test_deflated_schedule_matches_per_edge_reference_and_keeps_the_h_perp_part():
+    from p2pem.protocols.pdmm import deflation_schedule, low_eigenvalues
+
+    g = geometric_graph(14, seed=5)
+    topo = Topology.from_graph(g)
+    s = np.random.default_rng(0).normal(size=(14, 3)) + 2.0
+    sched = deflation_schedule(topo)
+    rounds = sched.end + 80
+    spec = PdmmSP(accel="deflated", perturbation_std=10.0, tol=0.0, max_iter=rounds)
+    out = spec.aggregate(s, topo, protocol_streams(1, 14), 1, record=True)
+    z0 = np.stack([m.payload for m in out.trace if m.kind == "dual-init"])
+    C, P = _edge_matrices(topo)
+    deg = topo.degrees.astype(float)
+    gw = 1.0 / np.maximum(deg[topo.src], deg[topo.dst])
+    xs, _ = _per_edge_schedule(z0, s, C, P, gw, sched, rounds)
+    primal = _primal_by_round(out.trace, s.shape)
+    for t in (1, 2, sched.deflate_at, sched.end, rounds):
+        np.testing.assert_allclose(primal[t], xs[t - 1], rtol=0, atol=1e-8)
+    assert np.max(np.abs(out.results - s.mean(0))) < 1e-10
+    # the designed steps: x(k) = x(k-1) - L_g x(k-1) / lambda_j at the deflation rounds, so
+    # the lowest modes vanish there; the sum of x keeps its exact average at the fixed point
+    W = topo.weighted_adjacency(gw).toarray()
+    L = np.diag(W.sum(1)) - W
+    k = sched.deflate_at
+    lam = low_eigenvalues(topo, 3)
+    for j in range(3):
+        np.testing.assert_allclose(xs[k + j - 1], xs[k + j - 2] - L @ xs[k + j - 2] / lam[j], atol=1e-8)
+    low = np.linalg.eigh(L)[1][:, 1:4]
+    dev = xs[k + 1] - xs[k + 1].mean(0)
+    assert np.max(np.abs(low.T @ dev)) < 1e-6 * np.max(np.abs(xs[k - 2] - xs[k - 2].mean(0)))
+    # the H-perp part of the initial duals never reaches the primal and flips with P forever
+    h, perp = _subspace(C, P)
+    zp = perp(z0)
+    xs_p, zs_p = _per_edge_schedule(zp, np.zeros_like(s), C, P, gw, sched, rounds)
+    assert max(np.max(np.abs(x)) for x in xs_p) < 1e-9
+    for t in (0, k, rounds - 1):
+        np.testing.assert_allclose(zs_p[t + 1], P @ zs_p[t], atol=1e-9)
+    assert np.linalg.norm(zs_p[rounds] - zs_p[rounds - 1]) > 0.1 * np.linalg.norm(zp)
+
+
+def test_deflation_is_the_default_where_it_pays_and_saves_rounds():
+    g = geometric_graph(600, seed=2)
+    topo = Topology.from_graph(g)
+    assert PdmmSP().deflates(topo) and not PdmmSP(accel="heavy-ball").deflates(topo)
+    assert not PdmmSP().deflates(Topology.from_graph(geometric_graph(80, seed=2)))
+    s = np.random.default_rng(5).normal(size=(600, 4)) + 1.0
+    hb = PdmmSP(accel="heavy-ball").aggregate(s, topo, protocol_streams(0, 600), 1)
+    fast = PdmmSP().aggregate(s, topo, protocol_streams(0, 600), 1)
+    assert fast.converged and hb.converged and fast.rounds < 0.85 * hb.rounds
+    for out in (hb, fast):
+        assert np.max(np.abs(out.results - s.mean(0))) <= 1e-10 * np.max(np.abs(s.mean(0)))
+    with pytest.raises(ConfigError, match="deflated"):
+        PdmmSP(accel="deflated", c=0.3)
+
+
 def test_pdmm_sp_stops_by_itself_at_the_same_round_everywhere():
     g = geometric_graph(30, seed=2)
     topo = Topology.from_graph(g)
@@ -273,17 +345,20 @@ def test_array_api_engine_agrees_with_the_cpu_engine(monkeypatch):
     g = geometric_graph(60, seed=4)
     topo = Topology.from_graph(g)
     s = np.random.default_rng(6).normal(size=(60, 5)) + 2.0
-    cpu = PdmmSP().aggregate(s, topo, protocol_streams(2, 60), 1)
-    strict = PdmmSP(device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1)
-    # its own initial duals (one device block): the same average, a round or two apart
-    assert abs(strict.rounds - cpu.rounds) <= 3 and strict.converged
-    assert isinstance(strict.results, np.ndarray)
-    np.testing.assert_allclose(strict.results, cpu.results, rtol=1e-9, atol=0)
+    for accel in ("auto", "deflated"):  # constant coefficients, and the per-round schedule
+        cpu = PdmmSP(accel=accel).aggregate(s, topo, protocol_streams(2, 60), 1)
+        strict = PdmmSP(accel=accel, device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1)
+        # its own initial duals (one device block): the same average, a round or two apart
+        assert abs(strict.rounds - cpu.rounds) <= 3 and strict.converged
+        assert isinstance(strict.results, np.ndarray)
+        np.testing.assert_allclose(strict.results, cpu.results, rtol=1e-9, atol=0)
     # given the CPU's duals, the device loop (product, counters, flood) is the CPU's step for step
     monkeypatch.setattr(PdmmSP, "_dual_sums_device", lambda self, p, t_, rngs, xp, sparse: self._dual_sums_host(s, t_, rngs, 1, None))
-    same = PdmmSP(device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1)
-    assert same.rounds == cpu.rounds
-    np.testing.assert_array_equal(same.results, cpu.results)
+    for accel in ("auto", "deflated"):
+        cpu = PdmmSP(accel=accel).aggregate(s, topo, protocol_streams(2, 60), 1)
+        same = PdmmSP(accel=accel, device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1)
+        assert same.rounds == cpu.rounds
+        np.testing.assert_array_equal(same.results, cpu.results)
     with pytest.raises(ConfigError, match="device"):
         PdmmSP(device="tpu")
     with pytest.raises(ConfigError, match="trace"):
@@ -320,3 +395,75 @@ def test_cuda_device_without_cupy_is_a_clear_error():
     g = geometric_graph(12, seed=5)
     with pytest.raises(ConfigError, match=r"needs CuPy: pip install 'p2pem\[gpu\]'"):
         PdmmSP(device="cuda").aggregate(np.ones((12, 2)), Topology.from_graph(g), protocol_streams(0, 12), 1)
+
+
+def test_batch_settle_test_agrees_with_each_node_s_own_test():
+    # the batch form takes shortcuts (a two-entry prefilter, column-wise maxima): it must
+    # decide exactly as every node deciding alone, also for rows that only the shortcut sees
+    from p2pem.protocols.pdmm import settled
+
+    rng = np.random.default_rng(8)
+    n, p, tol = 600, 9, 1e-10
+    x = rng.normal(size=(n, p)) * 10.0 ** rng.integers(-3, 3, size=(n, 1))
+    degree = rng.integers(2, 9, size=(n, 1)).astype(float)
+    scale = tol * np.max(np.abs(x), axis=1, keepdims=True)
+    step = rng.choice([0.3, 0.99, 3.0], size=(n, p)) * scale  # below and above each node's threshold
+    step[::7, 1:] = 0.0  # only the probed entry 0 moves
+    step[3::7, 0] = step[3::7, p // 2] = 0.0  # only unprobed entries move
+    x_prev = x - step
+    nb_sum = degree * (x + rng.choice([0.5, 2.0], size=(n, 1)) * scale)
+    each = np.array([settled(x[i], x_prev[i], nb_sum[i], degree[i], tol) for i in range(n)])
+    assert 0 < each.sum() < n
+    np.testing.assert_array_equal(settled(x, x_prev, nb_sum, degree, tol), each)
+    far = x - 1e3 * scale  # every node fails: the prefilter alone answers
+    assert not settled(x, far, nb_sum, degree, tol).any()
+    x[5, 4] = np.nan
+    assert not settled(x, x_prev, nb_sum, degree, tol)[5]
+
+
+def test_in_place_dual_sums_update_gives_the_same_bits():
+    from p2pem.protocols.pdmm import sums_update
+
+    rng = np.random.default_rng(9)
+    u, v, x, nb = (rng.normal(size=(40, 6)) * 100 for _ in range(4))
+    w, two_cd = rng.normal(size=(40, 1)), rng.normal(size=(40, 1))
+    for two_c, ww in ((1.0, w), (0.37, None)):
+        ref = sums_update(u, v, x, nb, two_c, two_cd, 1.0, ww)
+        got = sums_update(u.copy(), v, x, nb.copy(), two_c, two_cd, 1.0, ww, inplace=True)
+        for a, b in zip(ref, got, strict=True):
+            assert a.tobytes() == b.tobytes()
+
+
+def test_secure_sum_untraced_total_equals_the_ring_s():
+    g = nx.cycle_graph(30)
+    g.add_edges_from([(0, 15), (7, 22)])
+    spec = SecureSum()
+    topo = spec.topology(g)
+    rng = np.random.default_rng(10)
+    s = rng.normal(size=(30, 5)) * 10.0 ** rng.integers(-8, 8, size=(30, 5))
+    fast = spec.aggregate(s, topo, protocol_streams(1, 30), 1)
+    ring = spec.aggregate(s, topo, protocol_streams(1, 30), 1, record=True)
+    assert fast.results.tobytes() == ring.results.tobytes()
+    np.testing.assert_array_equal(fast.results[0], fsum_average(s))
+
+
+def test_deflated_node_rejects_a_settled_counter_inside_the_schedule():
+    from p2pem.messages import Message
+    from p2pem.protocols.base import NodeContext, ProtocolViolation
+    from p2pem.protocols.pdmm import PdmmNode, deflation_schedule
+
+    g = geometric_graph(14, seed=5)
+    topo = Topology.from_graph(g)
+    end = deflation_schedule(topo).end
+    node = PdmmNode(PdmmSP(accel="deflated"), NodeContext(0, topo, np.random.default_rng(0)), 1)
+    node.start(np.ones(3))
+    j = topo.neighbours[0][0]
+
+    def primal(t, g_count):
+        return Message(j, topo.neighbours[j], 1, t, "primal", np.ones(3), False, (g_count, 2**62))
+
+    node.check(primal(end + 3, 2))  # settled in rounds end + 1 and end + 2
+    with pytest.raises(ProtocolViolation, match="settled counter"):
+        node.check(primal(end, 1))  # an honest node cannot have settled yet
+    with pytest.raises(ProtocolViolation, match="settled counter"):
+        node.check(primal(end + 3, 3))

@@ -291,9 +291,11 @@ def _pdmm_sums(spec: PdmmSP, topology: Topology, groups, index: _PdmmTrace, adve
     degree = topology.degrees.astype(float)
     row_start = topology.row_start
 
-    def two_c(i: int, j: int) -> float:
-        """2 c_ij of edge (i, j): 2c for plain PDMM, heavy ball's weighted step otherwise."""
-        return 2.0 * prm.c if prm.weights is None else float(prm.weights[row_start[i] + nbrs[i].index(j)])
+    def two_c(i: int, j: int, t: int) -> float:
+        """2 c_ij of edge (i, j) in round t: 2c for plain PDMM, heavy ball's weighted step
+        otherwise (scaled by the round's c_t on the deflated schedule)."""
+        scale = prm.at(t)[1]
+        return scale if prm.weights is None else scale * float(prm.weights[row_start[i] + nbrs[i].index(j)])
 
     out = []
     for group in groups:
@@ -307,16 +309,24 @@ def _pdmm_sums(spec: PdmmSP, topology: Topology, groups, index: _PdmmTrace, adve
             if not (seen_x[e[0]] and seen_x[e[1]]):
                 raise DataError(f"pdmm-sp: the broadcasts on edge {e[0]}-{e[1]} are not observed, the sum of {list(group)} is not determined")
         last_two = np.where(seen_x[g][None, :, None], x[last - 1 :, g], consensus[:, None, :])  # (2, |H|, P)
-        # the primal's divisor, and per node sum_{j in H} 2 c_ij (+ heavy ball's local w_i)
-        weight = np.broadcast_to(np.asarray(prm.denom, dtype=float).reshape(-1), (n,))[g] if prm.weights is not None else 1.0 + prm.c * degree[g]
-        inner = np.array([sum(two_c(i, j) for j in nbrs[i] if j in members) for i in group])
-        if prm.w is not None:
-            inner = inner + np.asarray(prm.w, dtype=float).reshape(-1)[g]
-        a_prev = weight @ last_two[0]
-        a_last = weight @ last_two[1]
+        # the primal's divisor in the last two rounds, and per node sum_{j in H} 2 c_ij (+ heavy
+        # ball's local w_i) of the round between them
+        def divisor(t: int, g=g):
+            denom = prm.at(t)[0]
+            if prm.weights is None:
+                return 1.0 + prm.c * degree[g]
+            return np.broadcast_to(np.asarray(denom, dtype=float).reshape(-1), (n,))[g]
+
+        inner = np.array([sum(two_c(i, j, last - 1) for j in nbrs[i] if j in members) for i in group])
+        w = prm.at(last - 1)[3]
+        if w is not None:
+            inner = inner + np.broadcast_to(np.asarray(w, dtype=float).reshape(-1), (n,))[g]
+        a_prev = divisor(last - 1) @ last_two[0]
+        a_last = divisor(last) @ last_two[1]
         if bnd:
             sign = np.array([1.0 if i < j else -1.0 for i, j in bnd])[:, None]
-            steps = np.array([two_c(i, j) for i, j in bnd])[:, None]
+            unit = np.array([1.0 if prm.weights is None else float(prm.weights[row_start[i] + nbrs[i].index(j)]) for i, j in bnd])[:, None]
+            steps = [prm.at(t)[1] * unit for t in range(1, last)]  # two_c(i, j, t) for every boundary edge
             z_prev, z_last = _boundary_duals(bnd, sign, steps, index, theta)
             a_prev = a_prev + np.sum(sign * z_prev, axis=0)
             a_last = a_last + np.sum(sign * z_last, axis=0)
@@ -330,18 +340,17 @@ def _boundary_duals(bnd, sign, steps, index: _PdmmTrace, theta: float) -> tuple[
 
     The node j at the other end replays the dual update of both directions of its edge from
     the initial duals and the two nodes' broadcasts (eq. (11) of Li et al. 2022, with heavy
-    ball's step 2 c_ij per edge in ``steps``).
+    ball's step 2 c_ij per edge, of round t in ``steps[t - 1]``).
     """
     z_in = np.array([index.z0[e] for e in bnd])  # z_{i|j}
     z_out = np.array([index.z0[e[::-1]] for e in bnd])  # z_{j|i}
-    coef_in = steps * (-sign)  # 2 c_ij B_{j|i}
-    coef_out = steps * sign  # 2 c_ij B_{i|j}
     ii = np.array([i for i, _ in bnd])
     jj = np.array([j for _, j in bnd])
     xi, xj = index.x[:, ii], index.x[:, jj]
     prev = z_in
     for t in range(1, index.last):
         prev = z_in
+        coef_in, coef_out = steps[t - 1] * (-sign), steps[t - 1] * sign  # 2 c_ij B_{j|i}, 2 c_ij B_{i|j}
         z_in, z_out = dual_update(z_in, z_out, coef_in, xj[t], theta), dual_update(z_out, z_in, coef_out, xi[t], theta)
     return prev, z_in
 

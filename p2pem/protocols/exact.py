@@ -95,13 +95,18 @@ class SecureSum(ProtocolSpec):
         ring = topology.ring
         n, p = values.shape
         trace: list[Message] | None = [] if record else None
-        mask = random_mask(rngs[ring[0]], p)
-        acc = mask
-        for hop, v in enumerate(ring):
-            acc = [(a + e) % MODULUS for a, e in zip(acc, encode_fixed(values[v]), strict=True)]
-            if trace is not None:
+        mask = random_mask(rngs[ring[0]], p)  # drawn even untraced: the initiator's stream advances as on a node
+        if trace is None:
+            # the mask cancels and reduction mod 2**256 commutes with the sum: the same total as
+            # the ring's, from one exact integer sum per column (ldexp by 2**96 is exact in float64)
+            scaled = np.ldexp(np.asarray(values, dtype=float), FRACTION_BITS).T.tolist()
+            total = [sum(map(int, col)) % MODULUS for col in scaled]
+        else:
+            acc = mask
+            for hop, v in enumerate(ring):
+                acc = [(a + e) % MODULUS for a, e in zip(acc, encode_fixed(values[v]), strict=True)]
                 trace.append(Message(v, (ring[(hop + 1) % n],), iteration, hop + 1, "ring", tuple(acc), True))
-        total = [(a - r) % MODULUS for a, r in zip(acc, mask, strict=True)]
+            total = [(a - r) % MODULUS for a, r in zip(acc, mask, strict=True)]
         average = decode_fixed(total) / n
         if trace is not None:
             for hop in range(n - 1):

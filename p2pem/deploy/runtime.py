@@ -593,6 +593,8 @@ class NodeRuntime:
         self.started = True
         now = time.monotonic()
         self.timings["online_s"] = self._elapsed()
+        # CPU spent on imports, keys, data and start-up, apart from the consensus phase's
+        self.timings["online_cpu_s"] = time.process_time()
         self._last_progress = now
         for j in self.neighbours:
             self._last_heard[j] = max(self._last_heard.get(j, now), now)

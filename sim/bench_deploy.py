@@ -126,11 +126,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{cpu - startup_cpu:.1f} s after), broker {broker_cpu:.1f} s; "
             f"{1e6 * (cpu - startup_cpu) / max(deliveries, 1):.0f} us of node CPU and "
             f"{1e6 * broker_cpu / max(deliveries, 1):.0f} us of broker CPU per delivery "
-            f"(load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; 1-minute averages)"
+            f"(load average {load_before[0]:.1f} before, {load_after[0]:.1f} after, 1-minute averages)"
         )
         validate = sum(n.get("validate_s", 0.0) for n in nodes)
         control = sum(n.get("control_s", 0.0) for n in nodes)
         agree = max((n["agree_s"] for n in nodes if n.get("agree_s") is not None), default=float("nan"))
+        usage = [n.get("rusage") or {} for n in nodes]
+        if all(usage):
+            print(
+                f"node CPU split: user {sum(u['user_s'] for u in usage):.1f} s, system {sum(u['system_s'] for u in usage):.1f} s; "
+                f"context switches {sum(u['voluntary_switches'] for u in usage)} voluntary, "
+                f"{sum(u['involuntary_switches'] for u in usage)} involuntary"
+            )
         print(
             "cost of the defences: message validation "
             f"{validate:.2f} CPU s ({100 * validate / cpu:.1f} % of the nodes' {cpu:.1f} CPU s), "

@@ -64,7 +64,6 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pem.errors import ConfigError, DataError
-from p2pem.scenario import parse_broker_address
 from p2pem.tomltable import Table, is_number, read_toml
 
 __all__ = [
@@ -79,6 +78,16 @@ __all__ = [
     "toml_dumps",
     "write_node_data",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # ``parse_broker_address`` is re-exported from p2pem.scenario on first use: importing that
+    # module pulls in networkx, which a node process (importing this one) never needs.
+    if name == "parse_broker_address":
+        from p2pem.scenario import parse_broker_address
+
+        return parse_broker_address
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: Version of the roster layout written by :meth:`Roster.save`.
 ROSTER_FORMAT = 1

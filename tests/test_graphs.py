@@ -121,6 +121,42 @@ def test_eccentricity_bounds_are_upper_bounds_and_exact_on_small_graphs():
     assert eccentricity_bounds(np.array([0, 1, 2, 2, 2]), np.array([1, 0])) is None  # nodes 2, 3 isolated
 
 
+def test_small_graph_eccentricities_equal_scipys():
+    """Up to SMALL_GRAPH nodes the eccentricities come from plain BFS (no SciPy import in a node
+    process); they must equal SciPy's all-pairs result, disconnected graphs included."""
+    from scipy.sparse.csgraph import shortest_path
+
+    from p2pem.protocols.base import _csr_from_lists, _small_eccentricities, _unit_csr
+
+    rng = np.random.default_rng(7)
+    for n, p in [(1, 0.5), (2, 1.0), (7, 0.3), (20, 0.25), (60, 0.05), (150, 0.03)]:
+        upper = np.triu(rng.random((n, n)) < p, 1)
+        adj = upper | upper.T
+        ptr, ind = _csr_from_lists([np.flatnonzero(row).tolist() for row in adj])
+        dist = shortest_path(_unit_csr(ptr, ind), unweighted=True)
+        expected = np.max(dist, axis=1).astype(np.int64) if np.all(np.isfinite(dist)) else None
+        got = _small_eccentricities(ptr, ind)
+        assert (got is None and expected is None) or np.array_equal(got, expected), n
+
+
+def test_node_process_imports_neither_scipy_nor_networkx():
+    """A deployment starts one process per node on a shared machine: their start-up CPU adds
+    up, and SciPy and networkx were most of it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import p2pem.cli, p2pem.deploy.config, p2pem.deploy.runtime, p2pem.deploy.transports.mqtt\n"
+        "from p2pem.protocols.base import Topology, diameter_bound\n"
+        "nbrs = ((1, 2), (0, 2), (0, 1, 3), (2,))\n"
+        "assert diameter_bound(nbrs) == 2 and Topology(4, nbrs, 2).eccentricity.tolist() == [2, 2, 1, 2]\n"
+        "print(sorted(m for m in ('scipy', 'networkx') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_topology_from_edges_matches_from_graph():
     from p2pem.protocols.base import Topology
 

@@ -328,3 +328,44 @@ def test_async_iteration_stops_when_closed(mosquitto_broker):
             await link.publish(topic, b"c")
 
     run(scenario)
+
+
+@mqtt
+def test_qos0_subscriber_that_stops_reading_loses_nothing(mosquitto_broker):
+    """A p2pem node subscribes with QoS 0 (no PUBACK per delivery).  A subscriber that stops
+    reading for a while must still get every message, in order: the broker the launcher
+    configures queues for it without limit (``max_queued_messages 0``) instead of dropping,
+    which Mosquitto's default (1000) would do here."""
+    import threading
+
+    broker = mosquitto_broker()
+    topic = f"p2pem/{RUN}/from/0/all"
+    n, blob = 8000, bytes(2000)  # 16 MB: more than the sockets buffer, so the broker must queue
+    ready, resume = threading.Event(), threading.Event()
+    got: list[int] = []
+
+    def subscriber() -> None:
+        async def main() -> None:
+            async with MqttLink(broker.host, broker.port, subscriptions=[topic], subscribe_qos=0, timeout=5) as sub:
+                ready.set()
+                resume.wait(20)  # blocks this event loop: nothing reads the socket meanwhile
+                for _ in range(n):
+                    got.append(struct.unpack(">I", (await sub.receive(timeout=5)).payload[:4])[0])
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=subscriber)
+    thread.start()
+
+    async def publish() -> None:
+        assert await asyncio.to_thread(ready.wait, 10)
+        async with MqttLink(broker.host, broker.port, timeout=5) as pub:
+            for start in range(0, n, 500):
+                await asyncio.gather(*(pub.publish(topic, struct.pack(">I", k) + blob) for k in range(start, min(n, start + 500))))
+
+    try:
+        run(publish, limit=30)
+    finally:
+        resume.set()
+        thread.join(30)
+    assert got == list(range(n))

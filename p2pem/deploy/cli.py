@@ -144,6 +144,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         write_failure(config, exc)
         raise
     report = run_node(runtime)
+    args.exit_at_once = True  # the result file is written: p2pem.cli.main may skip the interpreter's teardown
     if not args.progress:
         ll = report["loglik"][-1] if report["loglik"] else float("nan")
         _say(

@@ -66,7 +66,6 @@ import numpy.typing as npt
 from p2pem.errors import ConfigError, DataError
 from p2pem.files import atomic_write
 from p2pem.gmm import INIT_KEYS
-from p2pem.scenario import parse_broker_address, parse_init
 from p2pem.tomltable import Table, is_number, read_toml
 
 __all__ = [
@@ -81,6 +80,16 @@ __all__ = [
     "toml_dumps",
     "write_node_data",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # ``parse_broker_address`` is re-exported from p2pem.scenario on first use: importing that
+    # module pulls in networkx, which a node process (importing this one) never needs.
+    if name == "parse_broker_address":
+        from p2pem.scenario import parse_broker_address
+
+        return parse_broker_address
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: Version of the roster layout written by :meth:`Roster.save`.
 ROSTER_FORMAT = 1
@@ -402,6 +411,8 @@ class Roster:
             em["n_features"] = em_t.integer("n_features", minimum=1)
         if "init" in em_t.table:
             init_t = em_t.section("init", INIT_KEYS)
+            from p2pem.scenario import parse_init  # here: a node process never imports networkx
+
             parse_init(init_t, em["n_components"], em.get("n_features"))  # the same checks as a scenario's
             em["init"] = {k: init_t.table[k] for k in INIT_KEYS}
         proto_t = top.section("protocol", None)

@@ -169,6 +169,8 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
                 **{k: v for k, v in r.get("costs", {}).items()},
                 "total_s": t.get("total_s"),
                 "cpu_s": r.get("cpu_s"),
+                "online_cpu_s": t.get("online_cpu_s"),
+                "rusage": r.get("rusage"),
                 "exit_s": exit_times.get(r["node_id"]),
             }
         )

@@ -380,6 +380,7 @@ class NodeRuntime:
                 tls_context=broker.tls_context(),
                 timeout=min(10.0, max(2.0, self.timeouts.timeout)),
                 keepalive=max(5, int(self.timeouts.timeout)),
+                subscribe_qos=0,  # see MqttLink: with clean sessions QoS 1 adds nothing on this leg
             )
         self.link: Link = link
         self._digest = int.from_bytes(roster.digest(), "big")
@@ -594,6 +595,8 @@ class NodeRuntime:
         self.started = True
         now = time.monotonic()
         self.timings["online_s"] = self._elapsed()
+        # CPU spent on imports, keys, data and start-up, apart from the consensus phase's
+        self.timings["online_cpu_s"] = time.process_time()
         self._last_progress = now
         for j in self.neighbours:
             self._last_heard[j] = max(self._last_heard.get(j, now), now)
@@ -1143,6 +1146,7 @@ class NodeRuntime:
             "timings": {k: round(v, 6) for k, v in self.timings.items()},
             "costs": {k: round(v, 6) for k, v in self.costs.items()},
             "cpu_s": round(time.process_time(), 6),
+            "rusage": _rusage(),
         }
         if params is not None:
             out.update(weights=params.weights.tolist(), means=params.means.tolist(), covariances=params.covariances.tolist())
@@ -1156,6 +1160,16 @@ class NodeRuntime:
         except OSError as exc:
             raise ConfigError(f"cannot write the node result to {path}: {exc.strerror or exc}") from None
         return path
+
+
+def _rusage() -> dict[str, float]:
+    """User and system CPU seconds and context switches of this process so far (POSIX)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return {}
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"user_s": round(ru.ru_utime, 6), "system_s": round(ru.ru_stime, 6), "voluntary_switches": ru.ru_nvcsw, "involuntary_switches": ru.ru_nivcsw}
 
 
 def _describe(payload: Any) -> str:

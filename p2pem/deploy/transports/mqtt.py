@@ -115,7 +115,12 @@ class MqttLink(Inbox):
         MQTT keep-alive interval in seconds; a dead connection is noticed after
         about 1.5 times this.
     qos : int, default 1
-        QoS of subscriptions and the default of :meth:`publish`.
+        QoS of the default of :meth:`publish` (node to broker), and of subscriptions
+        unless ``subscribe_qos`` is given.
+    subscribe_qos : int, optional
+        QoS of subscriptions (broker to node).  A p2pem node subscribes with 0: with a
+        clean session, QoS 1 on this leg adds a PUBACK per delivery and nothing else (see
+        the module docstring).
     clean_session : bool, default True
         With False (requires ``identifier``) the broker keeps the subscriptions and
         queues QoS 1 messages while this client is away; this does not survive a
@@ -147,10 +152,14 @@ class MqttLink(Inbox):
         timeout: float = 10.0,
         keepalive: int = 30,
         qos: int = 1,
+        subscribe_qos: int | None = None,
         clean_session: bool = True,
     ) -> None:
-        if qos not in (0, 1, 2):
-            raise ConfigError(f"MQTT QoS must be 0, 1 or 2, not {qos!r}")
+        if subscribe_qos is None:
+            subscribe_qos = qos
+        for value in (qos, subscribe_qos):
+            if value not in (0, 1, 2):
+                raise ConfigError(f"MQTT QoS must be 0, 1 or 2, not {value!r}")
         if not clean_session and not identifier:
             raise ConfigError("a persistent MQTT session (clean_session=False) needs an identifier")
         if not timeout > 0:
@@ -164,6 +173,7 @@ class MqttLink(Inbox):
         self.timeout = float(timeout)
         self.keepalive = int(keepalive)
         self.qos = qos
+        self.subscribe_qos = subscribe_qos
         self.clean_session = clean_session
         self._subscriptions: list[str] = []
         for topic_filter in subscriptions:
@@ -336,14 +346,14 @@ class MqttLink(Inbox):
         if not topic_filters:
             return
         try:
-            granted = await client.subscribe([(f, self.qos) for f in topic_filters], timeout=self.timeout)
+            granted = await client.subscribe([(f, self.subscribe_qos) for f in topic_filters], timeout=self.timeout)
         except aiomqtt.MqttError as exc:
             raise self._error(f"subscribing to {len(topic_filters)} filter(s)", exc) from None
         for topic_filter, code in zip(topic_filters, granted):
             value: int = getattr(code, "value", code)  # type: ignore[arg-type]  # a ReasonCode, or an int from older brokers
-            # A broker may grant a lower QoS than asked; at-least-once is what the
-            # protocols rely on, so a downgrade is as fatal as a refusal.
-            if value >= 0x80 or value < self.qos:
+            # A broker may grant a lower QoS than asked; a downgrade is as fatal as a
+            # refusal, since the caller chose the QoS its guarantees rest on.
+            if value >= 0x80 or value < self.subscribe_qos:
                 raise TransportError(
                     f"broker at {self.address} refused subscription {topic_filter!r} (code {value})"
                 )

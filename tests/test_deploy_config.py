@@ -16,6 +16,7 @@ import pytest
 from p2pem.deploy.broker import find_mosquitto
 from p2pem.cli import main
 from p2pem.deploy.crypto import Identity
+from p2pem.scenario import parse_broker_address
 from p2pem.deploy.config import (
     BrokerConfig,
     NodeConfig,
@@ -23,7 +24,6 @@ from p2pem.deploy.config import (
     Timeouts,
     check_deployable,
     load_node_data,
-    parse_broker_address,
     toml_dumps,
     write_node_data,
 )

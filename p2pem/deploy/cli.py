@@ -170,7 +170,7 @@ def _say(line: str) -> None:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from p2pem.deploy.config import parse_broker_address
+    from p2pem.scenario import parse_broker_address
     from p2pem.deploy.kit import Kit, prepare_kit
     from p2pem.deploy.launcher import deploy, run_kit
     from p2pem.deploy.results import compare_with_simulate

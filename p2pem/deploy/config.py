@@ -76,20 +76,10 @@ __all__ = [
     "Timeouts",
     "check_deployable",
     "load_node_data",
-    "parse_broker_address",
     "toml_dumps",
     "write_node_data",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    # ``parse_broker_address`` is re-exported from p2pem.scenario on first use: importing that
-    # module pulls in networkx, which a node process (importing this one) never needs.
-    if name == "parse_broker_address":
-        from p2pem.scenario import parse_broker_address
-
-        return parse_broker_address
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: Version of the roster layout written by :meth:`Roster.save`.
 ROSTER_FORMAT = 1

@@ -189,7 +189,7 @@ def deploy_settings(scenario, overrides: dict[str, float] | None = None) -> tupl
     the derived defaults (heartbeat, reconnect_timeout) are computed, and every key given
     reaches the node configs.
     """
-    from p2pem.deploy.config import parse_broker_address
+    from p2pem.scenario import parse_broker_address
 
     table = {**dict(scenario.deploy), **(overrides or {})}
     timeouts = Timeouts.from_mapping(table, f"{scenario.path}: deploy")

@@ -72,7 +72,6 @@ from p2pem.messages import Message
 from p2pem.node import MAX_AHEAD, EMFailed, Node, OutOfRound
 from p2pem.protocols import NodeContext
 from p2pem.protocols.base import ProtocolViolation, check_vector
-from p2pem.simulate import relative_error
 from p2pem.deploy.transports.base import (
     ConnectionLost,
     Incoming,
@@ -634,6 +633,8 @@ class NodeRuntime:
         assert mine is not None
         if n_iter != self.node.em.n_iter:
             raise Disagreement(self.node_id, j, f"neighbour node {j} finished after {n_iter} EM iterations, this node after {self.node.em.n_iter}")
+        from p2pem.simulate import relative_error  # here: a node process never imports networkx
+
         diff = relative_error(model, mine)
         if not diff <= AGREEMENT_RTOL:
             raise Disagreement(self.node_id, j, f"neighbour node {j} finished with a different model (relative difference {diff:.3g} > {AGREEMENT_RTOL:g})")

@@ -29,7 +29,7 @@ On one geometric graph per size, inputs N(3, 1) with p = 8 columns, one self-sto
 aggregation each of: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max)
 by shift-invert, every node waiting the diameter bound to stop: emulated by setting every
 eccentricity bound to D), plain PDMM (``accel = "none"``) with the new stopping rule, heavy
-ball (``accel = "heavy-ball"``) and the default (deflated heavy ball from 500 to 20 000 nodes,
+ball (``accel = "heavy-ball"``) and the default (deflated heavy ball from 6 to 20 000 nodes where it is predicted to pay,
 :func:`p2pem.protocols.pdmm.deflation_schedule`).  Against, on the same graph and
 measured in the same run:
 
@@ -38,9 +38,14 @@ measured in the same run:
   Metropolis Laplacian, exact extreme eigenvalues) from the *same start*: PDMM's first
   broadcast x(1), shifted to the true mean (gossip keeps its start's mean), counted to the
   final error that the heavy-ball run reached; and from the non-private start x = s;
-* the fewest rounds the heavy-ball iteration and the default (deflated heavy ball from 500 to
-  20 000 nodes) need for the "before" run's error (runs with tol = 0, bisection): what any
+* the fewest rounds the heavy-ball iteration and the default (deflated heavy ball where it pays) need for the "before" run's error (runs with tol = 0, bisection): what any
   stopping rule would need for the same accuracy.
+
+(d) Which variant the default runs below 500 nodes and off geometric graphs (``--part d``):
+on geometric graphs of 8-300 nodes (3 seeds each), rings, a grid, complete, Erdos-Renyi,
+Watts-Strogatz and barbell graphs, one self-stopping aggregation with heavy ball and one with
+deflated heavy ball, next to the rounds :func:`p2pem.protocols.pdmm.deflation_pays` predicts
+for each from the public spectrum, and which one the default picks.
 
 Usage::
 
@@ -48,6 +53,7 @@ Usage::
     .venv/bin/python sim/bench_consensus.py --part a --seeds 10 --dim 3
     .venv/bin/python sim/bench_consensus.py --part b --sizes 80,1000 --json /tmp/consensus.json
     .venv/bin/python sim/bench_consensus.py --part c --bound-sizes 1000
+    .venv/bin/python sim/bench_consensus.py --part d
 
 Not a test: nothing is asserted; timings depend on the machine and its load (printed).
 BLAS is limited to one thread.
@@ -215,7 +221,7 @@ def spmv_time(a, x) -> tuple[float, float]:
 def part_b(args) -> dict:
     p = args.p if args.p is not None else stats_size(3, 2) + 1
     print(f"\n(b) cost of one consensus round against one sparse product W @ x (the heavy-ball edge weights), x of "
-          f"shape (n, {p}); pdmm-sp defaults (deflated heavy ball from 500 nodes, std {PdmmSP().perturbation_std:g}); c: heavy ball's scale")
+          f"shape (n, {p}); pdmm-sp defaults (deflated heavy ball where it pays, std {PdmmSP().perturbation_std:g}); c: heavy ball's scale")
     rows, out = [], []
     for n in args.sizes:
         g = geometric_graph(n, seed=0)
@@ -331,7 +337,7 @@ def part_c(args) -> dict:
                  "default (err)", "ratio", "default to before's err (ratio)", "rounds / D"], rows)
     print("before: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max) by shift-invert, every "
           "node waiting the diameter bound D to stop); plain PDMM: accel = 'none'; heavy ball: accel = 'heavy-ball'; "
-          "default: PdmmSP() (deflated heavy ball from 500 to 20 000 nodes); all with the eccentricity stopping rule; "
+          "default: PdmmSP() (deflated heavy ball from 6 to 20 000 nodes where it pays); all with the eccentricity stopping rule; "
           "err: max relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip "
           "on the Metropolis Laplacian (interval [lambda_2, lambda_max]) to the heavy-ball run's error, from PDMM's "
           "perturbed first broadcast (same start) and from the data (no perturbation: not private); ratio: heavy-ball "
@@ -343,10 +349,70 @@ def part_c(args) -> dict:
     return {"sizes": out}
 
 
+def part_d_graphs() -> list[tuple[str, object]]:
+    import networkx as nx
+
+    graphs: list[tuple[str, object]] = []
+    for n in (8, 20, 80, 300):
+        graphs += [(f"geometric {n} (seed {s})", geometric_graph(n, seed=s)) for s in range(3)]
+    graphs += [("ring 6", nx.cycle_graph(6)), ("ring 30", nx.cycle_graph(30)), ("grid 5x6", nx.grid_2d_graph(5, 6)),
+               ("complete 7", nx.complete_graph(7)), ("complete 40", nx.complete_graph(40)),
+               ("Erdos-Renyi 50, p 0.1", nx.erdos_renyi_graph(50, 0.1, seed=1)),
+               ("Erdos-Renyi 200, p 0.05", nx.erdos_renyi_graph(200, 0.05, seed=1)),
+               ("Watts-Strogatz 60, k 4", nx.connected_watts_strogatz_graph(60, 4, 0.1, seed=2)),
+               ("barbell 8-3-8", nx.barbell_graph(8, 3))]
+    return [(name, nx.convert_node_labels_to_integers(g)) for name, g in graphs]
+
+
+def part_d(args) -> dict:
+    """When the default deflates: predicted and measured rounds of both variants on small graphs."""
+    import math
+
+    from p2pem.protocols.pdmm import deflation_schedule, heavy_ball_params, low_eigenvalues, metropolis_extremes
+
+    p = 4
+    print(f"\n(d) deflated heavy ball against heavy ball below 500 nodes and off geometric graphs (p = {p}): the "
+          "default's choice (deflation_pays) against measured rounds")
+    rows, out, right = [], [], 0
+    for name, g in part_d_graphs():
+        topo = Topology.from_graph(g)
+        n = topo.n_nodes
+        values = np.random.default_rng(5).standard_normal((n, p)) + 1.0
+        mean = values.mean(axis=0)
+        lam2 = metropolis_extremes(topo)[0]
+        lam5 = float(low_eigenvalues(topo, 4)[3])
+
+        def predicted(beta: float) -> float:
+            return 0.0 if beta <= 0 else math.log(1e10) / (-0.5 * math.log(beta))
+
+        sched = deflation_schedule(topo)
+        pred_hb = predicted(heavy_ball_params(topo)[1])
+        pred_d = sched.end + predicted(1.0 - 2.0 / sched.denom[-1])
+        runs = {}
+        for accel in ("heavy-ball", "deflated"):
+            agg = PdmmSP(accel=accel).aggregate(values, topo, protocol_streams(0, n), 1)
+            runs[accel] = (int(agg.rounds), relative_error(agg.results, mean))
+        picks = PdmmSP().deflates(topo)
+        best = "deflated" if runs["deflated"][0] < runs["heavy-ball"][0] else "heavy-ball"
+        right += (picks == (best == "deflated")) or runs["deflated"][0] == runs["heavy-ball"][0]
+        rows.append([name, f"{lam5 / lam2:.2f}", f"{pred_hb:.0f}", f"{pred_d:.0f}",
+                     f"{runs['heavy-ball'][0]} ({runs['heavy-ball'][1]:.1e})", f"{runs['deflated'][0]} ({runs['deflated'][1]:.1e})",
+                     f"{runs['deflated'][0] / runs['heavy-ball'][0]:.2f}", "deflated" if picks else "heavy ball"])
+        out.append({"graph": name, "n": n, "lambda5_over_lambda2": lam5 / lam2, "predicted_heavy_ball": pred_hb,
+                    "predicted_deflated": pred_d, "heavy_ball_rounds": runs["heavy-ball"][0],
+                    "heavy_ball_error": runs["heavy-ball"][1], "deflated_rounds": runs["deflated"][0],
+                    "deflated_error": runs["deflated"][1], "default_deflates": picks})
+    print_table(["graph", "lambda_5 / lambda_2", "predicted heavy ball", "predicted deflated", "heavy ball (err)",
+                 "deflated (err)", "ratio", "default runs"], rows)
+    print(f"the default picked the variant with fewer measured rounds on {right} of {len(rows)} graphs; "
+          "predicted: log(1e10) / -log sqrt(beta) rounds (+ the schedule's special rounds for deflation)")
+    return {"graphs": out}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("a", "b", "c", "both", "all"), default="all",
-                        help="which part: a, b, c, both (= a and b) or all (default)")
+    parser.add_argument("--part", choices=("a", "b", "c", "d", "both", "all"), default="all",
+                        help="which part: a, b, c, d, both (= a and b) or all (default)")
     parser.add_argument("--n", type=int, default=20, help="(a) nodes per graph (default 20)")
     parser.add_argument("--seeds", type=int, default=5, help="(a) graph/input seeds 0..N-1 (default 5)")
     parser.add_argument("--dim", type=int, default=1, help="(a) entries per node's input (default 1: scalar)")
@@ -371,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
             result["per_round"] = part_b(args)
         if args.part in ("c", "all"):
             result["lower_bounds"] = part_c(args)
+        if args.part in ("d", "all"):
+            result["small_graphs"] = part_d(args)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
         print(f"\nwrote {args.json}")

@@ -173,6 +173,12 @@ _profiler.enable()
 def _dump():
     _profiler.disable()
     _profiler.dump_stats(os.path.join({out!r}, f"node-{{os.getpid()}}.prof"))
+# a node leaves with os._exit once its result is out (no interpreter teardown, no atexit)
+_exit = os._exit
+def _dump_and_exit(code):
+    _dump()
+    _exit(code)
+os._exit = _dump_and_exit
 """
 
 

@@ -14,7 +14,7 @@ Part 2, EM (``--sizes``):
 For each size n: a connected geometric graph (``geometric_graph(n, seed=...)``, default radius
 sqrt(2 log n / n)), a synthetic 3-component mixture in d = 2 (``synthetic_mixture``, 5 rows
 per node by default, split evenly), and 20 EM iterations with ``tol=0`` of ``pdmm-sp`` with
-its default parameters (sync, deflated heavy ball from 500 to 20 000 nodes and heavy ball otherwise, c and beta auto, theta 1, perturbation std 100, tol 1e-10, max_iter
+its default parameters (sync, deflated heavy ball from 6 to 20 000 nodes where it is predicted to pay, heavy ball otherwise, c and beta auto, theta 1, perturbation std 100, tol 1e-10, max_iter
 5000) on the vectorised engine, starting from the private initialisation (aggregation 0),
 against ``centralized`` from the same settings (the initialisation is rounded to 6 digits,
 so both start from the same parameters).  Printed per size:

@@ -111,8 +111,8 @@ def test_heavy_ball_matches_per_edge_reference_and_keeps_the_h_perp_part():
     g = geometric_graph(12, seed=5)
     topo = Topology.from_graph(g)
     s = np.random.default_rng(0).normal(size=(12, 3))
-    spec = PdmmSP(perturbation_std=10.0, tol=0.0, max_iter=200)
-    assert spec.accelerated
+    spec = PdmmSP(perturbation_std=10.0, tol=0.0, max_iter=200, accel="heavy-ball")
+    assert spec.accelerated and not spec.deflates(topo)
     c, beta = spec.step_parameters(topo)
     assert 0 < beta < 1
     out = spec.aggregate(s, topo, protocol_streams(1, 12), 1, record=True)
@@ -201,17 +201,36 @@ def test_deflated_schedule_matches_per_edge_reference_and_keeps_the_h_perp_part(
     assert np.linalg.norm(zs_p[rounds] - zs_p[rounds - 1]) > 0.1 * np.linalg.norm(zp)
 
 
-def test_deflation_is_the_default_where_it_pays_and_saves_rounds():
-    g = geometric_graph(600, seed=2)
+@pytest.mark.parametrize("n, ratio", [(600, 0.85), (20, 0.8)])
+def test_deflation_is_the_default_where_it_pays_and_saves_rounds(n, ratio):
+    g = geometric_graph(n, seed=2)
     topo = Topology.from_graph(g)
     assert PdmmSP().deflates(topo) and not PdmmSP(accel="heavy-ball").deflates(topo)
-    assert not PdmmSP().deflates(Topology.from_graph(geometric_graph(80, seed=2)))
-    s = np.random.default_rng(5).normal(size=(600, 4)) + 1.0
-    hb = PdmmSP(accel="heavy-ball").aggregate(s, topo, protocol_streams(0, 600), 1)
-    fast = PdmmSP().aggregate(s, topo, protocol_streams(0, 600), 1)
-    assert fast.converged and hb.converged and fast.rounds < 0.85 * hb.rounds
+    s = np.random.default_rng(5).normal(size=(n, 4)) + 1.0
+    hb = PdmmSP(accel="heavy-ball").aggregate(s, topo, protocol_streams(0, n), 1)
+    fast = PdmmSP().aggregate(s, topo, protocol_streams(0, n), 1)
+    assert fast.converged and hb.converged and fast.rounds < ratio * hb.rounds
     for out in (hb, fast):
         assert np.max(np.abs(out.results - s.mean(0))) <= 1e-10 * np.max(np.abs(s.mean(0)))
+
+
+def test_deflation_default_range():
+    """Deflated from N_DEFLATE + 3 nodes (it removes three modes) to 20 000 (exact eigenvalues
+    in seconds); heavy ball outside, and where c or momentum is given."""
+    from p2pem.protocols.pdmm import DEFLATE_NODES, N_DEFLATE, deflation_pays
+
+    assert DEFLATE_NODES == (N_DEFLATE + 3, 20_000)
+    ring = [Topology.from_edges(n, np.array([(i, (i + 1) % n) for i in range(n)])) for n in (5, 6, 20_001)]
+    assert [PdmmSP().deflates(t) for t in ring] == [False, True, False]
+    # where the lowest eigenvalues are not isolated the predicted rounds keep heavy ball
+    complete = Topology.from_graph(nx.complete_graph(30))
+    assert not deflation_pays(complete) and not PdmmSP().deflates(complete) and PdmmSP(accel="deflated").deflates(complete)
+    s = np.random.default_rng(5).normal(size=(30, 4))
+    rounds = {a: PdmmSP(accel=a).aggregate(s, complete, protocol_streams(0, 30), 1).rounds for a in ("heavy-ball", "deflated")}
+    assert rounds["heavy-ball"] < rounds["deflated"]
+    assert not PdmmSP(c=0.3).deflates(ring[1]) and not PdmmSP(momentum=0.2).deflates(ring[1])
+    with pytest.raises(ConfigError, match="at least 6 nodes"):
+        PdmmSP(accel="deflated").deflates(ring[0])
     with pytest.raises(ConfigError, match="deflated"):
         PdmmSP(accel="deflated", c=0.3)
 

@@ -34,12 +34,14 @@ to 2 sum_i s_i, so the fixed point is the exact average.  What a node reveals is
 x_i(1), x_i(2) expose s_i - u_i(0) and s_i - v_i(0) (hidden by the duals of an honest edge),
 and every later x_i is a function of earlier broadcasts.
 
-Deflated heavy ball (``accel = "deflated"``, the default from 500 to 20 000 nodes).  The
+Deflated heavy ball (``accel = "deflated"``, the default from 6 to 20 000 nodes where the public
+spectrum predicts fewer rounds, :func:`deflation_pays`: on geometric graphs nearly always).  The
 lowest eigenvalues of the Metropolis Laplacian are public and, on geometric graphs, isolated
 (lambda_5 ~ 4 lambda_2): heavy ball tuned to [lambda_5, lambda_max] plus three steps
 x <- x - L_g x / lambda_j (j = 2, 3, 4) that remove the modes it does not damp converges
 about sqrt(4) times faster, less the cost of those steps (``sim/bench_consensus.py --part c``:
-0.76x heavy ball's rounds at 1 000 nodes, 0.89x at 10 000, at a smaller error).  It is the same dual-sum iteration with a public per-round schedule of N, K and the
+0.76x heavy ball's rounds at 1 000 nodes, 0.89x at 10 000, at a smaller error; ``--part d``: 0.47-0.88x
+on geometric graphs of 8-300 nodes).  It is the same dual-sum iteration with a public per-round schedule of N, K and the
 edge scale (:func:`deflation_schedule`); the fixed point stays exact, the per-edge duals
 follow PDMM's update with c_ij = c_t g_ij, so their H-perp part never converges, and what a
 node reveals is unchanged.  No node counts as settled before the schedule's last special
@@ -208,6 +210,23 @@ def _dual_sum_matrices(topology: Topology):
 LAMBDA2_MARGIN = 0.98
 
 
+#: Up to this many nodes the spectra are computed densely with NumPy (no SciPy import: a
+#: deployed node process computes its step parameters itself and starts faster without it).
+DENSE_NODES = 400
+
+
+def dense_laplacian(topology: Topology, weights: np.ndarray) -> np.ndarray:
+    """The weighted Laplacian as a dense NumPy array, bit for bit what SciPy's
+    ``diags(W.sum(axis=1)) - W`` gives (its row sums are ``np.add.reduceat`` over edge order)."""
+    n = topology.n_nodes
+    src = topology.src
+    lap = np.zeros((n, n))
+    lap[src, topology.dst] = -weights
+    row_sums = np.add.reduceat(weights, topology.row_start) if weights.size else np.zeros(n)
+    lap[np.arange(n), np.arange(n)] = np.where(topology.degrees > 0, row_sums, 0.0)
+    return lap
+
+
 def laplacian_extremes(topology: Topology, weights: np.ndarray) -> tuple[float, float]:
     """(lambda_2, lambda_max) of the weighted Laplacian with edge ``weights`` (in edge order).
 
@@ -225,16 +244,16 @@ def laplacian_extremes(topology: Topology, weights: np.ndarray) -> tuple[float, 
 
     ``sim/bench_scaling.py`` measures both against shift-invert and reports the rounds impact.
     """
+    n = topology.n_nodes
+    if n <= DENSE_NODES:
+        ev = np.linalg.eigvalsh(dense_laplacian(topology, weights))
+        return float(ev[1]), float(ev[-1])
     import scipy.sparse as sp
     import scipy.sparse.linalg as spla
 
-    n = topology.n_nodes
     W = topology.weighted_adjacency(weights)
     wdeg = np.asarray(W.sum(axis=1)).ravel()
     lap = (sp.diags(wdeg) - W).tocsr()
-    if n <= 400:
-        ev = np.linalg.eigvalsh(lap.toarray())
-        return float(ev[1]), float(ev[-1])
     rng = np.random.default_rng(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # lobpcg warns when it stops at maxiter; the bounds below still hold
@@ -308,7 +327,7 @@ def heavy_ball_params(topology: Topology) -> tuple[float, float]:
 
 
 N_DEFLATE = 3
-DEFLATE_NODES = (500, 20_000)
+DEFLATE_NODES = (N_DEFLATE + 3, 20_000)
 
 
 @dataclass(frozen=True)
@@ -340,15 +359,15 @@ def low_eigenvalues(topology: Topology, k: int) -> np.ndarray:
     Dense up to 400 nodes, else shift-invert Lanczos (ARPACK, tolerance 1e-14): the
     deflation steps need them to about 1e-9 relative, which LOBPCG does not give cheaply.
     """
-    import scipy.sparse as sp
-    import scipy.sparse.linalg as spla
-
     def compute() -> np.ndarray:
-        W = topology.weighted_adjacency(metropolis_weights(topology))
-        lap = (sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W).tocsc()
-        if topology.n_nodes <= 400:
-            ev = np.linalg.eigvalsh(lap.toarray())
+        if topology.n_nodes <= DENSE_NODES:
+            ev = np.linalg.eigvalsh(dense_laplacian(topology, metropolis_weights(topology)))
         else:
+            import scipy.sparse as sp
+            import scipy.sparse.linalg as spla
+
+            W = topology.weighted_adjacency(metropolis_weights(topology))
+            lap = (sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W).tocsc()
             lam2, _ = metropolis_extremes(topology)
             ev = np.sort(spla.eigsh(lap, k=k + 1, sigma=-0.5 * lam2, which="LM", return_eigenvectors=False, tol=1e-14))
         return np.array([_round_sig(float(v), 12) for v in ev[1 : k + 1]])
@@ -407,6 +426,28 @@ def deflation_schedule(topology: Topology) -> Schedule:
         )
 
     return _cached(topology, "deflation", compute)
+
+
+def deflation_pays(topology: Topology) -> bool:
+    """Whether deflated heavy ball is predicted to need fewer rounds than heavy ball (public, cached).
+
+    Heavy ball's error falls by sqrt(beta) per round; deflation adds its special rounds
+    (:attr:`Schedule.end`) and then falls by its own sqrt(beta), so with 1e-10 as the target
+    the predictions are log(1e10) / -log sqrt(beta) rounds, plus ``end`` for deflation.  The
+    prediction picks the faster variant on every graph of ``sim/bench_consensus.py --part d``:
+    deflation wins where the lowest eigenvalues are isolated (geometric graphs, rings, grids,
+    barbells), heavy ball where they are not (complete and Erdos-Renyi graphs).
+    """
+
+    def compute() -> bool:
+        def rounds(beta: float) -> float:
+            return 0.0 if beta <= 0.0 else math.log(1e10) / (-0.5 * math.log(beta))
+
+        sched = deflation_schedule(topology)
+        beta_deflated = 1.0 - 2.0 / sched.denom[-1]  # N = 2 / (1 - beta) after the special rounds
+        return sched.end + rounds(beta_deflated) < rounds(heavy_ball_params(topology)[1])
+
+    return _cached(topology, "deflation_pays", compute)
 
 
 @dataclass(frozen=True)
@@ -602,8 +643,8 @@ class PdmmSP(ProtocolSpec):
         "heavy-ball": the accelerated iteration of the module docstring (sync, theta = 1
         only); "deflated": heavy ball with the three lowest Laplacian modes removed
         (:func:`deflation_schedule`; c and momentum "auto"); "none": plain PDMM; "auto"
-        (default): deflated from 500 to 20 000 nodes with c and momentum "auto", else heavy
-        ball where it applies, else plain.
+        (default): deflated from 6 to 20 000 nodes with c and momentum "auto" where
+        :func:`deflation_pays`, else heavy ball where it applies, else plain.
     momentum : float or "auto"
         Heavy ball's beta in [0, 1); "auto" from the graph (:func:`heavy_ball_params`).
     device : {"cpu", "cuda", "array-api-strict"}
@@ -667,13 +708,14 @@ class PdmmSP(ProtocolSpec):
 
     def deflates(self, topology: Topology) -> bool:
         """Whether the deflated schedule runs on ``topology``: asked for, or by default (c and
-        momentum "auto") from 500 to 20 000 nodes, where its exact eigenvalues take seconds."""
+        momentum "auto") from 6 to 20 000 nodes (its exact eigenvalues take seconds up there)
+        where :func:`deflation_pays` predicts fewer rounds than heavy ball."""
         if self.accel == "deflated":
             if topology.n_nodes < N_DEFLATE + 3:
                 raise ConfigError(f"pdmm-sp: accel = 'deflated' needs at least {N_DEFLATE + 3} nodes")
             return True
         return (self.accel == "auto" and self.accelerated and self.c == "auto" and self.momentum == "auto"
-                and DEFLATE_NODES[0] <= topology.n_nodes <= DEFLATE_NODES[1])
+                and DEFLATE_NODES[0] <= topology.n_nodes <= DEFLATE_NODES[1] and deflation_pays(topology))
 
     @property
     def stop_tol(self) -> float:

@@ -141,7 +141,7 @@ def test_small_graph_eccentricities_equal_scipys():
 
 def test_node_process_imports_neither_scipy_nor_networkx():
     """A deployment starts one process per node on a shared machine: their start-up CPU adds
-    up, and SciPy and networkx were most of it."""
+    up, and SciPy and networkx were most of it (step parameters of small graphs included)."""
     import subprocess
     import sys
 
@@ -151,6 +151,9 @@ def test_node_process_imports_neither_scipy_nor_networkx():
         "from p2pem.protocols.base import Topology, diameter_bound\n"
         "nbrs = ((1, 2), (0, 2), (0, 1, 3), (2,))\n"
         "assert diameter_bound(nbrs) == 2 and Topology(4, nbrs, 2).eccentricity.tolist() == [2, 2, 1, 2]\n"
+        "from p2pem.protocols.pdmm import PdmmSP, step_params\n"
+        "ring = Topology(6, tuple(tuple(sorted(((i - 1) % 6, (i + 1) % 6))) for i in range(6)), 3)\n"
+        "assert step_params(PdmmSP(), ring, 0).schedule is not None  # the deflated default's spectrum\n"
         "print(sorted(m for m in ('scipy', 'networkx') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

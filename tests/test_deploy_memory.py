@@ -341,3 +341,28 @@ def test_a_bug_inside_a_node_is_reported_not_raised(kit, tmp_path, monkeypatch):
     code, rep = results[3]
     assert code == 70 and rep["status"] == "failed" and "internal error" in rep["error"] and "KeyError" in rep["error"]
     assert all(c != 0 and "node 3 hit an internal error" in r["error"] for i, (c, r) in enumerate(results) if i != 3)
+
+
+def test_nodes_refuse_a_neighbour_whose_step_parameters_differ(kit, tmp_path, monkeypatch):
+    """Node 2's host computes the graph's eigenvalues a little differently (another LAPACK):
+    the same roster, but other heavy-ball parameters.  Left alone, the nodes would agree on a
+    wrong average; the hello compares the parameters, so no node starts and all say why."""
+    from p2pem.protocols import pdmm
+
+    kit, _ = kit
+    original, calls = pdmm.laplacian_extremes, {"n": 0}
+
+    def other_host(topology, weights):
+        calls["n"] += 1  # runtimes are built in node order, one topology (one computation) each
+        lam2, lmax = original(topology, weights)
+        return (lam2 * (1 + 1e-5), lmax) if calls["n"] == 3 else (lam2, lmax)
+
+    monkeypatch.setattr(pdmm, "laplacian_extremes", other_host)
+    results = run_in_memory(kit, tmp_path)
+    assert calls["n"] == kit.n_nodes
+    roster = Roster.load(kit.roster_path)
+    for i, (code, rep) in enumerate(results):
+        assert code != 0 and rep["status"] == "failed" and "weights" not in rep
+        if i in roster.neighbours[2]:
+            assert "neighbour node 2 derived other public step parameters" in rep["error"], rep["error"]
+    assert "derived other public step parameters" in results[2][1]["error"]

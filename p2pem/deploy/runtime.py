@@ -23,7 +23,10 @@ counted in the node's result, and the message is never folded in):
 
 Control messages (iteration -1, never seen by the Node), all authenticated like the rest:
 
-``hello``   meta ``(epoch,)``, payload the roster digest.  Sent on start-up until every
+``hello``   meta ``(epoch,)``, payload the roster digest and a digest of the public step
+            parameters this node derived from the roster's graph (eigenvalues, so another
+            host's linear algebra could differ in the last digits: nodes that disagree would
+            converge to a wrong average together, so they refuse to start).  Sent on start-up until every
             neighbour has answered (a node starts the protocol only once all its neighbours
             are subscribed, because a broker does not keep messages for absent clients), as a
             heartbeat when the node has published nothing for ``heartbeat`` seconds, and at
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
 import logging
 import math
 import os
@@ -196,9 +200,15 @@ class DropoutMismatch(Stop, ConfigError):
 
 
 class RosterMismatch(Stop, ConfigError):
-    """A neighbour runs with a different roster."""
+    """A neighbour runs with a different roster, or derived other public step parameters from it."""
 
     reason = AbortReason.MISMATCH
+
+
+def public_parameters_digest(spec, topology) -> int:
+    """SHA-256 (as an int) of ``spec.public_parameters(topology)``, every float in hex (exact)."""
+    text = ",".join(float(v).hex() for v in spec.public_parameters(topology))
+    return int.from_bytes(hashlib.sha256(text.encode("ascii")).digest(), "big")
 
 
 class PeerViolation(Stop, ProtocolError):
@@ -279,7 +289,7 @@ def describe_abort(meta: Sequence[int]) -> str:
         return f"node {origin} was interrupted in {at}"
     if reason == MISMATCH:
         verb = "runs" if len(set(culprits)) == 1 else "run"
-        return f"{_nodes(culprits)} {verb} with a roster that differs from node {origin}'s"
+        return f"{_nodes(culprits)} {verb} with a roster (or step parameters derived from it) that differs from node {origin}'s"
     if reason == AbortReason.VIOLATION:
         return f"node {origin} caught {_nodes(culprits)} violating the protocol in {at}"
     if reason == AbortReason.DISAGREE:
@@ -383,6 +393,7 @@ class NodeRuntime:
             )
         self.link: Link = link
         self._digest = int.from_bytes(roster.digest(), "big")
+        self._params_digest = public_parameters_digest(spec, topology)
         self._tick = min(0.2, self.timeouts.heartbeat_s / 2)
         # state
         self.started = False
@@ -785,14 +796,22 @@ class NodeRuntime:
         j = msg.sender
         payload = msg.payload
         if msg.kind == HELLO:
-            if not (isinstance(payload, tuple) and len(payload) == 1) or len(msg.meta) != 1 or msg.meta[0] < 0 or msg.round < 1:
+            if not (isinstance(payload, tuple) and len(payload) == 2) or len(msg.meta) != 1 or msg.meta[0] < 0 or msg.round < 1:
                 raise self._violation(msg, "hello", f"payload of {_describe(payload)}, meta {msg.meta}, sequence {msg.round}")
             if not self._plausible_receivers(j, msg.receivers):
                 raise self._violation(msg, "hello", f"receivers {msg.receivers} are not the sender's neighbours")
-            if payload != (self._digest,):
+            if payload[0] != self._digest:
                 raise RosterMismatch(
                     f"node {self.node_id}: neighbour node {j} runs with a different roster "
                     f"(every node needs the same roster.toml)",
+                    (j,),
+                )
+            if payload[1] != self._params_digest:
+                raise RosterMismatch(
+                    f"node {self.node_id}: neighbour node {j} derived other public step parameters from the same "
+                    f"roster (the graph's eigenvalues differ in the last digits between its host's and this host's "
+                    f"linear-algebra libraries); run every node with the same NumPy build, or give pdmm-sp's c and "
+                    f"momentum as numbers in the scenario",
                     (j,),
                 )
             if msg.round <= self._hello_seen.get(j, -1):
@@ -1035,7 +1054,7 @@ class NodeRuntime:
 
     def _hello(self) -> Message:
         self._hello_seq += 1
-        return Message(self.node_id, self.neighbours, CONTROL, self._hello_seq, HELLO, (self._digest,), False, (self.epoch,))
+        return Message(self.node_id, self.neighbours, CONTROL, self._hello_seq, HELLO, (self._digest, self._params_digest), False, (self.epoch,))
 
     async def _send_hello(self) -> None:
         self._hello_due = False

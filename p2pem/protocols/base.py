@@ -439,6 +439,15 @@ class ProtocolSpec(abc.ABC):
         """All nodes at once; must match the per-node state machines bit for bit."""
         raise NotImplementedError
 
+    def public_parameters(self, topology: Topology) -> tuple[float, ...]:
+        """The numbers every node derives from the public topology (step sizes, schedules).
+
+        Nodes compute them themselves; where that takes floating-point linear algebra, other
+        hosts' libraries may differ in the last digits, and a deployment compares these
+        before it starts (:mod:`p2pem.deploy.runtime`).  None by default.
+        """
+        return ()
+
     def params(self) -> dict:
         """The user-settable parameters, for result files."""
         from dataclasses import asdict

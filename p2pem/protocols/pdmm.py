@@ -751,6 +751,15 @@ class PdmmSP(ProtocolSpec):
         c, beta = heavy_ball_params(topology)
         return (c if self.c == "auto" else float(self.c)), (beta if self.momentum == "auto" else float(self.momentum))
 
+    def public_parameters(self, topology: Topology) -> tuple[float, ...]:
+        """Plain PDMM's c; heavy ball's (c, beta); the deflated schedule's N_t, c_t and K_t."""
+        if not self.accelerated:
+            return (self.step_size(topology),)
+        if self.deflates(topology):
+            sched = deflation_schedule(topology)
+            return (float(sched.deflate_at), *sched.denom, *sched.scale, *sched.local)
+        return self.step_parameters(topology)
+
     def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
         return PdmmNode(self, ctx, iteration)
 

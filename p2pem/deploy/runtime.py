@@ -403,6 +403,7 @@ class NodeRuntime:
         self._hello_seq = 0
         self._hello_due = False
         self._republish_due = False
+        self._start_due = False
         self._heard_epoch: dict[int, int] = {}
         self._hello_seen: dict[int, int] = {}
         self._last_heard: dict[int, float] = {}
@@ -726,6 +727,9 @@ class NodeRuntime:
                 await self._control(msg)
             finally:
                 self.costs["control_s"] += time.thread_time() - t0
+            if self._start_due:
+                self._start_due = False
+                await self._start()
             return
         if msg.iteration < 0:
             raise PeerViolation(self.node_id, msg.sender, f"in {self.where()}: {msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}")
@@ -826,7 +830,7 @@ class NodeRuntime:
                 if epoch > 0 and self.started:
                     self._republish_due = True
                 if not self.started and all(k in self._heard_epoch for k in self.neighbours):
-                    await self._start()
+                    self._start_due = True  # started by _handle, outside the control messages' CPU account
             elif epoch > previous:
                 self._heard_epoch[j] = epoch
                 log.info("node %d: node %d reconnected (epoch %d); re-publishing recent messages", self.node_id, j, epoch)

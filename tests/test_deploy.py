@@ -539,13 +539,13 @@ def test_ctrl_c_stops_every_node_and_the_broker(tmp_path):
         wait_until(lambda: all(p.exists() and "starting the protocol" in p.read_text() for p in logs), 90, "every node online")
         assert len(_processes_mentioning(str(out))) >= 5  # 4 nodes + the broker
         launcher.send_signal(signal.SIGINT)
-        _, err = launcher.communicate(timeout=20)
+        _, err = launcher.communicate(timeout=60)  # an upper bound for a loaded machine; it takes about a second
     finally:
         if launcher.poll() is None:
             launcher.kill()
             launcher.communicate(timeout=10)  # reap it and close its pipes
     assert launcher.returncode == 130 and "interrupted" in err
-    wait_until(lambda: not _processes_mentioning(str(out)), 10, "all processes of the deployment to exit")
+    wait_until(lambda: not _processes_mentioning(str(out)), 30, "all processes of the deployment to exit")
     assert not (out / "result.json").exists()
 
 

@@ -283,8 +283,9 @@ def test_dropout_continue_ends_with_the_simulation_of_the_same_schedule(kit, tmp
     kit, _ = kit
     roster = Roster.load(kit.roster_path)
     victim = next(k for k in range(kit.n_nodes) if _can_drop(roster, k, survivor_topology))
-    # 30 envelopes: past the initialisation, before the end (heavy-ball pdmm-sp needs ~40 per EM iteration here)
-    results = run_in_memory(kit, tmp_path, on_dropout="continue", kill=(victim, 30))
+    # 30 envelopes: past the initialisation, before the end (pdmm-sp needs ~40 per EM iteration here)
+    # timeout 1 s: an honest node descheduled that long on a loaded machine would be dropped too
+    results = run_in_memory(kit, tmp_path, on_dropout="continue", kill=(victim, 30), timeout=1.0)
     survivors = [i for i in range(kit.n_nodes) if i != victim]
     assert results[victim][0] != 0
     assert all(results[i][0] == 0 for i in survivors), [results[i][1]["error"] for i in survivors]

@@ -399,3 +399,13 @@ def params_from_dict(init: Mapping[str, Any], n_components: int, n_features: int
 def mean_loglik(X: FloatArray, params: GMMParams) -> float:
     """Average log-likelihood per row."""
     return float(e_step(X, params)[1].mean())
+
+
+def relative_error(a, b) -> float:
+    """max|a - b| / max|b|: the one relative-difference formula p2pem reports everywhere.
+
+    ``b`` is the reference; when it is all zeros the absolute difference max|a - b| is
+    returned instead of a division by zero.  (Also importable from :mod:`p2pem.simulate`.)
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return float(np.max(np.abs(a - b)) / (float(np.max(np.abs(b))) or 1.0))

@@ -30,7 +30,7 @@ import numpy as np
 
 from p2pem.em import EMSettings, EMState, fit_centralized
 from p2pem.errors import ConfigError, ProtocolError
-from p2pem.gmm import FloatArray, GMMParams
+from p2pem.gmm import FloatArray, GMMParams, relative_error
 from p2pem.messages import SERVER, Message
 from p2pem.node import Node, Server
 from p2pem.protocols import Centralized, NodeContext, ProtocolSpec
@@ -83,16 +83,6 @@ class RunResult:
             "node_spread": self.node_spread,
             "unconverged_iterations": list(self.unconverged_iterations),
         }
-
-
-def relative_error(a, b) -> float:
-    """max|a - b| / max|b|: the one relative-difference formula p2pem reports everywhere.
-
-    ``b`` is the reference; when it is all zeros the absolute difference max|a - b| is
-    returned instead of a division by zero.
-    """
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return float(np.max(np.abs(a - b)) / (float(np.max(np.abs(b))) or 1.0))
 
 
 def max_relative_difference(run, ref) -> float:

@@ -508,6 +508,8 @@ def test_cli_deploy_writes_the_simulate_schema(tmp_path):
     assert (a["messages"], a["bytes"], a["consensus_iterations"]) == (b["messages"], b["bytes"], b["consensus_iterations"])
     nodes = dep_doc["deployment"]["nodes"]
     assert len(nodes) == 4 and all(n["messages"] > 0 and n["run_s"] > 0 for n in nodes)
+    # a node process ran start to end (step parameters, final agreement) without SciPy or networkx
+    assert all(n["heavy_modules"] == [] for n in nodes), [n["heavy_modules"] for n in nodes]
 
 
 def _processes_mentioning(text: str) -> list[int]:

@@ -171,6 +171,7 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
                 "cpu_s": r.get("cpu_s"),
                 "online_cpu_s": t.get("online_cpu_s"),
                 "rusage": r.get("rusage"),
+                "heavy_modules": r.get("heavy_modules"),
                 "exit_s": exit_times.get(r["node_id"]),
             }
         )
@@ -187,6 +188,10 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
     doc["protocols"] = [run.to_json()]
     run_s = [n["run_s"] for n in nodes if n["run_s"] is not None]
     online = [n["online_after_launch_s"] for n in nodes if n["online_after_launch_s"] is not None]
+    # on the host clocks (one machine, or synchronised clocks): from the last node's end of EM
+    # to the last node's agreement with all its neighbours, what the final check adds to the run
+    ends = [(r["timings"]["started_unix"] + r["timings"]["finished_s"], r["timings"]["started_unix"] + r["timings"]["agreed_s"])
+            for r in reports if all(r["timings"].get(k) is not None for k in ("started_unix", "finished_s", "agreed_s"))]
     doc["deployment"] = {
         "run_id": kit.run_id,
         "broker": f"{kit.broker_host}:{kit.broker_port}",
@@ -196,6 +201,7 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
         "wall_s": wall,
         "startup_s": max(online) if online else None,  # launch -> last node online
         "run_s": max(run_s) if run_s else None,
+        "agreement_tail_s": max(0.0, max(a for _, a in ends) - max(f for f, _ in ends)) if len(ends) == len(reports) and ends else None,
         "envelopes_published": int(sum(n["published"] for n in nodes)),
         "wire_bytes": int(sum(n["wire_bytes"] for n in nodes)),
         "control_messages": int(sum(n["control_sent"] for n in nodes)),

@@ -58,6 +58,7 @@ import math
 import os
 import signal
 import struct
+import sys
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
@@ -72,6 +73,7 @@ from p2pem.deploy.config import NodeConfig, Roster, load_node_data
 from p2pem.deploy.dropout import survivor_topology
 from p2pem.errors import ConfigError, DataError, P2pemError, ProtocolError, TransportError
 from p2pem.files import write_json
+from p2pem.gmm import relative_error
 from p2pem.messages import Message
 from p2pem.node import MAX_AHEAD, EMFailed, Node, OutOfRound
 from p2pem.protocols import NodeContext
@@ -645,8 +647,6 @@ class NodeRuntime:
         assert mine is not None
         if n_iter != self.node.em.n_iter:
             raise Disagreement(self.node_id, j, f"neighbour node {j} finished after {n_iter} EM iterations, this node after {self.node.em.n_iter}")
-        from p2pem.simulate import relative_error  # here: a node process never imports networkx
-
         diff = relative_error(model, mine)
         if not diff <= AGREEMENT_RTOL:
             raise Disagreement(self.node_id, j, f"neighbour node {j} finished with a different model (relative difference {diff:.3g} > {AGREEMENT_RTOL:g})")
@@ -1171,6 +1171,8 @@ class NodeRuntime:
             "costs": {k: round(v, 6) for k, v in self.costs.items()},
             "cpu_s": round(time.process_time(), 6),
             "rusage": _rusage(),
+            # what a node process should never need to load (each costs start-up CPU on every node)
+            "heavy_modules": sorted(m for m in ("scipy", "networkx") if m in sys.modules),
         }
         if params is not None:
             out.update(weights=params.weights.tolist(), means=params.means.tolist(), covariances=params.covariances.tolist())

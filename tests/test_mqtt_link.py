@@ -109,6 +109,47 @@ def test_unreachable_broker_names_the_address():
     run(scenario)
 
 
+def test_broker_answering_fewer_reason_codes_than_filters_is_refused():
+    """A (broken or hostile) broker acknowledges two filters with one reason code: the link
+    must not take the missing one as granted (a truncating zip would)."""
+
+    async def read_packet(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+        header = (await reader.readexactly(1))[0]
+        length, shift = 0, 0
+        while True:
+            byte = (await reader.readexactly(1))[0]
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        return header, await reader.readexactly(length)
+
+    async def fake_broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                header, body = await read_packet(reader)
+                if header >> 4 == 1:  # CONNECT -> CONNACK, accepted
+                    writer.write(bytes([0x20, 2, 0, 0]))
+                elif header >> 4 == 8:  # SUBSCRIBE -> SUBACK with a single QoS 0 code
+                    writer.write(bytes([0x90, 3]) + body[:2] + bytes([0]))
+                elif header >> 4 == 12:  # PINGREQ
+                    writer.write(bytes([0xD0, 0]))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def scenario() -> None:
+        server = await asyncio.start_server(fake_broker, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            link = MqttLink("127.0.0.1", port, subscriptions=["p2pem/t1/from/1/all", "p2pem/t1/from/2/all"], subscribe_qos=0, timeout=3)
+            with pytest.raises(TransportError, match=r"answered 1 reason code\(s\) to a subscription of 2 filter"):
+                await link.connect()
+            await link.close()
+
+    run(scenario)
+
+
 # ---------------------------------------------------------------- real broker
 @mqtt
 def test_link_switches_nagle_off_and_late_subscribers_get_retained_messages(mosquitto_broker):

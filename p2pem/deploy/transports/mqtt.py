@@ -349,7 +349,11 @@ class MqttLink(Inbox):
             granted = await client.subscribe([(f, self.subscribe_qos) for f in topic_filters], timeout=self.timeout)
         except aiomqtt.MqttError as exc:
             raise self._error(f"subscribing to {len(topic_filters)} filter(s)", exc) from None
-        for topic_filter, code in zip(topic_filters, granted):
+        if len(granted) != len(topic_filters):
+            raise TransportError(
+                f"broker at {self.address} answered {len(granted)} reason code(s) to a subscription of {len(topic_filters)} filter(s)"
+            )
+        for topic_filter, code in zip(topic_filters, granted, strict=True):
             value: int = getattr(code, "value", code)  # type: ignore[arg-type]  # a ReasonCode, or an int from older brokers
             # A broker may grant a lower QoS than asked; a downgrade is as fatal as a
             # refusal, since the caller chose the QoS its guarantees rest on.

@@ -11,6 +11,7 @@ honest node exits 0 with a model another honest node does not hold.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import re
 from dataclasses import replace
@@ -367,3 +368,38 @@ def test_nodes_refuse_a_neighbour_whose_step_parameters_differ(kit, tmp_path, mo
         if i in roster.neighbours[2]:
             assert "neighbour node 2 derived other public step parameters" in rep["error"], rep["error"]
     assert "derived other public step parameters" in results[2][1]["error"]
+
+
+def test_survivors_with_different_step_parameters_stop_instead_of_agreeing_on_a_wrong_model(kit, tmp_path, monkeypatch):
+    """After a dropout the survivors derive the step parameters of the smaller graph; one of
+    them rounds the eigenvalues differently.  They are bound into the survivors' tags, so its
+    messages no longer authenticate and the run stops, instead of converging to a slightly
+    wrong model that the final agreement (relative 1e-6) might let through."""
+    from p2pem.deploy.dropout import survivor_topology
+    from p2pem.protocols import pdmm
+
+    kit, _ = kit
+    roster = Roster.load(kit.roster_path)
+    victim = next(k for k in range(kit.n_nodes) if _can_drop(roster, k, survivor_topology))
+    original, calls = pdmm.laplacian_extremes, {"n": 0}
+    odd = next(i for i in range(kit.n_nodes) if i != victim)
+
+    def other_host(topology, weights):
+        lam2, lmax = original(topology, weights)
+        # the node whose runtime asks, read off the stack (all nodes share this process)
+        asking = next(f.frame.f_locals["self"].node_id for f in inspect.stack() if isinstance(f.frame.f_locals.get("self"), NodeRuntime))
+        if topology.n_nodes == kit.n_nodes - 1 and asking == odd:
+            calls["n"] += 1
+            return lam2 * (1 + 1e-5), lmax
+        return lam2, lmax
+
+    monkeypatch.setattr(pdmm, "laplacian_extremes", other_host)
+    results = run_in_memory(kit, tmp_path, on_dropout="continue", kill=(victim, 30), timeout=1.0)
+    assert calls["n"] == 1  # the odd survivor restarted once, with its own parameters
+    survivors = [i for i in range(kit.n_nodes) if i != victim]
+    for i in survivors:
+        code, rep = results[i]
+        assert code != 0 and rep["status"] == "failed" and "weights" not in rep, (i, rep["error"])
+    # its messages of the new attempt do not authenticate, so its neighbours wait for it and name it
+    assert all(results[i][1]["wire"]["rejected"].get("ForgedMessage", 0) > 0 for i in roster.neighbours[odd] if i != victim)
+    assert all(re.search(rf"waiting for node {odd}\b", results[i][1]["error"]) for i in survivors if i != odd and odd in roster.neighbours[i])

@@ -304,9 +304,10 @@ class Codec:
         A deployment that drops a node and re-runs an aggregation calls it with the set of
         dropped nodes, at every survivor: messages of the abandoned attempt, still in flight,
         then no longer authenticate, so they cannot mix with the new attempt's.  Control
-        messages (iteration < 0) keep the launch's tags.
+        messages (iteration < 0) keep the launch's tags.  ``context`` may be of any length
+        (its SHA-256 is bound).
         """
-        self._data_domain = self._domain + b"\x00gen" + bytes([len(context)]) + bytes(context)
+        self._data_domain = self._domain + b"\x00gen" + hashlib.sha256(bytes(context)).digest()
 
     def _domain_for(self, iteration: int) -> bytes:
         return self._data_domain if iteration >= 0 else self._domain

@@ -26,7 +26,8 @@ Control messages (iteration -1, never seen by the Node), all authenticated like 
 ``hello``   meta ``(epoch,)``, payload the roster digest and a digest of the public step
             parameters this node derived from the roster's graph (eigenvalues, so another
             host's linear algebra could differ in the last digits: nodes that disagree would
-            converge to a wrong average together, so they refuse to start).  Sent on start-up until every
+            converge to a wrong average together, so they refuse to start; after a dropout the
+            survivors' parameters are bound into the tags instead).  Sent on start-up until every
             neighbour has answered (a node starts the protocol only once all its neighbours
             are subscribed, because a broker does not keep messages for absent clients), as a
             heartbeat when the node has published nothing for ``heartbeat`` seconds, and at
@@ -395,6 +396,7 @@ class NodeRuntime:
             )
         self.link: Link = link
         self._digest = int.from_bytes(roster.digest(), "big")
+        self._spec = spec
         self._params_digest = public_parameters_digest(spec, topology)
         self._tick = min(0.2, self.timeouts.heartbeat_s / 2)
         # state
@@ -951,7 +953,11 @@ class NodeRuntime:
         # tell the neighbours before anything of the new attempt goes out (the broker keeps each
         # client's order), so none of them receives a message it cannot yet authenticate
         await self._send([Message(me, self.neighbours, CONTROL, k, DROP, signature, False, meta)])
-        self.codec.set_generation(b"".join(struct.pack(">i", j) for j in sorted(dropped)))
+        # the survivors' step parameters are bound too: one that derived other ones (another
+        # host's eigenvalue rounding) cannot authenticate to its neighbours and the run stops,
+        # where it would otherwise converge with them to a slightly wrong average
+        digest = public_parameters_digest(self._spec, topology).to_bytes(32, "big")
+        self.codec.set_generation(b"".join(struct.pack(">i", j) for j in sorted(dropped)) + digest)
         self.guard.forget_from(it)
         for key in [key for key in self._seen if key[0] >= it]:
             del self._seen[key]

@@ -111,6 +111,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"{r.protocol:<12} {r.n_iter:>6} {r.loglik[-1]:>13.6f} {err:>11} {cons} {r.messages:>10} {r.bytes / 1e6:>8.2f} {r.wall_s:>7.3f}")
         if r.unconverged_iterations:
             print(f"  warning: {r.protocol} consensus hit max_iter in EM iterations {r.unconverged_iterations[:10]}")
+    for r in result.runs:
+        if r.resolved_params.get("accel"):
+            rp = r.resolved_params
+            what = {"deflated": "deflated heavy ball", "heavy-ball": "heavy ball", "none": "plain PDMM"}[rp["accel"]]
+            extra = f", momentum {rp['momentum']:.4g}" if rp.get("momentum") is not None else ""
+            extra += f", deflation steps from round {rp['deflate_at']}" if rp.get("deflate_at") is not None else ""
+            print(f"{r.protocol}: {what} (c {rp['c']:.4g}{extra})")
     print(f"wrote {args.out}/result.json and {args.out}/loglik.png in {time.perf_counter() - t0:.2f} s")
     args.json_summary = {
         "scenario": scenario.name,

@@ -60,6 +60,8 @@ class RunResult:
     node_spread: float = 0.0
     unconverged_iterations: list[int] = field(default_factory=list)
     trace: list[Message] | None = None
+    #: what "auto" parameters became on this graph (:meth:`ProtocolSpec.resolved_params`)
+    resolved_params: dict = field(default_factory=dict)
 
     @property
     def params(self) -> GMMParams:
@@ -69,6 +71,7 @@ class RunResult:
         return {
             "protocol": self.protocol,
             "protocol_params": self.protocol_params,
+            "resolved_params": self.resolved_params,
             "loglik": [None if v != v else v for v in self.loglik],  # NaN (not released: private runs) -> null
             "weights": self.weights.tolist(),
             "means": self.means.tolist(),
@@ -165,8 +168,11 @@ def run_protocol(
     topology = protocol.topology(graph)
     rngs = protocol_streams(seed, len(parts))
     if engine == "messages" or protocol.asynchronous:
-        return _run_messages(parts, topology, protocol, settings, rngs, record_trace, progress, t0)
-    return _run_vectorised(parts, topology, protocol, settings, rngs, record_trace, progress, t0)
+        run = _run_messages(parts, topology, protocol, settings, rngs, record_trace, progress, t0)
+    else:
+        run = _run_vectorised(parts, topology, protocol, settings, rngs, record_trace, progress, t0)
+    run.resolved_params = protocol.resolved_params(topology)
+    return run
 
 
 def _check_graph(graph: nx.Graph | Topology, n_parts: int) -> None:

@@ -506,6 +506,7 @@ def test_cli_deploy_writes_the_simulate_schema(tmp_path):
     for key in ("weights", "means", "covariances"):
         assert np.allclose(a[key], b[key], rtol=1e-9, atol=0)
     assert (a["messages"], a["bytes"], a["consensus_iterations"]) == (b["messages"], b["bytes"], b["consensus_iterations"])
+    assert a["resolved_params"] == b["resolved_params"] and a["resolved_params"]["accel"] == "heavy-ball"  # 4 nodes: too few to deflate
     nodes = dep_doc["deployment"]["nodes"]
     assert len(nodes) == 4 and all(n["messages"] > 0 and n["run_s"] > 0 for n in nodes)
     # a node process ran start to end (step parameters, final agreement) without SciPy or networkx

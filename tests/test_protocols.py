@@ -217,7 +217,7 @@ def test_deflation_is_the_default_where_it_pays_and_saves_rounds(n, ratio):
 def test_deflation_default_range():
     """Deflated from N_DEFLATE + 3 nodes (it removes three modes) to 20 000 (exact eigenvalues
     in seconds); heavy ball outside, and where c or momentum is given."""
-    from p2pem.protocols.pdmm import DEFLATE_NODES, N_DEFLATE, deflation_pays
+    from p2pem.protocols.pdmm import DEFLATE_NODES, N_DEFLATE, auto_c, deflation_pays, heavy_ball_params
 
     assert DEFLATE_NODES == (N_DEFLATE + 3, 20_000)
     ring = [Topology.from_edges(n, np.array([(i, (i + 1) % n) for i in range(n)])) for n in (5, 6, 20_001)]
@@ -231,6 +231,11 @@ def test_deflation_default_range():
     assert not PdmmSP(c=0.3).deflates(ring[1]) and not PdmmSP(momentum=0.2).deflates(ring[1])
     with pytest.raises(ConfigError, match="at least 6 nodes"):
         PdmmSP(accel="deflated").deflates(ring[0])
+    # result files say which iteration "auto" picked, with its parameters
+    assert PdmmSP().resolved_params(ring[1])["accel"] == "deflated"
+    assert PdmmSP().resolved_params(complete) == {"accel": "heavy-ball", "c": heavy_ball_params(complete)[0], "momentum": heavy_ball_params(complete)[1]}
+    assert PdmmSP(mode="async").resolved_params(ring[1]) == {"accel": "none", "c": auto_c(ring[1]), "momentum": None}
+    assert Federated().resolved_params(ring[1]) == {}
     with pytest.raises(ConfigError, match="deflated"):
         PdmmSP(accel="deflated", c=0.3)
 

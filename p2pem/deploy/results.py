@@ -135,6 +135,7 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
     run = RunResult(
         protocol=getattr(spec, "label", spec.name),
         protocol_params=spec.params(),
+        resolved_params=spec.resolved_params(roster.topology()),
         weights=np.asarray(ref["weights"]),
         means=np.asarray(ref["means"]),
         covariances=np.asarray(ref["covariances"]),

@@ -448,6 +448,10 @@ class ProtocolSpec(abc.ABC):
         """
         return ()
 
+    def resolved_params(self, topology: Topology) -> dict:
+        """What the "auto" parameters became on ``topology`` (for result files); empty by default."""
+        return {}
+
     def params(self) -> dict:
         """The user-settable parameters, for result files."""
         from dataclasses import asdict

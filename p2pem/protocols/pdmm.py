@@ -760,6 +760,19 @@ class PdmmSP(ProtocolSpec):
             return (float(sched.deflate_at), *sched.denom, *sched.scale, *sched.local)
         return self.step_parameters(topology)
 
+    def resolved_params(self, topology: Topology) -> dict:
+        """The iteration that ran (``accel``: "deflated", "heavy-ball" or "none") and its step
+        size ``c`` and ``momentum`` (heavy ball's beta; for deflation those of the rounds
+        after its special ones, and ``deflate_at``, the round of the first special step)."""
+        if not self.accelerated:
+            return {"accel": "none", "c": self.step_size(topology), "momentum": None}
+        if self.deflates(topology):
+            sched = deflation_schedule(topology)
+            beta = 1.0 - 2.0 / sched.denom[-1]
+            return {"accel": "deflated", "c": sched.scale[-1], "momentum": beta, "deflate_at": sched.deflate_at}
+        c, beta = self.step_parameters(topology)
+        return {"accel": "heavy-ball", "c": c, "momentum": beta}
+
     def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
         return PdmmNode(self, ctx, iteration)
 

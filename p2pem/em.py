@@ -30,7 +30,7 @@ from p2pem.gmm import (
     GMMParams,
     batch_m_step,
     batch_statistics,
-    init_from_global,
+    init_from_global_batch,
     init_statistics,
     precision_cholesky,
 )
@@ -144,10 +144,7 @@ class EMState:
         if self.iteration == 0:
             if s.privacy is not None:
                 averages = s.privacy.decode_init(averages)
-            inits = [init_from_global(row, s.n_components, s.init_seed) for row in averages]
-            self._set_params(
-                np.stack([p.weights for p in inits]), np.stack([p.means for p in inits]), np.stack([p.covariances for p in inits])
-            )
+            self._set_params(*init_from_global_batch(averages, s.n_components, s.init_seed))
             self.iteration = 1
             return
         stats, flags = averages[:, :-1], averages[:, -1]

@@ -138,8 +138,34 @@ def batch_statistics(
     Only elementwise operations, left-to-right sums over K and d, and ``np.add.reduceat``
     over each node's rows: no BLAS call, whose rounding could depend on the batch size.  A
     node calling this with its own rows (N = 1) therefore gets exactly the bits the
-    vectorised simulator computes for it in a batch; the tests check that.
+    vectorised simulator computes for it in a batch; the tests check that.  Many rows are
+    processed in blocks of whole nodes of about :data:`ROWS_PER_BLOCK` rows, so the
+    temporaries stay in cache (the same operations on the same rows: the same bits).
     """
+    n_rows = X.shape[0]
+    if n_rows <= ROWS_PER_BLOCK:
+        return _batch_statistics_block(X, offsets, weights, means, prec_chol)
+    # block boundaries at node starts, every ROWS_PER_BLOCK rows or so
+    starts = np.unique(np.searchsorted(offsets, np.arange(0, n_rows, ROWS_PER_BLOCK), side="right") - 1)
+    bounds = [*starts.tolist(), len(offsets)]
+    out = []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        lo, hi = int(offsets[a]), (int(offsets[b]) if b < len(offsets) else n_rows)
+        out.append(_batch_statistics_block(X[lo:hi], offsets[a:b] - lo, weights[a:b], means[a:b], prec_chol[a:b]))
+    return np.concatenate(out, axis=0)
+
+
+#: Rows per block of :func:`batch_statistics` (whole nodes; a block's temporaries fit in cache).
+ROWS_PER_BLOCK = 1 << 15
+
+
+def _batch_statistics_block(
+    X: FloatArray,
+    offsets: npt.NDArray[np.intp],
+    weights: FloatArray,
+    means: FloatArray,
+    prec_chol: FloatArray,
+) -> FloatArray:
     n_rows, d = X.shape
     n_nodes, k = weights.shape
     sizes = np.diff(np.append(offsets, n_rows))
@@ -280,8 +306,27 @@ def init_stats_size(n_features: int) -> int:
     return 1 + n_features + n_features * (n_features + 1) // 2
 
 
-def _quantise(values: FloatArray, digits: int = 6) -> FloatArray:
-    return np.array([float(f"{v:.{digits - 1}e}") for v in np.ravel(values)]).reshape(np.shape(values))
+def _quantise_one(value: float, digits: int = 6) -> float:
+    return float(f"{value:.{digits - 1}e}")
+
+
+def _quantise_columns(values: FloatArray, digits: int = 6) -> FloatArray:
+    """Each entry of the (n, k) array rounded to ``digits`` significant digits (decimal).
+
+    Rounding is monotonic, so a column whose smallest and largest entries round to the same
+    nonzero value rounds to it everywhere: two conversions instead of n.  That is the
+    common case here, where the rows are one average as n nodes hold it (equal to 1e-12).
+    Other columns are converted entry by entry.
+    """
+    out = np.empty_like(values)
+    for j in range(values.shape[1]):
+        col = values[:, j]
+        lo, hi = _quantise_one(float(col.min()), digits), _quantise_one(float(col.max()), digits)
+        if lo == hi and lo != 0.0:  # (a zero may carry either sign: entry by entry)
+            out[:, j] = lo
+        else:
+            out[:, j] = [_quantise_one(float(v), digits) for v in col]
+    return out
 
 
 def init_from_global(stats: FloatArray, n_components: int, seed: int) -> GMMParams:
@@ -292,31 +337,49 @@ def init_from_global(stats: FloatArray, n_components: int, seed: int) -> GMMPara
     protocol, exact or iterative, starts from bit-identical parameters (consensus errors are
     far below that precision).  Means are drawn as ``mean + L u_k`` with ``L L^T`` the global
     covariance and ``u_k ~ N(0, I)`` from ``seed``; weights are uniform and every component
-    starts with the global covariance.
+    starts with the global covariance.  One row of :func:`init_from_global_batch`.
     """
-    d = int(round((-3 + np.sqrt(9 - 8 * (1 - stats.shape[0]))) / 2))
-    if init_stats_size(d) != stats.shape[0]:
-        raise ProtocolError(f"init statistics vector has length {stats.shape[0]}, not 1 + d + d(d+1)/2")
-    count = stats[0]
-    mean = stats[1 : 1 + d] / count
-    second = np.empty((d, d))
+    w, m, c = init_from_global_batch(np.asarray(stats, dtype=float)[None], n_components, seed)
+    return GMMParams(weights=w[0], means=m[0], covariances=c[0])
+
+
+def init_from_global_batch(stats: FloatArray, n_components: int, seed: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`init_from_global` for every row of the (n, P) array ``stats`` at once.
+
+    Returns (weights (n, K), means (n, K, d), covariances (n, K, d, d)).  The moments are
+    computed elementwise for all rows; the Cholesky factor and the drawn means only once per
+    distinct rounded (mean, covariance), which after the rounding is nearly always one: at
+    10^6 nodes this takes seconds where a loop over the rows took a minute.  Each row's
+    result is bit for bit what the row alone gives.
+    """
+    n, size = stats.shape
+    d = int(round((-3 + np.sqrt(9 - 8 * (1 - size))) / 2))
+    if init_stats_size(d) != size:
+        raise ProtocolError(f"init statistics vector has length {size}, not 1 + d + d(d+1)/2")
+    count = stats[:, :1]
+    mean = stats[:, 1 : 1 + d] / count
+    upper = stats[:, 1 + d :] / count
+    second = np.empty((n, d, d))
     iu = np.triu_indices(d)
-    second[iu] = stats[1 + d :] / count
-    second.T[iu] = stats[1 + d :] / count
-    cov = _quantise(second - np.outer(mean, mean))
-    mean = _quantise(mean)
-    cov = (cov + cov.T) / 2
-    try:
-        chol = np.linalg.cholesky(cov)
-    except np.linalg.LinAlgError:
-        raise ProtocolError("the global covariance of the data is singular: drop constant or duplicate columns") from None
+    second[:, iu[0], iu[1]] = upper
+    second[:, iu[1], iu[0]] = upper
+    cov = _quantise_columns((second - mean[:, :, None] * mean[:, None, :]).reshape(n, d * d)).reshape(n, d, d)
+    mean = _quantise_columns(mean)
+    cov = (cov + cov.transpose(0, 2, 1)) / 2
     u = np.random.default_rng(seed).standard_normal((n_components, d))
-    means = mean + u @ chol.T
-    return GMMParams(
-        weights=np.full(n_components, 1.0 / n_components),
-        means=means,
-        covariances=np.repeat(cov[None], n_components, axis=0),
-    )
+    # distinct rows by their bits (a -0.0 is not merged with 0.0)
+    bits, inverse = np.unique(np.concatenate([mean, cov.reshape(n, d * d)], axis=1).view(np.int64), axis=0, return_inverse=True)
+    keys = bits.view(np.float64)
+    drawn = np.empty((len(keys), n_components, d))
+    for k, key in enumerate(keys):
+        try:
+            chol = np.linalg.cholesky(key[d:].reshape(d, d))
+        except np.linalg.LinAlgError:
+            raise ProtocolError("the global covariance of the data is singular: drop constant or duplicate columns") from None
+        drawn[k] = key[:d] + u @ chol.T
+    weights = np.full((n, n_components), 1.0 / n_components)
+    covariances = np.broadcast_to(cov[:, None], (n, n_components, d, d)).copy()
+    return weights, drawn[np.ravel(inverse)], covariances
 
 
 #: Keys of an explicit init, in the order of :class:`GMMParams`.

@@ -89,8 +89,14 @@ def test_m_step_is_standard_em_update():
         assert params.weights[j] == pytest.approx(w.sum() / len(X), rel=1e-12)
 
 
-def test_batch_equals_single_node_bit_for_bit():
-    """A node computing its own statistics gets exactly the bits of the batch engine."""
+@pytest.mark.parametrize("block", [1 << 15, 8, 1])
+def test_batch_equals_single_node_bit_for_bit(block, monkeypatch):
+    """A node computing its own statistics gets exactly the bits of the batch engine, however
+    the batch is cut into blocks of whole nodes (8 rows: blocks of a few nodes; 1 row: one
+    node per block)."""
+    import p2pem.gmm
+
+    monkeypatch.setattr(p2pem.gmm, "ROWS_PER_BLOCK", block)
     rng = np.random.default_rng(7)
     parts = [rng.normal(size=(int(m), 2)) for m in rng.integers(1, 6, size=30)]
     k = 3
@@ -135,6 +141,46 @@ def test_private_init_is_from_global_moments():
     # quantised to 6 significant digits: consensus-sized errors do not change the init
     r = init_from_global(stats * (1 + 1e-11), 3, seed=11)
     assert np.array_equal(r.means, q.means)
+
+
+def _init_one_row(stats, k, seed):
+    """The per-row initialisation as it was written before the batch form (the reference)."""
+
+    def quantise(values):
+        return np.array([float(f"{v:.5e}") for v in np.ravel(values)]).reshape(np.shape(values))
+
+    d = int(round((-3 + np.sqrt(9 - 8 * (1 - stats.shape[0]))) / 2))
+    mean = stats[1 : 1 + d] / stats[0]
+    second = np.empty((d, d))
+    iu = np.triu_indices(d)
+    second[iu] = stats[1 + d :] / stats[0]
+    second.T[iu] = stats[1 + d :] / stats[0]
+    cov = quantise(second - np.outer(mean, mean))
+    mean = quantise(mean)
+    cov = (cov + cov.T) / 2
+    u = np.random.default_rng(seed).standard_normal((k, d))
+    return np.full(k, 1.0 / k), mean + u @ np.linalg.cholesky(cov).T, np.repeat(cov[None], k, axis=0)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 5])
+def test_batch_init_equals_the_per_row_init_bit_for_bit(d):
+    """Rows as n nodes hold one average (equal to 1e-12, so mostly one rounded value, the fast
+    path) and rows far enough apart to round differently (the entry-by-entry path)."""
+    from p2pem.gmm import init_from_global_batch
+
+    rng = np.random.default_rng(d)
+    X = rng.standard_normal((50, d)) @ rng.standard_normal((d, d)) + rng.standard_normal(d)
+    stats = init_statistics(X)
+    scale = np.array([1e-12, 1e-8, 1e-5])[rng.integers(0, 3, (300, 1))]
+    rows = stats * (1 + scale * rng.standard_normal((300, stats.size)))
+    for block in (rows[:1], rows[np.ravel(scale) == 1e-12], rows):
+        w, m, c = init_from_global_batch(block, 3, 7)
+        for i, row in enumerate(block):
+            for got, want in zip((w[i], m[i], c[i]), _init_one_row(row, 3, 7), strict=True):
+                assert np.array_equal(got, want) and got.tobytes() == want.tobytes()
+    assert len(np.unique(init_from_global_batch(rows[np.ravel(scale) == 1e-12], 3, 7)[1], axis=0)) == 1
+    with pytest.raises(ProtocolError, match="singular"):
+        init_from_global_batch(np.array([[2.0, 2.0, 2.0, 2.0, 2.0, 2.0]]), 3, 7)
 
 
 def test_em_state_stops_identically_on_tol():

@@ -33,12 +33,18 @@ so both start from the same parameters).  Printed per size:
 
 Goal of issue 10: n = 10 000 in under 60 s on a 2-core machine (issue 2 asked for 5 minutes).
 
+Part 3, EM work outside the consensus (``--host-sizes``): what a GPU run still does on the
+host at 10^5-10^6 nodes, each against the form it replaced, in the same run: every node's
+private initialisation (once per run) and, per EM iteration, the E-step statistics and the
+M-step.
+
 Usage::
 
     .venv/bin/python sim/bench_scaling.py                         # set-up 1e4, 1e5; EM 80, 1 000, 10 000
     .venv/bin/python sim/bench_scaling.py --setup-sizes 10000,100000,1000000 --sizes 80
     .venv/bin/python sim/bench_scaling.py --sizes 80,1000         # quick look
     .venv/bin/python sim/bench_scaling.py --sizes 10000 --json /tmp/scaling.json
+    .venv/bin/python sim/bench_scaling.py --setup-sizes "" --sizes "" --host-sizes 100000,1000000
 
 Not a test: nothing is asserted; timings depend on the machine and its load (printed, with the
 CPU time beside the wall time).  BLAS is limited to one thread.
@@ -205,6 +211,31 @@ def one_size(n: int, args) -> dict:
     }
 
 
+def host_size(n: int, args) -> dict:
+    """The EM work outside the consensus at n nodes: what a GPU run does on the host."""
+    import p2pem.gmm as gmm
+    from p2pem.em import EMState
+
+    rng = np.random.default_rng([args.seed, n])
+    X, _, _ = synthetic_mixture(args.rows_per_node * n, n_features=2, n_components=3, rng=rng)
+    parts = split_rows(X, n, how="even", rng=rng)
+    state = EMState(parts, EMSettings(3, max_iter=args.em_iter, tol=0.0, init_seed=0), n)
+    init = state.contribution()
+    # the network average as n nodes hold it: equal to about 1e-12
+    averages = init.mean(axis=0) * (1 + 1e-12 * np.random.default_rng(1).standard_normal(init.shape))
+    _, init_s, _ = timed(lambda: state.absorb(averages))
+    sample = averages[: min(n, 20_000)]
+    _, per_row_s, _ = timed(lambda: [gmm.init_from_global(row, 3, 0) for row in sample])
+    per_row_s *= n / len(sample)
+    stats, stats_s, _ = timed(state.contribution)
+    args_ = (state.X, state.offsets, state.weights, state.means, state._prec_chol)
+    _, whole_s, _ = timed(lambda: gmm._batch_statistics_block(*args_))
+    _, m_step_s, _ = timed(lambda: state.absorb(np.broadcast_to(stats.mean(axis=0), stats.shape).copy()))
+    print(f"  host n = {n:,} done", flush=True)
+    return {"n": n, "rows": int(len(X)), "init_s": init_s, "init_per_row_loop_s": per_row_s, "statistics_s": stats_s,
+            "statistics_one_block_s": whole_s, "m_step_s": m_step_s}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=lambda s: [int(v) for v in s.split(",") if v], default=[80, 1000, 10000],
@@ -219,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before-upto", type=int, default=10000,
                         help="also run the default before issue 10 (same graph, data, streams) up to this many nodes "
                              "(default 10000; about twice the EM time)")
+    parser.add_argument("--host-sizes", type=lambda s: [int(v) for v in s.split(",") if v], default=[],
+                        help="node counts for the EM work outside the consensus (private init, E-step statistics, "
+                             "M-step), e.g. 100000,1000000 (default: none)")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to this JSON file")
     args = parser.parse_args(argv)
 
@@ -226,12 +260,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pdmm-sp (defaults, sync, vectorised engine), K = 3, d = 2, {args.em_iter} EM iterations (tol=0), "
           f"{args.rows_per_node} rows per node; cpus available {len(os.sched_getaffinity(0))}, load average "
           f"{os.getloadavg()[0]:.2f} (shared machine: timings are indicative); BLAS threads limited to 1")
-    results, setups = [], []
+    results, setups, hosts = [], [], []
     with threadpool_limits(limits=1):
         for n in args.setup_sizes:
             setups.append(setup_size(n, args))
+        for n in args.host_sizes:
+            hosts.append(host_size(n, args))
         for n in args.sizes:
             results.append(one_size(n, args))
+    if hosts:
+        print("\nEM work outside the consensus, per EM iteration unless said (seconds)")
+        print_table(["n", "rows", "private init", "init_from_global per node", "ratio", "E-step statistics", "in one block", "ratio",
+                     "M-step"], [
+            [f"{r['n']:,}", f"{r['rows']:,}", f"{r['init_s']:.2f}", f"{r['init_per_row_loop_s']:.1f}",
+             f"{r['init_per_row_loop_s'] / r['init_s']:.0f}", f"{r['statistics_s']:.2f}", f"{r['statistics_one_block_s']:.2f}",
+             f"{r['statistics_one_block_s'] / r['statistics_s']:.1f}", f"{r['m_step_s']:.2f}"] for r in hosts])
+        print("private init: every node's initial parameters from the averaged moments (once per run; init_from_global_batch), "
+              "against calling init_from_global node by node (timed on up to 20 000 of them, scaled; the loop this replaced, "
+              "with the older per-row function, took about half as long per node); E-step statistics: "
+              "batch_statistics in blocks of whole nodes, against the same rows in one block (same bits); M-step: "
+              "the M-step and precision factors of every node (EMState.absorb).")
     if setups:
         print("\nset-up without networkx (seconds; peak RSS of the process so far)")
         print_table(["n", "edges", "graph s", "topology s", "step params s", "deflation s (CPU)", "peak RSS GB", "diam bound",
@@ -248,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
               "with those parameters and with shift-invert's exact lambda_2 (rel err: of the former vs the true mean). "
               "Goal: step parameters <= 5 s at 10^5.")
     if not results:
-        return _write(args, results, setups)
+        return _write(args, results, setups, hosts)
     print("\nset-up (seconds)")
     print_table(["n", "edges", "mean deg", "diam bound", "c (heavy ball)", "graph s", "topology s", "step params s"], [
         [f"{r['n']:,}", f"{r['edges']:,}", f"{r['mean_degree']:.1f}", str(r["diameter_bound"]), f"{r['c']:.3f}",
@@ -291,15 +339,15 @@ def main(argv: list[str] | None = None) -> int:
         growth = b["em_wall_s"] / a["em_wall_s"]
         print(f"growth {a['n']:,} -> {b['n']:,} nodes (x{b['n'] / a['n']:.0f}): EM time x{growth:.0f}, "
               f"rounds per EM iteration x{b['mean_rounds'] / a['mean_rounds']:.1f}")
-    return _write(args, results, setups)
+    return _write(args, results, setups, hosts)
 
 
-def _write(args, results, setups) -> int:
+def _write(args, results, setups, hosts=()) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"em_iter": args.em_iter, "rows_per_node": args.rows_per_node,
                                                "seed": args.seed, "cpus": len(os.sched_getaffinity(0)),
                                                "load_average": os.getloadavg()[0], "goal_n": GOAL_N, "goal_s": GOAL_S,
-                                               "sizes": results, "setup": setups}, indent=2) + "\n")
+                                               "sizes": results, "setup": setups, "host": list(hosts)}, indent=2) + "\n")
         print(f"\nwrote {args.json}")
     return 0
 

@@ -306,7 +306,13 @@ def init_stats_size(n_features: int) -> int:
     return 1 + n_features + n_features * (n_features + 1) // 2
 
 
-def _quantise_one(value: float, digits: int = 6) -> float:
+def round_significant(value: float, digits: int = 6) -> float:
+    """``value`` rounded to ``digits`` significant (decimal) digits.
+
+    Public numbers every node derives itself are rounded so, so that last-bit differences
+    (consensus errors, another host's eigensolver) do not make them differ: the private
+    initialisation here, the step parameters of :mod:`p2pem.protocols.pdmm`.
+    """
     return float(f"{value:.{digits - 1}e}")
 
 
@@ -321,11 +327,11 @@ def _quantise_columns(values: FloatArray, digits: int = 6) -> FloatArray:
     out = np.empty_like(values)
     for j in range(values.shape[1]):
         col = values[:, j]
-        lo, hi = _quantise_one(float(col.min()), digits), _quantise_one(float(col.max()), digits)
+        lo, hi = round_significant(float(col.min()), digits), round_significant(float(col.max()), digits)
         if lo == hi and lo != 0.0:  # (a zero may carry either sign: entry by entry)
             out[:, j] = lo
         else:
-            out[:, j] = [_quantise_one(float(v), digits) for v in col]
+            out[:, j] = [round_significant(float(v), digits) for v in col]
     return out
 
 

@@ -366,9 +366,7 @@ def part_d_graphs() -> list[tuple[str, object]]:
 
 def part_d(args) -> dict:
     """When the default deflates: predicted and measured rounds of both variants on small graphs."""
-    import math
-
-    from p2pem.protocols.pdmm import deflation_schedule, heavy_ball_params, low_eigenvalues, metropolis_extremes
+    from p2pem.protocols.pdmm import low_eigenvalues, metropolis_extremes, predicted_rounds
 
     p = 4
     print(f"\n(d) deflated heavy ball against heavy ball below 500 nodes and off geometric graphs (p = {p}): the "
@@ -381,13 +379,7 @@ def part_d(args) -> dict:
         mean = values.mean(axis=0)
         lam2 = metropolis_extremes(topo)[0]
         lam5 = float(low_eigenvalues(topo, 4)[3])
-
-        def predicted(beta: float) -> float:
-            return 0.0 if beta <= 0 else math.log(1e10) / (-0.5 * math.log(beta))
-
-        sched = deflation_schedule(topo)
-        pred_hb = predicted(heavy_ball_params(topo)[1])
-        pred_d = sched.end + predicted(1.0 - 2.0 / sched.denom[-1])
+        pred_hb, pred_d = predicted_rounds(topo)
         runs = {}
         for accel in ("heavy-ball", "deflated"):
             agg = PdmmSP(accel=accel).aggregate(values, topo, protocol_streams(0, n), 1)

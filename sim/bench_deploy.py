@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         control = sum(n.get("control_s", 0.0) for n in nodes)
         tail = dep.get("agreement_tail_s")
         agree = float("nan") if tail is None else tail
+        longest_wait = max((n["agree_s"] for n in nodes if n.get("agree_s") is not None), default=float("nan"))
         usage = [n.get("rusage") or {} for n in nodes]
         if all(usage):
             print(
@@ -147,8 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             f"control messages (hello/final/bye checks, abort signatures) {control:.2f} CPU s ({100 * control / cpu:.1f} %), "
             f"final model agreement {agree:.3f} s wall from the last node's end of EM to the last agreement "
             f"({100 * agree / run['wall_s']:.1f} % of the deployment's wall time; "
-            f"{max((n['agree_s'] for n in nodes if n.get('agree_s') is not None), default=float('nan')):.3f} s at the node that waited longest, "
-            "mostly for a slower neighbour to finish)"
+            f"{longest_wait:.3f} s at the node that waited longest)"
         )
         # the nodes are CPU-bound and share the machine's CPUs: their CPU seconds divided by the
         # number of CPUs is the wall time they occupy

@@ -214,6 +214,18 @@ def test_deflation_is_the_default_where_it_pays_and_saves_rounds(n, ratio):
         assert np.max(np.abs(out.results - s.mean(0))) <= 1e-10 * np.max(np.abs(s.mean(0)))
 
 
+def test_dense_laplacian_is_scipys_bit_for_bit():
+    """The SciPy-free path of small graphs (a node process) builds the same matrix, so its
+    eigenvalues, and the public step parameters, are those of the SciPy path."""
+    from p2pem.protocols.pdmm import dense_laplacian, metropolis_weights, sparse_laplacian
+
+    graphs = [geometric_graph(50 + 7 * s, seed=s) for s in range(5)] + [nx.cycle_graph(7), nx.complete_graph(9)]
+    for g in graphs:
+        topo = Topology.from_graph(g)
+        weights = 1.37 * metropolis_weights(topo)
+        assert dense_laplacian(topo, weights).tobytes() == sparse_laplacian(topo, weights).toarray().tobytes()
+
+
 def test_deflation_default_range():
     """Deflated from N_DEFLATE + 3 nodes (it removes three modes) to 20 000 (exact eigenvalues
     in seconds); heavy ball outside, and where c or momentum is given."""

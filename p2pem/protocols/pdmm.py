@@ -83,6 +83,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 import numpy as np
 
 from p2pem.errors import ConfigError, GraphError, ProtocolError
+from p2pem.gmm import round_significant
 from p2pem.messages import Message
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, ProtocolViolation, Topology, check_vector
 
@@ -216,8 +217,8 @@ DENSE_NODES = 400
 
 
 def dense_laplacian(topology: Topology, weights: np.ndarray) -> np.ndarray:
-    """The weighted Laplacian as a dense NumPy array, bit for bit what SciPy's
-    ``diags(W.sum(axis=1)) - W`` gives (its row sums are ``np.add.reduceat`` over edge order)."""
+    """The weighted Laplacian as a dense NumPy array, bit for bit :func:`sparse_laplacian`
+    (SciPy's row sums are ``np.add.reduceat`` over edge order), without importing SciPy."""
     n = topology.n_nodes
     src = topology.src
     lap = np.zeros((n, n))
@@ -225,6 +226,14 @@ def dense_laplacian(topology: Topology, weights: np.ndarray) -> np.ndarray:
     row_sums = np.add.reduceat(weights, topology.row_start) if weights.size else np.zeros(n)
     lap[np.arange(n), np.arange(n)] = np.where(topology.degrees > 0, row_sums, 0.0)
     return lap
+
+
+def sparse_laplacian(topology: Topology, weights: np.ndarray):
+    """The weighted Laplacian ``diags(W.sum(axis=1)) - W`` as a SciPy sparse matrix."""
+    import scipy.sparse as sp
+
+    W = topology.weighted_adjacency(weights)
+    return sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W
 
 
 def laplacian_extremes(topology: Topology, weights: np.ndarray) -> tuple[float, float]:
@@ -248,12 +257,10 @@ def laplacian_extremes(topology: Topology, weights: np.ndarray) -> tuple[float, 
     if n <= DENSE_NODES:
         ev = np.linalg.eigvalsh(dense_laplacian(topology, weights))
         return float(ev[1]), float(ev[-1])
-    import scipy.sparse as sp
     import scipy.sparse.linalg as spla
 
-    W = topology.weighted_adjacency(weights)
-    wdeg = np.asarray(W.sum(axis=1)).ravel()
-    lap = (sp.diags(wdeg) - W).tocsr()
+    lap = sparse_laplacian(topology, weights).tocsr()
+    wdeg = lap.diagonal()
     rng = np.random.default_rng(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # lobpcg warns when it stops at maxiter; the bounds below still hold
@@ -275,12 +282,6 @@ def _cached(topology: Topology, key: object, compute):
     return cache[key]
 
 
-def _round_sig(value: float, digits: int = 6) -> float:
-    """Round to ``digits`` significant digits, so nodes whose eigensolvers differ in the last
-    bits (other BLAS) still agree on the public step parameters."""
-    return float(f"{value:.{digits - 1}e}")
-
-
 def auto_c(topology: Topology) -> float:
     """Plain PDMM's step size from the graph alone (public): 1 / sqrt(lambda_2 * lambda_max) of the Laplacian.
 
@@ -291,7 +292,7 @@ def auto_c(topology: Topology) -> float:
 
     def compute() -> float:
         lam2, lmax = laplacian_extremes(topology, np.ones(topology.dst.size))
-        return _round_sig(1.0 / math.sqrt(lam2 * lmax))
+        return round_significant(1.0 / math.sqrt(lam2 * lmax))
 
     return _cached(topology, "auto_c", compute)
 
@@ -321,7 +322,7 @@ def heavy_ball_params(topology: Topology) -> tuple[float, float]:
         kappa = lmax / lam2
         beta = ((math.sqrt(kappa) - 1.0) / (math.sqrt(kappa) + 1.0)) ** 2
         alpha = 4.0 / (math.sqrt(lmax) + math.sqrt(lam2)) ** 2
-        return _round_sig(alpha / (1.0 - beta)), _round_sig(beta)
+        return round_significant(alpha / (1.0 - beta)), round_significant(beta)
 
     return _cached(topology, "heavy_ball", compute)
 
@@ -348,6 +349,11 @@ class Schedule:
     def end(self) -> int:
         return len(self.denom)
 
+    @property
+    def beta(self) -> float:
+        """Heavy ball's momentum after the special rounds (N = 2 / (1 - beta) there)."""
+        return 1.0 - 2.0 / self.denom[-1]
+
     def at(self, t: int) -> tuple[float, float, float]:
         i = min(t, self.end) - 1
         return self.denom[i], self.scale[i], self.local[i]
@@ -363,14 +369,12 @@ def low_eigenvalues(topology: Topology, k: int) -> np.ndarray:
         if topology.n_nodes <= DENSE_NODES:
             ev = np.linalg.eigvalsh(dense_laplacian(topology, metropolis_weights(topology)))
         else:
-            import scipy.sparse as sp
             import scipy.sparse.linalg as spla
 
-            W = topology.weighted_adjacency(metropolis_weights(topology))
-            lap = (sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W).tocsc()
+            lap = sparse_laplacian(topology, metropolis_weights(topology)).tocsc()
             lam2, _ = metropolis_extremes(topology)
             ev = np.sort(spla.eigsh(lap, k=k + 1, sigma=-0.5 * lam2, which="LM", return_eigenvectors=False, tol=1e-14))
-        return np.array([_round_sig(float(v), 12) for v in ev[1 : k + 1]])
+        return np.array([round_significant(float(v), 12) for v in ev[1 : k + 1]])
 
     return _cached(topology, ("low_eigenvalues", k), compute)
 
@@ -400,7 +404,7 @@ def deflation_schedule(topology: Topology) -> Schedule:
         low = low_eigenvalues(topology, N_DEFLATE + 1)
         # public and the same on every node: rounded like heavy_ball_params' (other BLAS builds
         # may differ in the last bits), lambda_max only needs to bound the spectrum
-        lmax = _round_sig(metropolis_extremes(topology)[1])
+        lmax = round_significant(metropolis_extremes(topology)[1])
         roots, lo = [float(v) for v in low[:N_DEFLATE]], LAMBDA2_MARGIN * float(low[N_DEFLATE])
         kappa = lmax / lo
         beta = ((math.sqrt(kappa) - 1.0) / (math.sqrt(kappa) + 1.0)) ** 2
@@ -428,24 +432,33 @@ def deflation_schedule(topology: Topology) -> Schedule:
     return _cached(topology, "deflation", compute)
 
 
-def deflation_pays(topology: Topology) -> bool:
-    """Whether deflated heavy ball is predicted to need fewer rounds than heavy ball (public, cached).
+def predicted_rounds(topology: Topology) -> tuple[float, float]:
+    """Rounds (heavy ball, deflated heavy ball) predicted from the public spectrum.
 
     Heavy ball's error falls by sqrt(beta) per round; deflation adds its special rounds
     (:attr:`Schedule.end`) and then falls by its own sqrt(beta), so with 1e-10 as the target
-    the predictions are log(1e10) / -log sqrt(beta) rounds, plus ``end`` for deflation.  The
-    prediction picks the faster variant on every graph of ``sim/bench_consensus.py --part d``:
-    deflation wins where the lowest eigenvalues are isolated (geometric graphs, rings, grids,
-    barbells), heavy ball where they are not (complete and Erdos-Renyi graphs).
+    the predictions are log(1e10) / -log sqrt(beta) rounds, plus ``end`` for deflation.
+    """
+
+    def rounds(beta: float) -> float:
+        return 0.0 if beta <= 0.0 else math.log(1e10) / (-0.5 * math.log(beta))
+
+    sched = deflation_schedule(topology)
+    return rounds(heavy_ball_params(topology)[1]), sched.end + rounds(sched.beta)
+
+
+def deflation_pays(topology: Topology) -> bool:
+    """Whether deflated heavy ball is predicted to need fewer rounds than heavy ball (public, cached).
+
+    The prediction (:func:`predicted_rounds`) picks the faster variant on 20 of the 21 graphs
+    of ``sim/bench_consensus.py --part d``: deflation wins where the lowest eigenvalues are
+    isolated (geometric graphs, rings, grids, barbells), heavy ball where they are not
+    (complete and Erdos-Renyi graphs).
     """
 
     def compute() -> bool:
-        def rounds(beta: float) -> float:
-            return 0.0 if beta <= 0.0 else math.log(1e10) / (-0.5 * math.log(beta))
-
-        sched = deflation_schedule(topology)
-        beta_deflated = 1.0 - 2.0 / sched.denom[-1]  # N = 2 / (1 - beta) after the special rounds
-        return sched.end + rounds(beta_deflated) < rounds(heavy_ball_params(topology)[1])
+        heavy_ball, deflated = predicted_rounds(topology)
+        return deflated < heavy_ball
 
     return _cached(topology, "deflation_pays", compute)
 
@@ -498,24 +511,19 @@ def step_params(spec: PdmmSP, topology: Topology, node: int | None = None) -> St
         deg = float(deg_all[node])
     if spec.accelerated:
         c, beta = spec.step_parameters(topology)
-        dst = topology.dst[lo:hi]
-        src_deg = deg_all[topology.src[lo:hi]]
-        if spec.deflates(topology):
-            sched = deflation_schedule(topology)
-            weights = 2.0 / np.maximum(src_deg, deg_all[dst])
-            if node is None:
-                wdeg2 = topology.weighted_adjacency(weights) @ np.ones((topology.n_nodes, 1))
-            else:
-                wdeg2 = float(neighbour_sum(weights[:, None])[0])
-            n_t, c_t, k_t = sched.at(sched.end)
-            return StepParams(c_t, None, weights, n_t, c_t, k_t, k_t - c_t * wdeg2, wdeg2, sched)
+        sched = deflation_schedule(topology) if spec.deflates(topology) else None
         # 2 c_ij: the factor 2 of the update rides in the product (exact: a power of two), which
-        # saves one pass over the (n, p) block per round; the neighbour mean is unchanged
-        weights = (2.0 * c) / np.maximum(src_deg, deg_all[dst])
+        # saves one pass over the (n, p) block per round; the neighbour mean is unchanged.  The
+        # deflated schedule scales 2 g_ij by c_t per round instead.
+        scale = 2.0 if sched is not None else 2.0 * c
+        weights = scale / np.maximum(deg_all[topology.src[lo:hi]], deg_all[topology.dst[lo:hi]])
         if node is None:
             wdeg2 = topology.weighted_adjacency(weights) @ np.ones((topology.n_nodes, 1))
         else:
             wdeg2 = float(neighbour_sum(weights[:, None])[0])
+        if sched is not None:
+            n_t, c_t, k_t = sched.at(sched.end)
+            return StepParams(c_t, None, weights, n_t, c_t, k_t, k_t - c_t * wdeg2, wdeg2, sched)
         k = 2.0 * (1.0 + beta) / (1.0 - beta)
         return StepParams(c, beta, weights, 2.0 / (1.0 - beta), 1.0, k, k - wdeg2, wdeg2)
     c = spec.step_size(topology)
@@ -711,8 +719,8 @@ class PdmmSP(ProtocolSpec):
         momentum "auto") from 6 to 20 000 nodes (its exact eigenvalues take seconds up there)
         where :func:`deflation_pays` predicts fewer rounds than heavy ball."""
         if self.accel == "deflated":
-            if topology.n_nodes < N_DEFLATE + 3:
-                raise ConfigError(f"pdmm-sp: accel = 'deflated' needs at least {N_DEFLATE + 3} nodes")
+            if topology.n_nodes < DEFLATE_NODES[0]:
+                raise ConfigError(f"pdmm-sp: accel = 'deflated' needs at least {DEFLATE_NODES[0]} nodes")
             return True
         return (self.accel == "auto" and self.accelerated and self.c == "auto" and self.momentum == "auto"
                 and DEFLATE_NODES[0] <= topology.n_nodes <= DEFLATE_NODES[1] and deflation_pays(topology))
@@ -768,8 +776,7 @@ class PdmmSP(ProtocolSpec):
             return {"accel": "none", "c": self.step_size(topology), "momentum": None}
         if self.deflates(topology):
             sched = deflation_schedule(topology)
-            beta = 1.0 - 2.0 / sched.denom[-1]
-            return {"accel": "deflated", "c": sched.scale[-1], "momentum": beta, "deflate_at": sched.deflate_at}
+            return {"accel": "deflated", "c": sched.scale[-1], "momentum": sched.beta, "deflate_at": sched.deflate_at}
         c, beta = self.step_parameters(topology)
         return {"accel": "heavy-ball", "c": c, "momentum": beta}
 

@@ -23,6 +23,7 @@ from p2pem.errors import ConfigError, DataError, NotFittedError
 from p2pem.gmm import FloatArray, GMMParams, e_step, params_from_dict
 from p2pem.protocols import ProtocolSpec, make_protocol
 from p2pem.simulate import RunResult, run_protocol
+from p2pem.streams import init_seed, scenario_streams
 
 
 class DistributedGMM:
@@ -158,8 +159,6 @@ class DistributedGMM:
             convenience so the estimator fits scikit-learn tooling.
         """
         from p2pem.data import check_parts
-        from p2pem.scenario import seed_streams
-
         if isinstance(y, nx.Graph) and graph is None:
             graph = y
         parts = _parts(X, groups)
@@ -172,9 +171,9 @@ class DistributedGMM:
             graph = geometric_graph(len(parts), seed=self.random_state)
         d = int(np.asarray(parts[0]).shape[1])
         init = None if self.init is None else params_from_dict(dict(self.init), self.n_components, d)
-        streams = seed_streams(self.random_state)
+        streams = scenario_streams(self.random_state)
         settings = EMSettings(
-            self.n_components, self.max_iter, self.tol, self.reg_covar, init, int(streams["init"].generate_state(1)[0])
+            self.n_components, self.max_iter, self.tol, self.reg_covar, init, init_seed(streams)
         )
         spec = make_protocol(self.protocol)
         result = run_protocol(parts, graph, spec, settings, seed=streams["protocol"], engine=self.engine, record_trace=self.record_trace)

@@ -16,6 +16,7 @@ from p2pem.graphs import degree_report, geometric_graph, graph_from_edges
 from p2pem.protocols import ProtocolSpec, make_protocol
 from p2pem.scenario import Scenario, load_data
 from p2pem.simulate import Progress, RunResult, run_protocol
+from p2pem.streams import init_seed
 
 
 #: Format name and version of the result.json that ``p2pem simulate`` writes.
@@ -34,8 +35,7 @@ def build_graph(scenario: Scenario) -> nx.Graph:
 def em_settings(scenario: Scenario) -> EMSettings:
     """Public EM settings; the init seed comes from the scenario's "init" stream."""
     em = scenario.em
-    init_seed = int(scenario.streams()["init"].generate_state(1)[0])
-    return EMSettings(em.n_components, em.max_iter, em.tol, em.reg_covar, em.init, init_seed)
+    return EMSettings(em.n_components, em.max_iter, em.tol, em.reg_covar, em.init, init_seed(scenario.streams()))
 
 
 def protocols(scenario: Scenario) -> list[ProtocolSpec]:

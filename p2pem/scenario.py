@@ -95,6 +95,8 @@ from p2pem.gmm import INIT_KEYS, GMMParams, params_from_dict
 from p2pem.graphs import default_radius, graph_from_edges
 from p2pem.protocols import PROTOCOLS as _REGISTRY
 from p2pem.protocols import make_protocol
+from p2pem.streams import STREAMS as _STREAMS
+from p2pem.streams import scenario_streams
 from p2pem.tomltable import Table, is_int, read_toml, show
 
 __all__ = [
@@ -120,9 +122,10 @@ PROTOCOLS = tuple(_REGISTRY)
 SOURCES = ("csv", "synthetic")
 #: How the communication graph is given.
 GRAPH_KINDS = ("geometric", "edges")
-#: Names of the random streams derived from the seed, in spawn order.  Append
-#: new streams at the end: a stream's identity is its position.
-STREAMS = ("data", "graph", "init", "protocol", "montecarlo")
+#: The scenario's random streams (see :mod:`p2pem.streams`).
+STREAMS = _STREAMS
+#: The scenario's streams from its seed: :func:`p2pem.streams.scenario_streams`.
+seed_streams = scenario_streams
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -271,45 +274,8 @@ class Scenario:
     tradeoff: Any = None  # p2pem.dp.tradeoff.TradeoffConfig or None
 
     def streams(self) -> dict[str, np.random.SeedSequence]:
-        """The independent random streams of this scenario, see :func:`seed_streams`."""
-        return seed_streams(self.seed)
-
-
-# ---------------------------------------------------------------------------- streams
-
-
-def seed_streams(seed: int) -> dict[str, np.random.SeedSequence]:
-    """Derive the scenario's independent random streams from its one seed.
-
-    Parameters
-    ----------
-    seed : int
-        Non-negative integer.
-
-    Returns
-    -------
-    dict of str to numpy.random.SeedSequence
-        Keys ``"data"``, ``"graph"``, ``"init"``, ``"protocol"``, ``"montecarlo"``
-        (:data:`STREAMS`).  Make a generator with
-        ``numpy.random.default_rng(streams["data"])``; split a stream further
-        (e.g. one per node) with ``streams["protocol"].spawn(n_nodes)``.
-
-    Raises
-    ------
-    ConfigError
-        ``seed`` is not a non-negative integer.
-
-    Notes
-    -----
-    Stream ``i`` of :data:`STREAMS` is ``SeedSequence(seed, spawn_key=(i,))``,
-    which is exactly ``SeedSequence(seed).spawn(5)[i]``.  Building it from the
-    spawn key keeps it stable: it depends only on ``seed`` and the stream's
-    position, not on how many streams were spawned before, and NumPy
-    guarantees that children with different spawn keys are independent.
-    """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
-    return {name: np.random.SeedSequence(int(seed), spawn_key=(i,)) for i, name in enumerate(STREAMS)}
+        """The independent random streams of this scenario, see :func:`p2pem.streams.scenario_streams`."""
+        return scenario_streams(self.seed)
 
 
 # ---------------------------------------------------------------------------- loading

@@ -10,7 +10,7 @@
     always runs here (one node per tick leaves nothing to vectorise).
 
 Both engines draw every random number from the same per-node generators, derived from one
-protocol seed with ``SeedSequence(seed).spawn(n + 1)`` (the last stream schedules the
+protocol seed by :func:`p2pem.streams.protocol_streams` (the last stream schedules the
 asynchronous wake-ups), so for the same seed they produce identical parameters, logs and
 message traces.
 """
@@ -36,6 +36,7 @@ from p2pem.node import Node, Server
 from p2pem.protocols import Centralized, NodeContext, ProtocolSpec
 from p2pem.protocols.base import Topology
 from p2pem.data import check_parts
+from p2pem.streams import protocol_streams as protocol_streams  # re-exported: callers import it from here
 
 Progress = Callable[[int, int], None]
 
@@ -93,21 +94,6 @@ def max_relative_difference(run, ref) -> float:
     return max(
         relative_error(a, b) for a, b in ((run.weights, ref.weights), (run.means, ref.means), (run.covariances, ref.covariances))
     )
-
-
-def protocol_streams(seed: int | np.random.SeedSequence, n_nodes: int) -> list[np.random.Generator]:
-    """Per-node protocol generators plus, last, the asynchronous schedule generator.
-
-    Child i is ``SeedSequence(entropy, spawn_key=parent.spawn_key + (i,))``: what the first
-    ``parent.spawn()`` would give, but without advancing ``parent``, so the same seed object
-    gives the same streams however often it is used (and a node process can rebuild its own
-    stream from the seed and its id alone).
-    """
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    return [
-        np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, i), pool_size=ss.pool_size))
-        for i in range(n_nodes + 1)
-    ]
 
 
 def run_protocol(

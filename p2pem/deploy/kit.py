@@ -42,6 +42,7 @@ from p2pem.deploy.config import (
 from p2pem.deploy.keys import public_path, public_toml, write_broker_auth
 from p2pem.errors import ConfigError
 from p2pem.files import atomic_write, write_json
+from p2pem.streams import node_stream_key
 from p2pem.tomltable import read_toml
 
 log = logging.getLogger(__name__)
@@ -297,6 +298,7 @@ def prepare_kit(
         pw = d / "broker.password"
         os.replace(broker_dir / f"node{i}.password", pw)
         write_node_data(d / "data.csv", parts[i])
+        key = node_stream_key(protocol_stream, i) if seeded else None
         config = NodeConfig(
             node_id=i,
             roster=root / "roster.toml",
@@ -305,8 +307,8 @@ def prepare_kit(
             result=d / "result.json",
             broker=BrokerConfig(host=host, port=int(port), username=username_for(i), password_file=pw),
             timeouts=timeouts,
-            seed=int(protocol_stream.entropy) if seeded else None,
-            spawn_key=(*protocol_stream.spawn_key, i) if seeded else (),
+            seed=key[0] if key is not None else None,
+            spawn_key=key[1] if key is not None else (),
             on_dropout=str(scenario.deploy.get("on_dropout", "stop")) if on_dropout is None else on_dropout,
         )
         config.save(d / "node.toml")

@@ -48,6 +48,7 @@ from p2pem.messages import Message
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology
 from p2pem.protocols.exact import Federated, SecureSum, ServerNode, UploadNode, fsum_average
 from p2pem.protocols.pdmm import PdmmSP
+from p2pem.streams import protocol_streams
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -260,8 +261,6 @@ class DPProtocol(ProtocolSpec):
         )
         bound_spec = copy.copy(self)
         object.__setattr__(bound_spec, "plan", plan)
-        from p2pem.simulate import protocol_streams
-
         # the aggregator's stream: the one the vectorised engine hands over as rngs[n]
         object.__setattr__(bound_spec, "aggregator_rng", protocol_streams(seed, len(parts))[-1])
         hook = PrivateEM(k, d, len(parts), bound, self.weight_floor, self.smoothing, self.covariance_repair, self.eig_floor)

@@ -17,7 +17,7 @@ parameters, so the only differences are the protocol and its noise.
   of ``class_components`` per class, fitted by the same protocol, epsilon and seed; its
   held-out error is ``heldout_error``.
 
-Seed s of a protocol run is ``SeedSequence(seed, spawn_key=(4, 1, s))`` (a child of the
+Seed s of a protocol run is ``p2pem.streams.montecarlo_child(seed, 1, s)`` (a child of the
 ``"montecarlo"`` stream), the same for every protocol and epsilon (common random numbers).
 """
 
@@ -36,6 +36,7 @@ import numpy as np
 from p2pem.em import EMSettings
 from p2pem.gmm import FloatArray, GMMParams, init_from_global, init_statistics, mean_loglik
 from p2pem.protocols import ProtocolSpec
+from p2pem.streams import montecarlo_child
 from p2pem.tomltable import Table
 
 FORMAT = "p2pem-tradeoff"
@@ -109,10 +110,6 @@ class Workload:
     y_test: FloatArray | None = None
 
 
-def _stream(seed: int, *key: int) -> np.random.SeedSequence:
-    return np.random.SeedSequence(seed, spawn_key=(4, *key))
-
-
 def build_workload(scenario) -> Workload:
     """Held-out split, node split, graph, common init and the centralized reference."""
     from p2pem.data import split_rows
@@ -127,7 +124,7 @@ def build_workload(scenario) -> Workload:
         raise ConfigError(f"{scenario.path}: 'em.tol' must be 0 for a trade-off (private runs have a fixed number of iterations)")
     data_rng = np.random.default_rng(scenario.streams()["data"])
     X, labels = prepare_rows(scenario, label_column=cfg.classify, rng=data_rng)
-    order = np.random.default_rng(_stream(scenario.seed, 0)).permutation(len(X))
+    order = np.random.default_rng(montecarlo_child(scenario.seed, 0)).permutation(len(X))
     n_test = int(round(cfg.test_fraction * len(X)))
     if n_test < 1 or len(X) - n_test < scenario.graph.n_nodes:
         raise ConfigError(
@@ -145,7 +142,7 @@ def build_workload(scenario) -> Workload:
     if labels is None:
         return work
     classes = np.unique(labels[train])
-    class_rng = np.random.default_rng(_stream(scenario.seed, 2))
+    class_rng = np.random.default_rng(montecarlo_child(scenario.seed, 2))
     class_parts, class_settings = [], []
     for c in classes:
         Xc = X[train][labels[train] == c]
@@ -176,7 +173,7 @@ def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_inde
     t0 = time.perf_counter()
     if epsilon is not None:
         spec = dataclasses.replace(cast(Any, spec), epsilon=epsilon)  # a DP protocol: it has epsilon
-    seed = _stream(work.seed, 1, seed_index)
+    seed = montecarlo_child(work.seed, 1, seed_index)
     run = run_protocol(work.parts, work.graph, spec, work.settings, seed=seed)
     record = {
         "protocol": getattr(spec, "label", spec.name),
@@ -189,7 +186,7 @@ def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_inde
     }
     if work.class_parts is not None:
         assert work.classes is not None and work.class_settings is not None and work.X_test is not None and work.y_test is not None
-        model = fit_bayes(work.class_parts, work.classes, work.graph, spec, work.class_settings, seed=_stream(work.seed, 3, seed_index))
+        model = fit_bayes(work.class_parts, work.classes, work.graph, spec, work.class_settings, seed=montecarlo_child(work.seed, 3, seed_index))
         record["heldout_error"] = model.error(work.X_test, work.y_test)
     record["wall_s"] = time.perf_counter() - t0
     return record

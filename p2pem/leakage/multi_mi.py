@@ -44,6 +44,7 @@ from p2pem.leakage.estimators import mi_with_ci
 from p2pem.leakage.theory import disclosed_groups
 from p2pem.leakage.views import Adversary
 from p2pem.protocols import ProtocolSpec
+from p2pem.streams import as_seed_sequence
 
 __all__ = ["MultiIterationLeakage", "init_sum_leakage_bits", "multi_iteration_leakage"]
 
@@ -148,8 +149,7 @@ def multi_iteration_leakage(
     if groups is None:
         raise ConfigError(f"{spec.name}: no closed-form disclosure groups")
     group = next(g for g in groups if target in g)
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    data_ss, init_ss, est_ss, attack_ss = ss.spawn(4)
+    data_ss, init_ss, est_ss, attack_ss = as_seed_sequence(seed).spawn(4)
     X = np.random.default_rng(data_ss).standard_normal((runs, n))
     t_max = max(iterations_seen)
     settings = EMSettings(n_components, max_iter=max(t_max, 1), tol=0.0, init_seed=int(init_ss.generate_state(1)[0]))

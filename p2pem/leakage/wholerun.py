@@ -67,7 +67,7 @@ from p2pem.messages import Message
 from p2pem.protocols import Centralized, Federated, PdmmSP, ProtocolSpec, SecureSum, Topology
 from p2pem.protocols.exact import MODULUS, decode_fixed
 from p2pem.protocols.pdmm import dual_update, step_params
-from p2pem.simulate import protocol_streams
+from p2pem.streams import as_seed_sequence, protocol_streams
 
 __all__ = [
     "DisclosureRank",
@@ -571,8 +571,7 @@ def disclosure_rank(
     n = graph.number_of_nodes()
     mc_spec = monte_carlo_spec(spec, rounds)
     n_latents = n + (2 * graph.number_of_edges() if isinstance(spec, PdmmSP) else 0)
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    probe, proto = ss.spawn(2)
+    probe, proto = as_seed_sequence(seed).spawn(2)
     inputs = np.random.default_rng(probe).standard_normal((n, n_latents + 40))
     mc = monte_carlo(mc_spec, graph, inputs, input_sd=1.0, seed=proto)
     view = build_view(mc.trace, adversary, inputs=mc.inputs, outputs=np.asarray(mc.outcome.results))

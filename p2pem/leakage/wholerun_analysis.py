@@ -41,6 +41,7 @@ from p2pem.leakage.views import ADVERSARIES, Adversary
 from p2pem.leakage.wholerun import WholeRunView, disclosure_rank, record_whole_run
 from p2pem.messages import SERVER
 from p2pem.scenario import Scenario
+from p2pem.streams import child
 
 __all__ = [
     "WHOLE_RUN_FORMAT",
@@ -366,7 +367,7 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
                 rows = np.vstack([parts[i] for i in group])
                 if group not in cache:
                     key = (p_index, *group)
-                    rng = np.random.default_rng(np.random.SeedSequence(attack_ss.entropy, spawn_key=(*attack_ss.spawn_key, *key)))
+                    rng = np.random.default_rng(child(attack_ss, *key))
                     dists = attack_group(view, k, rows, seen, rng=rng, starts=config.starts)
                     assert view.final is not None  # record_whole_run sets it at the end of the run
                     base = public_guess_error(view.final, rows, rng=rng)

@@ -21,7 +21,8 @@ import numpy.typing as npt
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError, NotFittedError
 from p2pem.gmm import FloatArray, GMMParams, e_step, params_from_dict
-from p2pem.protocols import ProtocolSpec, make_protocol
+from p2pem.protocols import ProtocolSpec
+from p2pem.registry import make_protocol
 from p2pem.simulate import RunResult, run_protocol
 from p2pem.streams import init_seed, scenario_streams
 

@@ -13,7 +13,8 @@ from p2pem.em import EMSettings
 from p2pem.files import atomic_output as atomic_output  # re-exported: the commands import it from here
 from p2pem.files import write_json as write_json
 from p2pem.graphs import degree_report, geometric_graph, graph_from_edges
-from p2pem.protocols import ProtocolSpec, make_protocol
+from p2pem.protocols import ProtocolSpec
+from p2pem.registry import make_protocol
 from p2pem.scenario import Scenario, load_data
 from p2pem.simulate import Progress, RunResult, run_protocol
 from p2pem.streams import init_seed

@@ -42,9 +42,9 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     covariances = [[[...]], ...]
 
     [[protocols]]                  # one or more, run in order
-    name = "pdmm-sp"               # any name of p2pem.protocols.PROTOCOLS
+    name = "pdmm-sp"               # any name of p2pem.registry.PROTOCOLS
     mode = "sync"                  # every other key is a protocol parameter,
-                                   # checked by p2pem.protocols.make_protocol
+                                   # checked by p2pem.registry.make_protocol
 
     [tradeoff]                     # optional: settings of `p2pem tradeoff`
     epsilons = [0.1, 1.0, 10.0]    #   epsilon grid of the private protocols
@@ -93,8 +93,8 @@ from p2pem.data import (
 from p2pem.errors import ConfigError, DataError, GraphError, InitError
 from p2pem.gmm import INIT_KEYS, GMMParams, params_from_dict
 from p2pem.graphs import default_radius, graph_from_edges
-from p2pem.protocols import PROTOCOLS as _REGISTRY
-from p2pem.protocols import make_protocol
+from p2pem.registry import PROTOCOLS as _REGISTRY
+from p2pem.registry import make_protocol
 from p2pem.streams import STREAMS as _STREAMS
 from p2pem.streams import scenario_streams
 from p2pem.tomltable import Table, is_int, read_toml, show
@@ -592,7 +592,7 @@ def _parse_protocols(top: Table) -> tuple[ProtocolConfig, ...]:
     for index, table in enumerate(raw):
         prefix = f"protocols[{index}]"
         sec = Table(top.where, table, prefix, None)
-        name = sec.choice("name", PROTOCOLS)
+        name = sec.choice("name", tuple(_REGISTRY))  # read now: a protocol registered later is known too
         params = {key: copy.deepcopy(value) for key, value in table.items() if key != "name"}
         _validate_protocol(top.where, prefix, params, name)
         protocols.append(ProtocolConfig(name=name, params=MappingProxyType(params)))

@@ -120,7 +120,7 @@ def run_protocol(
         :func:`p2pem.graphs.geometric_edges` and ``Topology.from_edges``): a networkx graph
         costs about 1 KB per edge.  ``secure-sum`` needs a Topology with a ``ring``.
     protocol : ProtocolSpec
-        See :func:`p2pem.protocols.make_protocol`.
+        See :func:`p2pem.registry.make_protocol`.
     settings : EMSettings
     seed : int or SeedSequence
         Protocol randomness (initial duals, ring masks, wake-up schedule).

@@ -29,7 +29,8 @@ from p2pem.deploy.config import (
 )
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError
-from p2pem.protocols import Topology, make_protocol
+from p2pem.protocols import Topology
+from p2pem.registry import make_protocol
 from p2pem.protocols.pdmm import auto_c
 from p2pem.runner import build_graph, em_settings
 from p2pem.scenario import load_scenario

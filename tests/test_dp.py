@@ -16,7 +16,7 @@ from p2pem.dp.protocols import DataBoundWarning, PrivateEM
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError
 from p2pem.gmm import GMMParams, batch_statistics, init_from_global, init_statistics, precision_cholesky
-from p2pem.protocols import make_protocol
+from p2pem.registry import make_protocol
 from p2pem.simulate import max_relative_difference, protocol_streams, run_protocol
 
 N_NODES = 8

@@ -117,7 +117,7 @@ def build_workload(scenario) -> Workload:
     from p2pem.runner import build_graph, em_settings
     from p2pem.scenario import prepare_rows, split_prepared
     from p2pem.simulate import run_protocol
-    from p2pem.protocols import make_protocol
+    from p2pem.registry import make_protocol
 
     cfg: TradeoffConfig = scenario.tradeoff or TradeoffConfig()
     if scenario.em.tol != 0:

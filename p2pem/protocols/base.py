@@ -11,6 +11,7 @@ the message-level one agree to the last bit (a test checks it, traces included).
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -400,6 +401,13 @@ class Aggregation(abc.ABC):
     def ready(self) -> bool:
         """True when a wake would do something (asynchronous protocols)."""
         return False
+
+
+def parameter_fields(spec: type | object) -> tuple[dataclasses.Field, ...]:
+    """The user-settable parameters of a protocol spec (class or instance): its ``__init__``
+    fields, less those marked ``metadata={"bound": True}`` (state a run binds, see
+    :meth:`ProtocolSpec.bind`)."""
+    return tuple(f for f in dataclasses.fields(spec) if f.init and not f.metadata.get("bound"))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

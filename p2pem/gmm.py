@@ -244,6 +244,12 @@ def unpack_statistics(stats: FloatArray, n_components: int, n_features: int) -> 
     return a, b, c, stats[..., -1]
 
 
+def total_count(stats: FloatArray, n_components: int) -> FloatArray:
+    """(N,) sum of the soft counts ``a_k`` of (N, P) statistics, left to right (the rounding
+    order of :func:`batch_m_step`)."""
+    return _sum_last([stats[:, j] for j in range(n_components)])
+
+
 def batch_m_step(stats: FloatArray, means: FloatArray, reg_covar: float, *, iteration: int | None = None):
     """M-step of many nodes at once, eq. (5)-(7) of Li et al. 2022.
 

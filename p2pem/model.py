@@ -20,7 +20,8 @@ import numpy.typing as npt
 
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError, NotFittedError
-from p2pem.gmm import FloatArray, GMMParams, e_step, params_from_dict
+from p2pem.families import GAUSSIAN
+from p2pem.gmm import FloatArray, GMMParams
 from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
 from p2pem.simulate import RunResult, run_protocol
@@ -171,7 +172,7 @@ class DistributedGMM:
 
             graph = geometric_graph(len(parts), seed=self.random_state)
         d = int(np.asarray(parts[0]).shape[1])
-        init = None if self.init is None else params_from_dict(dict(self.init), self.n_components, d)
+        init = None if self.init is None else GAUSSIAN.params_from_dict(dict(self.init), self.n_components, d)
         streams = scenario_streams(self.random_state)
         settings = EMSettings(
             self.n_components, self.max_iter, self.tol, self.reg_covar, init, init_seed(streams)
@@ -214,7 +215,8 @@ class DistributedGMM:
 
     def score_samples(self, X: npt.ArrayLike) -> FloatArray:
         """Log-likelihood log p(x) of every row of ``X`` under the fitted mixture."""
-        return e_step(self._X(X), self.params_)[1]
+        arr = self._X(X)
+        return self.result_.family.score_samples(arr, self.params_)
 
     def score(self, X: npt.ArrayLike, y: Any = None) -> float:
         """Mean log-likelihood per row of ``X`` (scikit-learn's ``score``)."""
@@ -222,11 +224,13 @@ class DistributedGMM:
 
     def predict_proba(self, X: npt.ArrayLike) -> FloatArray:
         """Posterior probability of each component for every row of ``X``, shape (n, K)."""
-        return np.exp(e_step(self._X(X), self.params_)[0])
+        arr = self._X(X)
+        return self.result_.family.predict_proba(arr, self.params_)
 
     def predict(self, X: npt.ArrayLike) -> npt.NDArray[np.intp]:
         """The most probable component of every row of ``X``."""
-        return np.argmax(e_step(self._X(X), self.params_)[0], axis=1)
+        arr = self._X(X)
+        return np.argmax(self.result_.family.log_responsibilities(arr, self.params_)[0], axis=1)
 
     def sample(
         self, n_samples: int = 1, *, rng: np.random.Generator | np.random.RandomState | int | None = None
@@ -247,15 +251,11 @@ class DistributedGMM:
             gen = rng
         else:
             gen = np.random.default_rng(self.random_state if rng is None else rng)
-        counts = gen.multinomial(int(n_samples), self.weights_)
-        X = np.vstack([gen.multivariate_normal(m, c, size=int(k)) for m, c, k in zip(self.means_, self.covariances_, counts, strict=True)])
-        labels = np.repeat(np.arange(self.n_components), counts)
-        return X, labels
+        return self.result_.family.sample(self.params_, int(n_samples), gen)
 
     def _n_parameters(self) -> int:
         """Free parameters of a full-covariance mixture (as scikit-learn counts them)."""
-        k, d = self.n_components, self.n_features_in_
-        return int(k * d * (d + 1) / 2 + k * d + k - 1)
+        return self.result_.family.n_parameters(self.n_components, self.n_features_in_)
 
     def bic(self, X: npt.ArrayLike | None = None) -> float:
         """Bayesian information criterion; lower is better.

@@ -228,7 +228,7 @@ def host_size(n: int, args) -> dict:
     _, per_row_s, _ = timed(lambda: [gmm.init_from_global(row, 3, 0) for row in sample])
     per_row_s *= n / len(sample)
     stats, stats_s, _ = timed(state.contribution)
-    args_ = (state.X, state.offsets, state.weights, state.means, state._prec_chol)
+    args_ = (state.X, state.offsets, state.model.weights, state.model.means, state.model.prec_chol)
     _, whole_s, _ = timed(lambda: gmm._batch_statistics_block(*args_))
     _, m_step_s, _ = timed(lambda: state.absorb(np.broadcast_to(stats.mean(axis=0), stats.shape).copy()))
     print(f"  host n = {n:,} done", flush=True)

@@ -372,7 +372,7 @@ class NodeRuntime:
                 "are reproducible but the subspace perturbation hides nothing from whoever knows the seed",
                 i,
             )
-        self.node = Node(NodeContext(i, topology, config.protocol_rng()), X, settings, spec)
+        self.node = Node.for_em(NodeContext(i, topology, config.protocol_rng()), X, settings, spec)
         self.node.validate = True
         self.max_iter = settings.max_iter
         self.neighbours: tuple[int, ...] = topology.neighbours[i]
@@ -635,7 +635,7 @@ class NodeRuntime:
         the two.  Neighbours still computing keep the heartbeats going; the usual silence
         and stall timeouts apply.
         """
-        self._final = _flat_model(self.node.em)
+        self._final = self.node.task.summary()
         await self._send([Message(self.node_id, self.neighbours, CONTROL, 0, FINAL, self._final.copy(), False, (self.node.em.n_iter,))])
         for j in list(self._finals):
             self._compare_final(j)
@@ -843,7 +843,7 @@ class NodeRuntime:
                 return
             if msg.round != 0 or len(msg.meta) != 1 or not self._plausible_receivers(j, msg.receivers):
                 raise self._violation(msg, "final", f"round {msg.round}, meta {msg.meta}, receivers {msg.receivers}")
-            size = _model_size(self.node.em)
+            size = self.node.task.summary_size()
             try:
                 check_vector(msg, size)
             except ProtocolViolation as exc:
@@ -1181,7 +1181,7 @@ class NodeRuntime:
             "heavy_modules": sorted(m for m in ("scipy", "networkx") if m in sys.modules),
         }
         if params is not None:
-            out.update(weights=params.weights.tolist(), means=params.means.tolist(), covariances=params.covariances.tolist())
+            out.update(em.family.to_dict(params))
         return out
 
     def write_result(self) -> Path:
@@ -1208,17 +1208,6 @@ def _describe(payload: Any) -> str:
     if isinstance(payload, np.ndarray):
         return f"a {payload.dtype} array of shape {payload.shape}"
     return f"{len(payload)} integers"
-
-
-def _flat_model(em: Any) -> np.ndarray:
-    """The fitted weights, means and covariances as one float64 vector (what neighbours compare)."""
-    params, _ = _node_model(em)
-    return np.concatenate([np.ravel(params.weights), np.ravel(params.means), np.ravel(params.covariances)]).astype(np.float64)
-
-
-def _model_size(em: Any) -> int:
-    k, d = em.settings.n_components, em.X.shape[1]
-    return k + k * d + k * d * d
 
 
 def _json_safe(value: Any) -> Any:

@@ -43,6 +43,7 @@ import numpy as np
 
 from p2pem.dp import accounting, mechanisms, postprocess
 from p2pem.errors import ConfigError, ProtocolError
+from p2pem.families.gaussian import GaussianBatch, GaussianFamily
 from p2pem.gmm import FloatArray, init_stats_size, unpack_statistics
 from p2pem.messages import Message
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology
@@ -67,7 +68,7 @@ class DataBoundWarning(UserWarning):
 
 @dataclass(frozen=True, eq=False)
 class PrivateEM:
-    """What a private run changes in the EM loop (the ``privacy`` hook of :class:`EMSettings`).
+    """What a private run changes in the Gaussian EM loop (a :class:`p2pem.em.PrivacyHook`).
 
     ``encode`` turns a node's centred statistics into the uncentred sums that are released
     (and blanks the log-likelihood); ``decode`` turns a noisy network average back into
@@ -86,34 +87,34 @@ class PrivateEM:
     repair_method: str = "eigclamp"
     eig_floor: float = 1e-3
 
-    def encode(self, stats: FloatArray, means: FloatArray) -> FloatArray:
-        """(N, P) centred statistics at ``means`` (N, K, d) -> released uncentred sums, ll = 0."""
+    def encode(self, stats: FloatArray, params: GaussianBatch) -> FloatArray:
+        """(N, P) statistics centred at ``params.means`` (N, K, d) -> released uncentred sums, ll = 0."""
         k, d = self.n_components, self.n_features
         a, b, c, _ = unpack_statistics(stats, k, d)
-        mu = means
+        mu = params.means
         first = b + a[..., None] * mu
         mb = mu[..., :, None] * b[..., None, :]
         second = c + mb + np.swapaxes(mb, -1, -2) + a[..., None, None] * (mu[..., :, None] * mu[..., None, :])
         return self._pack(a, first, second, np.zeros(stats.shape[0]))
 
-    def decode(self, stats: FloatArray, means: FloatArray) -> FloatArray:
-        """Noisy released averages (N, P) -> centred statistics at ``means``, counts >= 1 row."""
+    def decode(self, stats: FloatArray, params: GaussianBatch) -> FloatArray:
+        """Noisy released averages (N, P) -> statistics centred at ``params.means``, counts >= 1 row."""
         k, d = self.n_components, self.n_features
         a, first, second, ll = unpack_statistics(stats, k, d)
         a = np.maximum(a, 1.0 / self.n_nodes)  # averages: one row is 1/n
-        mu = means
+        mu = params.means
         b = first - a[..., None] * mu
         mf = mu[..., :, None] * first[..., None, :]
         c = second - mf - np.swapaxes(mf, -1, -2) + a[..., None, None] * (mu[..., :, None] * mu[..., None, :])
         return self._pack(a, b, c, ll)
 
-    def repair(self, weights: FloatArray, means: FloatArray, covariances: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-        w = postprocess.clip_weights(weights, self.weight_floor, self.smoothing)
-        m = np.clip(means, -self.bound, self.bound)
-        if np.array_equal(m, means):
-            m = means
-        c = postprocess.repair_covariances(covariances, self.repair_method, self.eig_floor)
-        return w, m, c
+    def repair(self, params: GaussianBatch) -> GaussianBatch:
+        w = postprocess.clip_weights(params.weights, self.weight_floor, self.smoothing)
+        m = np.clip(params.means, -self.bound, self.bound)
+        if np.array_equal(m, params.means):
+            m = params.means
+        c = postprocess.repair_covariances(params.covariances, self.repair_method, self.eig_floor)
+        return GaussianBatch(w, m, c)
 
     def decode_init(self, rows: FloatArray) -> FloatArray:
         """Noisy [n, sum x, upper sum x x^T] averages (N, P0) -> consistent ones (PD covariance)."""
@@ -229,6 +230,9 @@ class DPProtocol(ProtocolSpec):
         """
         if settings.tol != 0:
             raise ConfigError(f"{self.label}: a private run has a fixed number of EM iterations: set tol = 0 (em.tol)")
+        if not isinstance(settings.family, GaussianFamily):
+            raise ConfigError(f"{self.label}: the released statistics and their sensitivities are derived for the gaussian family only, "
+                              f"not {settings.family.name!r}")
         d = int(parts[0].shape[1])
         k = settings.n_components
         bound, from_data = self.bound, False

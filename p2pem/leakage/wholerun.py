@@ -68,6 +68,7 @@ from p2pem.protocols import Centralized, Federated, PdmmSP, ProtocolSpec, Secure
 from p2pem.protocols.exact import MODULUS, decode_fixed
 from p2pem.protocols.pdmm import dual_update, step_params
 from p2pem.streams import as_seed_sequence, protocol_streams
+from p2pem.task import drive
 
 __all__ = [
     "DisclosureRank",
@@ -457,10 +458,14 @@ def record_whole_run(
     label = getattr(spec, "label", spec.name)
     views = [WholeRunView(label, adv, ()) for adv in adversaries]
     refs = [adv.corrupt_nodes[0] if adv.corrupt_nodes else 0 for adv in adversaries]
-    while not state.finished:
-        it = state.iteration
-        values = state.contribution()
-        models = [None if it == 0 else _copy_params(state.params(r)) for r in refs]
+    models: list[GMMParams | None] = []
+
+    def public_models(it: int, values: FloatArray) -> None:
+        """The models every node holds while computing aggregation ``it``'s statistics."""
+        models[:] = [None if it == 0 else _copy_params(state.params(r)) for r in refs]
+
+    def aggregate(it: int, values: FloatArray) -> FloatArray:
+        """The vectorised engine's aggregation, its trace reduced per adversary and dropped."""
         outcome = spec.aggregate(values, topology, rngs, it, record=True)
         trace = outcome.trace or []
         index = _pdmm_index(trace, n) if isinstance(spec, PdmmSP) else None
@@ -477,9 +482,13 @@ def record_whole_run(
             view.rounds.append(int(outcome.rounds))
             if it > 0:
                 view.continue_flags.append(float(np.asarray(outcome.results)[refs[0], -1] * n))
-        state.absorb(outcome.results)
+        return outcome.results
+
+    def report(it: int, values: FloatArray, averages: FloatArray) -> None:
         if progress is not None and it > 0:
             progress(it, settings.max_iter)
+
+    drive(state, aggregate, before=public_models, after=report)
     for view, r in zip(views, refs, strict=True):
         view.loglik = state.node_loglik(r)
         view.final = _copy_params(state.params(r))

@@ -149,9 +149,7 @@ def run_protocol(
     """
     check_parts(parts, settings.n_components)
     parts = [np.ascontiguousarray(part, dtype=float) for part in parts]
-    prepare = getattr(protocol, "prepare", None)
-    if prepare is not None:  # a private protocol binds to the run: clipped data, calibrated noise, EM hook
-        protocol, settings, parts = prepare(settings, parts, seed=seed)
+    protocol, settings, parts = protocol.bind(settings, parts, seed=seed)  # e.g. a private protocol's noise and EM hook
     if engine not in ("vectorised", "messages"):
         raise ConfigError(f"engine must be 'vectorised' or 'messages', got {engine!r}")
     if device is not None and hasattr(protocol, "device"):

@@ -120,7 +120,7 @@ def test_private_runs_release_no_log_likelihood(problem):
 
 def _bound_spec(problem, name, **params):
     parts, g, s, bound = problem
-    spec, settings, parts = make_protocol(name, dict(params, bound=bound)).prepare(s, parts)
+    spec, settings, parts = make_protocol(name, dict(params, bound=bound)).bind(s, parts)
     return spec, spec.topology(g), settings
 
 

@@ -256,8 +256,7 @@ def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None
         n_seeds = 1 if spec.name == "centralized" else cfg.n_seeds
         tasks += [(spec, eps, s) for eps in grid for s in range(n_seeds)]
     for spec in specs:  # fail (and warn) before the sweep: bound, tol, graph
-        if is_private(spec):
-            cast(Any, spec).prepare(work.settings, work.parts)
+        spec.bind(work.settings, work.parts)
         if spec.name != "centralized":
             spec.validate(work.graph)
     t0 = time.perf_counter()

@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # networkx and scipy.sparse load lazily: a node process needs
     import networkx as nx
     import scipy.sparse as sp
 
+    from p2pem.em import EMSettings
+
 
 def _csr_from_lists(neighbours: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, indices) of adjacency lists, without a Python loop per edge."""
@@ -417,6 +419,26 @@ class ProtocolSpec(abc.ABC):
     name: str = field(init=False, default="")
     exact: bool = field(init=False, default=True)
     asynchronous: bool = field(init=False, default=False)
+
+    def bind(
+        self, settings: EMSettings, parts: list[np.ndarray], *, seed: int | np.random.SeedSequence = 0
+    ) -> tuple[ProtocolSpec, EMSettings, list[np.ndarray]]:
+        """Bind the spec to one run before anything runs: ``(spec, settings, parts)`` to run with.
+
+        :func:`p2pem.simulate.run_protocol` calls it with the run's data and protocol
+        ``seed`` (the seed of :func:`p2pem.streams.protocol_streams`).  A protocol that needs
+        the run (a private one clips the data to its public box, calibrates its noise to the
+        number of iterations and hooks the EM loop through ``settings.privacy``) returns a new
+        frozen spec (``dataclasses.replace`` of a field marked ``metadata={"bound": True}``,
+        see :func:`parameter_fields`), new settings and the parts to use; the caller's objects
+        are never changed.  The default binds nothing.
+
+        Raises
+        ------
+        ConfigError
+            The run does not suit the protocol (e.g. a private run with ``tol`` > 0).
+        """
+        return self, settings, parts
 
     def validate(self, g: nx.Graph | Topology) -> None:
         """Raise GraphError when the protocol cannot run on ``g``."""

@@ -69,7 +69,7 @@ def test_interval_covers_through_the_whole_pipeline() -> None:
     from p2pem.leakage.analysis import make_adversary, measure, monte_carlo, monte_carlo_spec, prepare_protocols
     from p2pem.leakage.config import parse_leakage
     from p2pem.leakage.views import build_view
-    from p2pem.runner import build_graph
+    from p2pem.builders import build_graph
     from p2pem.scenario import load_scenario
 
     scenario = load_scenario(Path(__file__).parent.parent / "scenarios" / "fig1.toml")

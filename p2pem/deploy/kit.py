@@ -166,9 +166,9 @@ def make_run_id(name: str) -> str:
 
 def pick_protocol(scenario, protocol: str | None):
     """The scenario's protocol named ``protocol`` (default its first), checked to be deployable."""
-    from p2pem.runner import protocols
+    from p2pem.builders import build_protocols
 
-    specs = protocols(scenario)
+    specs = build_protocols(scenario)
     if protocol is None:
         spec = specs[0]
     else:
@@ -253,8 +253,7 @@ def prepare_kit(
     """
     from p2pem.deploy.broker import find_mosquitto, username_for
     from p2pem.deploy.crypto import Identity
-    from p2pem.runner import build_graph, em_settings
-    from p2pem.scenario import load_data
+    from p2pem.builders import build_graph, em_settings, load_data
 
     root = Path(out)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):

@@ -172,7 +172,8 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
                 "exit_s": exit_times.get(r["node_id"]),
             }
         )
-    from p2pem.runner import RESULT_FORMAT, build_graph, graph_summary, output_header
+    from p2pem.builders import build_graph
+    from p2pem.runner import RESULT_FORMAT, graph_summary, output_header
 
     if kit.scenario_file is not None and kit.scenario_file.exists():
         from p2pem.scenario import load_scenario
@@ -221,8 +222,8 @@ def write_result(kit: Kit, doc: dict[str, Any]) -> Path:
 
 def compare_with_simulate(kit: Kit, doc: dict[str, Any]) -> float:
     """Largest relative difference of weights, means, covariances to ``p2pem simulate`` (vectorised)."""
-    from p2pem.runner import build_graph, em_settings
-    from p2pem.scenario import load_data, load_scenario
+    from p2pem.builders import build_graph, em_settings, load_data
+    from p2pem.scenario import load_scenario
     from p2pem.simulate import max_relative_difference, run_protocol
 
     if kit.scenario_file is None:

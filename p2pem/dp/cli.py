@@ -35,9 +35,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def cmd_tradeoff(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from p2pem.dp.tradeoff import TradeoffConfig, run_tradeoff, summarize, tradeoff_figure
+    from p2pem.dp.tradeoff import run_tradeoff, summarize, tradeoff_figure
     from p2pem.runner import atomic_output, write_json
-    from p2pem.scenario import load_scenario
+    from p2pem.scenario import TradeoffConfig, load_scenario
 
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")

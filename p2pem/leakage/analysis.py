@@ -821,7 +821,7 @@ def _sweep(
 ) -> list[LeakageRun]:
     """Leakage after the last analysed iteration and EM accuracy, per initial-dual std."""
     from p2pem.runner import em_settings
-    from p2pem.scenario import load_data
+    from p2pem.builders import load_data
     from p2pem.simulate import max_relative_difference, run_protocol
 
     t0 = time.perf_counter()

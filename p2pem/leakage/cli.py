@@ -96,7 +96,7 @@ def cmd_leakage(args: argparse.Namespace) -> int:
         print("  node labels: " + ", ".join(f"{lab(i)} = id {i}" for i in range(n_nodes)))
     from p2pem.leakage.analysis import make_adversary, prepare_protocols
     from p2pem.leakage.theory import topology_report
-    from p2pem.runner import build_graph
+    from p2pem.builders import build_graph
 
     graph = build_graph(scenario)
     prepared = prepare_protocols(scenario, config, graph)  # refusals name their protocol

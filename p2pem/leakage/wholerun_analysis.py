@@ -294,14 +294,13 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
     reduction, linear in the observed messages), then one attack per (protocol, disclosed
     group, T) -- groups disclosed to several adversaries are attacked once.
     """
-    from p2pem.runner import build_graph, em_settings, protocols
-    from p2pem.scenario import load_data
+    from p2pem.builders import build_graph, build_protocols, em_settings, load_data
 
     config = config or parse_whole_run(scenario)
     parts = load_data(scenario)
     graph = build_graph(scenario)
     settings = em_settings(scenario)
-    specs = [s for s in protocols(scenario) if s.name != "centralized" and not getattr(s, "asynchronous", False)]
+    specs = [s for s in build_protocols(scenario) if s.name != "centralized" and not getattr(s, "asynchronous", False)]
     if not specs:
         raise ConfigError(f"{scenario.path}: no synchronous network protocol to analyse")
     n = len(parts)

@@ -51,7 +51,8 @@ def cmd_whole_run(args: argparse.Namespace) -> int:
     from p2pem.leakage.theory import topology_report
     from p2pem.leakage.wholerun_analysis import analyse_whole_run, parse_whole_run
     from p2pem.leakage.wholerun_plot import whole_run_figure
-    from p2pem.runner import atomic_output, build_graph, write_json
+    from p2pem.builders import build_graph
+    from p2pem.runner import atomic_output, write_json
     from p2pem.scenario import load_scenario
 
     if args.runs is not None or args.iterations is not None:

@@ -483,10 +483,5 @@ class ProtocolSpec(abc.ABC):
         return {}
 
     def params(self) -> dict:
-        """The user-settable parameters, for result files."""
-        from dataclasses import asdict
-
-        out = asdict(self)
-        for key in ("name", "exact", "asynchronous"):
-            out.pop(key, None)
-        return out
+        """The user-settable parameters (:func:`parameter_fields`), for result files."""
+        return {f.name: getattr(self, f.name) for f in parameter_fields(self)}

@@ -215,7 +215,7 @@ def e_step(X: FloatArray, params: GMMParams) -> tuple[FloatArray, FloatArray]:
     log_prob_norm : (n,) array
         log p(x_n) under the mixture.
     """
-    from scipy.special import logsumexp
+    from scipy.special import logsumexp  # here: start-up time (a node process never scores rows, and never loads SciPy)
 
     prec_chol = precision_cholesky(params.covariances)
     k = params.n_components

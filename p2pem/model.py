@@ -18,10 +18,12 @@ import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
+from p2pem.data import check_parts
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError, NotFittedError
 from p2pem.families import GAUSSIAN
 from p2pem.gmm import FloatArray, GMMParams
+from p2pem.graphs import geometric_graph
 from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
 from p2pem.simulate import RunResult, run_protocol
@@ -160,7 +162,6 @@ class DistributedGMM:
             With a 2-D ``X``: the node id (0..n-1) holding each row.  This is a simulation
             convenience so the estimator fits scikit-learn tooling.
         """
-        from p2pem.data import check_parts
         if isinstance(y, nx.Graph) and graph is None:
             graph = y
         parts = _parts(X, groups)
@@ -168,8 +169,6 @@ class DistributedGMM:
         if graph is None:
             graph = self.graph
         if graph is None:
-            from p2pem.graphs import geometric_graph
-
             graph = geometric_graph(len(parts), seed=self.random_state)
         d = int(np.asarray(parts[0]).shape[1])
         init = None if self.init is None else GAUSSIAN.params_from_dict(dict(self.init), self.n_components, d)

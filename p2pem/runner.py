@@ -14,7 +14,7 @@ from p2pem.builders import build_protocols as protocols  # re-exported under the
 from p2pem.files import atomic_output as atomic_output  # re-exported: the commands import it from here
 from p2pem.files import write_json as write_json
 from p2pem.graphs import degree_report
-from p2pem.protocols import ProtocolSpec
+from p2pem.protocols import ProtocolSpec, Topology
 from p2pem.scenario import Scenario
 from p2pem.simulate import Progress, RunResult, run_protocol
 
@@ -33,8 +33,6 @@ def graph_summary(g: nx.Graph) -> dict:
     n * m), ``diameter`` is None and ``diameter_bounds`` brackets it: a double BFS sweep from
     below, the eccentricity bounds that pdmm-sp's stopping rule uses from above.
     """
-    from p2pem.protocols.base import Topology
-
     rep = degree_report(g)
     topo = Topology.from_graph(g)
     upper = int(topo.diameter)

@@ -29,6 +29,7 @@ import numpy as np
 
 from p2pem.em import EMSettings, EMState, fit_centralized
 from p2pem.errors import ConfigError, ProtocolError
+from p2pem.graphs import check_connected
 from p2pem.families import GAUSSIAN, MixtureFamily
 from p2pem.gmm import FloatArray, relative_error
 from p2pem.messages import SERVER, Message
@@ -171,8 +172,6 @@ def run_protocol(
 
 
 def _check_graph(graph: nx.Graph | Topology, n_parts: int) -> None:
-    from p2pem.graphs import check_connected
-
     if isinstance(graph, Topology):  # 0..n-1 and connected by construction
         if graph.n_nodes != n_parts:
             raise ConfigError(f"the topology has {graph.n_nodes} nodes but the data is split over {n_parts}")

@@ -262,10 +262,10 @@ def tradeoff_figure(doc: dict, path: Path) -> None:
     Private protocols: the median over seeds with the interquartile range as a band; the
     non-private ones: flat reference lines at their median.
     """
-    import matplotlib  # here: plotting is optional and loading matplotlib costs start-up time
+    import matplotlib  # here: start-up time (matplotlib loads only for a figure)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # here: after choosing the non-interactive backend
 
     rows = summarize(doc)
     keys = [("heldout_loglik", "held-out log-likelihood per row", False), ("param_error", "max relative parameter error", True)]

@@ -35,7 +35,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runs", type=int, default=None, help="Monte Carlo runs (overrides leakage.runs)")
     p.add_argument("--iterations", type=int, default=None, help="iterations analysed (overrides leakage.iterations)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-    from p2pem.leakage.wholerun_cli import add_option
+    from p2pem.leakage.wholerun_cli import add_option  # here: start-up time, like every command module
 
     add_option(p)
     p.set_defaults(func=cmd_leakage)
@@ -44,7 +44,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def _progress(enabled: bool):
     if not enabled:
         return None
-    from tqdm import tqdm
+    from tqdm import tqdm  # here: start-up time (only a terminal run draws bars)
 
     def factory(label: str, total: int):
         # disable=None: no bar when stderr is not a terminal (logs, CI)
@@ -68,10 +68,11 @@ def _bits(v: float | None) -> str:
 
 def cmd_leakage(args: argparse.Namespace) -> int:
     if getattr(args, "whole_run", False):
-        from p2pem.leakage.wholerun_cli import cmd_whole_run
+        from p2pem.leakage.wholerun_cli import cmd_whole_run  # here: start-up time
 
         return cmd_whole_run(args)
     t_cmd = time.perf_counter()
+    # here: start-up time (a node process and `p2pem --help` load only what their command needs)
     from p2pem.leakage.analysis import analyse_scenario
     from p2pem.leakage.config import parse_leakage
     from p2pem.leakage.plots import leakage_figure, sweep_figure
@@ -94,7 +95,7 @@ def cmd_leakage(args: argparse.Namespace) -> int:
     print(f"scenario {scenario.name}: {n_nodes} nodes; {config.runs} Monte Carlo runs, {config.iterations} iterations, KSG k={config.k}")
     if config.node_labels:
         print("  node labels: " + ", ".join(f"{lab(i)} = id {i}" for i in range(n_nodes)))
-    from p2pem.leakage.analysis import make_adversary, prepare_protocols
+    from p2pem.leakage.analysis import make_adversary, prepare_protocols  # here: start-up time, as above
     from p2pem.leakage.theory import topology_report
     from p2pem.builders import build_graph
 

@@ -39,6 +39,7 @@ from scipy import special, stats
 
 from p2pem.em import EMSettings, EMState
 from p2pem.errors import ConfigError
+from p2pem.gmm import GMMParams
 from p2pem.leakage.attack import Observation, match_rows, reconstruct_rows
 from p2pem.leakage.estimators import mi_with_ci
 from p2pem.leakage.theory import disclosed_groups
@@ -198,7 +199,5 @@ def multi_iteration_leakage(
     return MultiIterationLeakage(tuple(group), tuple(iterations_seen), tuple(mi), tuple(lo), tuple(hi), tuple(exact), tuple(success))
 
 
-def _copy(p):
-    from p2pem.gmm import GMMParams
-
+def _copy(p: GMMParams) -> GMMParams:
     return GMMParams(p.weights.copy(), p.means.copy(), p.covariances.copy())

@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from p2pem.leakage.analysis import LeakageRun  # noqa: E402
 from p2pem.plots import protocol_style  # noqa: E402
@@ -91,8 +92,6 @@ def leakage_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceilin
             if col == 0:
                 ax.set_ylabel("I(X; view) [bits]")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    from matplotlib.lines import Line2D
-
     handles.append(Line2D([], [], color="black", linestyle="--", linewidth=1.0))
     labels.append("floor: what any exact protocol discloses (full disclosure: estimator ceiling)")
     handles.append(Line2D([], [], color="black", linestyle=":", linewidth=1.0))

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from p2pem.builders import build_graph, build_protocols, em_settings, load_data
 from p2pem.errors import ConfigError
 from p2pem.leakage.attack import match_rows, public_guess_error, reconstruct_rows
 from p2pem.leakage.theory import topology_report
@@ -294,8 +295,6 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
     reduction, linear in the observed messages), then one attack per (protocol, disclosed
     group, T) -- groups disclosed to several adversaries are attacked once.
     """
-    from p2pem.builders import build_graph, build_protocols, em_settings, load_data
-
     config = config or parse_whole_run(scenario)
     parts = load_data(scenario)
     graph = build_graph(scenario)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from itertools import chain
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -32,8 +33,6 @@ if TYPE_CHECKING:  # networkx and scipy.sparse load lazily: a node process needs
 
 def _csr_from_lists(neighbours: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, indices) of adjacency lists, without a Python loop per edge."""
-    from itertools import chain
-
     counts = np.fromiter((len(nb) for nb in neighbours), dtype=np.int64, count=len(neighbours))
     indptr = np.zeros(len(neighbours) + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
@@ -42,14 +41,14 @@ def _csr_from_lists(neighbours: Sequence[Sequence[int]]) -> tuple[np.ndarray, np
 
 
 def _unit_csr(indptr: np.ndarray, indices: np.ndarray):
-    import scipy.sparse as sp
+    import scipy.sparse as sp  # here: start-up time (a node process of a small graph never loads SciPy)
 
     n = indptr.size - 1
     return sp.csr_matrix((np.ones(indices.size, dtype=np.int8), indices, indptr), shape=(n, n))
 
 
 def _bfs(adj, v: int) -> np.ndarray:
-    from scipy.sparse.csgraph import shortest_path
+    from scipy.sparse.csgraph import shortest_path  # here: start-up time, as above
 
     return shortest_path(adj, unweighted=True, indices=[v])[0]
 
@@ -107,7 +106,7 @@ def eccentricity_bounds(indptr: np.ndarray, indices: np.ndarray, sweep=None) -> 
     n = indptr.size - 1
     if n <= SMALL_GRAPH:
         return _small_eccentricities(indptr, indices)
-    from scipy.sparse.csgraph import shortest_path
+    from scipy.sparse.csgraph import shortest_path  # here: start-up time (small graphs never load SciPy)
 
     adj = _unit_csr(indptr, indices)
     if n <= 2000:
@@ -199,7 +198,7 @@ class Topology:
 
         O(m log m) in NumPy; raises ProtocolError when the graph is disconnected.
         """
-        import scipy.sparse as sp
+        import scipy.sparse as sp  # here: start-up time (a node process builds its topology from lists)
 
         edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
         rows = np.concatenate([edges[:, 0], edges[:, 1]])
@@ -281,7 +280,7 @@ class Topology:
 
     def weighted_adjacency(self, weights: np.ndarray) -> sp.csr_matrix:
         """n x n CSR matrix with ``weights`` (one per directed edge, in edge order) as entries."""
-        import scipy.sparse as sp
+        import scipy.sparse as sp  # here: start-up time, as above
 
         n = self.n_nodes
         return sp.csr_matrix((weights, self.dst, self._indptr), shape=(n, n))

@@ -1,9 +1,12 @@
 """The EM loop of one node as a small state machine, shared by every engine.
 
 A node alternates two things: it *contributes* a statistics vector to a network aggregation
-and it *absorbs* the network average that comes back.  :class:`EMState` owns that loop; the
-Node (message level), the vectorised simulator and the centralised reference all drive the
-same object, so they cannot drift apart.
+and it *absorbs* the network average that comes back.  :class:`EMState` owns that loop (a
+:class:`~p2pem.task.Task`); the Node (message level), the vectorised simulator and the
+centralised reference all drive the same object through :func:`p2pem.task.drive`, so they
+cannot drift apart.  It reaches the model only through ``EMSettings.family`` (a
+:class:`~p2pem.families.base.MixtureFamily`: statistics, M-step, initialisation), so every
+family runs in the same loop.
 
 Aggregation 0 averages the global moments for the private initialisation (skipped when the
 user gives ``init``).  Aggregation t >= 1 averages the E-step statistics at theta_{t-1} plus a
@@ -228,11 +231,11 @@ class EMState:
         self.model = model
 
 
-def average(iteration: int, values: FloatArray) -> FloatArray:
-    """The exact network average of a batch of one (centralised EM's aggregation)."""
+def _pooled(iteration: int, values: FloatArray) -> FloatArray:
+    """The network average of a network of one: its own statistics."""
     return values
 
 
 def fit_centralized(X: FloatArray, settings: EMSettings) -> EMState:
     """Plain EM on pooled rows: the reference every protocol is compared with."""
-    return drive(EMState([X], settings, n_nodes=1), average)
+    return drive(EMState([X], settings, n_nodes=1), _pooled)

@@ -1,4 +1,7 @@
-"""The synthetic-data report: every metric against scipy / scikit-learn / statsmodels on the same arrays."""
+"""The synthetic-data report: every metric against scipy / scikit-learn / statsmodels on the same arrays.
+
+scikit-learn and statsmodels (with pandas) are in the ``test`` extra: a missing one fails here, not skips.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +10,21 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import jsonschema
 import numpy as np
+import pandas
 import pytest
+import sklearn.compose as sklearn_compose
+import sklearn.linear_model as sklearn_linear
+import sklearn.neighbors as sklearn_neighbors
+import sklearn.pipeline as sklearn_pipeline
+import sklearn.preprocessing as sklearn_preprocessing
+import sklearn.svm as sklearn_svm
+import statsmodels.formula.api as smf
 from scipy import stats
 
 from p2pem.errors import ConfigError, DataError
+from p2pem.schemas import load_schema as load_json_schema
 from p2pem.synth import ADULT_INCOME_REGRESSION, REPORT_FORMAT, Regression, report_figure, synth_report
 from p2pem.synth.metrics import (
     closest_distances,
@@ -25,13 +38,6 @@ from p2pem.synth.metrics import (
 from p2pem.synth.models import fit_regression, require, reproducibility, tstr_accuracy
 from p2pem.tabular import Categorical, Continuous, Schema, Table, discretize, domain_sizes, load_schema, read_table
 
-sklearn_compose = pytest.importorskip("sklearn.compose")
-sklearn_linear = pytest.importorskip("sklearn.linear_model")
-sklearn_neighbors = pytest.importorskip("sklearn.neighbors")
-sklearn_pipeline = pytest.importorskip("sklearn.pipeline")
-sklearn_preprocessing = pytest.importorskip("sklearn.preprocessing")
-sklearn_svm = pytest.importorskip("sklearn.svm")
-sm = pytest.importorskip("statsmodels.api")
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -174,8 +180,6 @@ def test_tstr_with_one_class_predicts_that_class() -> None:
 
 
 def test_fit_regression_equals_statsmodels_formula_api() -> None:
-    smf = pytest.importorskip("statsmodels.formula.api")
-    pandas = pytest.importorskip("pandas")
     rng = np.random.default_rng(8)
     table = random_table(1500, rng)
     spec = Regression("label", ("x", "colour", "n"), positive="yes")
@@ -274,6 +278,13 @@ def test_the_report_of_the_training_rows_themselves_is_perfect_and_json(tmp_path
     majority = int(np.bincount(train.column("label")).argmax())
     assert report["reference"]["majority_class"] == float(np.mean(test.column("label") == majority))
     assert report["reproducibility"]["releases"][0]["reproduced"]
+    # the document validates against its shipped JSON schema, which is not vacuous
+    schema = load_json_schema(REPORT_FORMAT)
+    jsonschema.validate(json.loads(text), schema, cls=jsonschema.Draft202012Validator)
+    broken = json.loads(text)
+    broken["releases"][1]["dcr"]["exact_copies"] = 1.5
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema, cls=jsonschema.Draft202012Validator)
     report_figure(json.loads(text), tmp_path / "report.png")
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sklearn.preprocessing as sklearn_preprocessing
 
 from p2pem.errors import ConfigError, DataError
 from p2pem.tabular import (
@@ -373,13 +374,12 @@ def test_undiscretize_draws_inside_the_bin_and_discretizes_back(small_schema: Sc
 
 
 def test_design_matrix_matches_sklearn_one_hot_encoder(small_schema: Schema) -> None:
-    preprocessing = pytest.importorskip("sklearn.preprocessing")
     rng = np.random.default_rng(2)
     codes = np.column_stack([rng.integers(0, 3, 40), rng.integers(0, 2, 40)])
     cont = np.column_stack([rng.integers(0, 101, 40), rng.uniform(0, 10, 40)])
     table = Table.from_blocks(small_schema, cont, codes)
     design = design_matrix(table)
-    encoder = preprocessing.OneHotEncoder(categories=[[0, 1, 2], [0, 1]], sparse_output=False)
+    encoder = sklearn_preprocessing.OneHotEncoder(categories=[[0, 1, 2], [0, 1]], sparse_output=False)
     hot = encoder.fit_transform(codes)
     expected = np.column_stack([cont[:, 0], hot[:, :3], cont[:, 1], hot[:, 3:]])
     assert np.array_equal(design.X, expected)

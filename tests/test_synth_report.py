@@ -300,6 +300,8 @@ def test_report_without_target_or_regression_and_its_errors() -> None:
         synth_report(train, test, other, rng=rng)
     with pytest.raises(ConfigError, match="no column 'income'"):
         synth_report(train, test, train, rng=rng, target="income")
+    with pytest.raises(ConfigError, match="target column 'x' must be categorical"):
+        synth_report(train, test, train, rng=rng, target="x")
     with pytest.raises(ConfigError, match="dcr_rows"):
         synth_report(train, test, train, rng=rng, dcr_rows=0)
     with pytest.raises(ConfigError, match="model must be one of"):

@@ -46,7 +46,7 @@ from p2pem.synth.metrics import (
     marginal_tvds,
 )
 from p2pem.synth.models import MODELS, Regression, reproducibility, single_threaded, tstr_accuracy
-from p2pem.tabular import DEFAULT_BINS, Continuous, Schema, Table, discretize, domain_sizes
+from p2pem.tabular import DEFAULT_BINS, Categorical, Continuous, Schema, Table, discretize, domain_sizes
 
 __all__ = ["REPORT_FORMAT", "REPORT_VERSION", "report_figure", "synth_report"]
 
@@ -133,8 +133,8 @@ def _report(
 ) -> dict[str, Any]:
     releases = [synthetic] if isinstance(synthetic, Table) else list(synthetic)
     schema = _check_tables(train, test, releases)
-    if target is not None:
-        schema.column(target)
+    if target is not None and not isinstance(schema.column(target), Categorical):
+        raise ConfigError(f"target column {target!r} must be categorical to be classified")
     for model in models:
         if model not in MODELS:
             raise ConfigError(f"model must be one of {', '.join(map(repr, MODELS))}, got {model!r}")

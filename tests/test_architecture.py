@@ -21,7 +21,7 @@ def import_graph(root: Path) -> nx.DiGraph:
     """Module -> imported module, over every ``import`` statement of every module under ``root``.
 
     Module names are dotted from ``root``'s name; ``from a.b import c`` counts as importing
-    ``a.b.c`` when that is a module, else ``a.b``; relative imports are resolved; imports of
+    ``a.b`` and, when it is a module, ``a.b.c``; relative imports are resolved; imports of
     other packages are left out.
     """
     modules: dict[str, Path] = {}
@@ -47,7 +47,7 @@ def import_graph(root: Path) -> nx.DiGraph:
                 if node.level:
                     up = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join(up + ([base] if base else []))
-                targets = [f"{base}.{alias.name}" for alias in node.names]
+                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
             else:
                 continue
             for target in targets:

@@ -17,16 +17,8 @@ from p2pem.deploy.broker import find_mosquitto
 from p2pem.cli import main
 from p2pem.deploy.crypto import Identity
 from p2pem.scenario import parse_broker_address
-from p2pem.deploy.config import (
-    BrokerConfig,
-    NodeConfig,
-    Roster,
-    Timeouts,
-    check_deployable,
-    load_node_data,
-    toml_dumps,
-    write_node_data,
-)
+from p2pem.deploy.config import BrokerConfig, NodeConfig, Timeouts, load_node_data, toml_dumps, write_node_data
+from p2pem.deploy.roster import Roster, check_deployable
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError
 from p2pem.protocols import Topology, make_protocol
@@ -309,7 +301,7 @@ def test_keys_new_show_and_roster(tmp_path, capsys):
 
 def test_assemble_roster_names_the_public_file_at_fault(tmp_path):
     from p2pem.deploy.keys import public_toml
-    from p2pem.deploy.roster import assemble_roster
+    from p2pem.deploy.assemble import assemble_roster
 
     scenario = tmp_path / "s.toml"
     scenario.write_text(

@@ -25,9 +25,11 @@ from hypothesis import strategies as st
 from p2pem.deploy.broker import find_mosquitto
 from p2pem.deploy.codec import Codec
 from p2pem.deploy.crypto import Identity
-from p2pem.deploy.config import NodeConfig, Roster, Timeouts
+from p2pem.deploy.config import NodeConfig, Timeouts
+from p2pem.deploy.roster import Roster
 from p2pem.deploy.kit import prepare_kit
-from p2pem.deploy.runtime import NodeRuntime, run_reported
+from p2pem.deploy.process import run_reported
+from p2pem.deploy.runtime import NodeRuntime
 from p2pem.messages import Message
 from p2pem.protocols.pdmm import NEVER
 from p2pem.runner import build_graph, em_settings, protocols

@@ -4,7 +4,7 @@
   (node ``i`` may publish only under its own topics) and one plain password per user;
 * :func:`public_path`, :func:`public_toml` -- the public half of a node's identity as the
   small TOML file a node's owner sends to whoever assembles the roster
-  (:func:`p2pem.deploy.roster.assemble_roster`).
+  (:func:`p2pem.deploy.assemble.assemble_roster`).
 
 The identities themselves (key generation, signing, sealing) live in :mod:`p2pem.deploy.crypto`,
 the only importer of ``cryptography``; this module only lays their files out.

@@ -31,15 +31,9 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from p2pem.deploy.config import (
-    BrokerConfig,
-    NodeConfig,
-    Roster,
-    Timeouts,
-    check_deployable,
-    write_node_data,
-)
+from p2pem.deploy.config import BrokerConfig, NodeConfig, Timeouts, write_node_data
 from p2pem.deploy.keys import public_path, public_toml, write_broker_auth
+from p2pem.deploy.roster import Roster, check_deployable
 from p2pem.errors import ConfigError
 from p2pem.files import atomic_write, write_json
 from p2pem.tomltable import read_toml

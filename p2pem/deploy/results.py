@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from p2pem.deploy.config import Roster
+from p2pem.deploy.roster import Roster
 from p2pem.deploy.kit import Kit
 from p2pem.deploy.supervise import DeploymentFailed
 from p2pem.errors import ConfigError, ProtocolError

@@ -1,0 +1,154 @@
+"""Admission: what a node accepts from the wire, decided without any I/O.
+
+:meth:`Admission.admit` takes one received ``(topic, payload)`` and returns a verdict; it
+logs nothing, sends nothing and reads no clock, so each rule below is a unit test away.
+A message is admitted only if, in this order:
+
+1. it is not empty (a broker delivers an empty payload when someone clears a retained
+   message: it carries nothing, :class:`Ignored`);
+2. its topic is a topic of this run (:class:`Rejected` ``BadTopic``);
+3. it is a well-formed envelope of this run and launch that lists this node among its
+   receivers, this node's tag verifies under the edge key of the claimed sender, and its
+   sealed payload, if any, authenticates (:meth:`~p2pem.deploy.codec.Codec.decode`).  A tag
+   that verifies on a message that is otherwise inconsistent or whose seal does not open
+   proves that the sender wrote it: :class:`Convicted`.  Without a valid tag anyone on the
+   path may have made it: :class:`Rejected` with the codec's reason;
+4. the topic names the same sender (and receiver) as the authenticated header
+   (``TopicMismatch``);
+5. it comes from a current neighbour (``NotNeighbour``);
+6. it lies in the iteration window: a control message (iteration -1), or a message of an
+   EM iteration no further ahead than the next one (``OutOfRound``); any other negative
+   iteration is a violation.  Checked before the replay guard, so a member cannot fill the
+   guard with messages for far-away iterations;
+7. :class:`~p2pem.deploy.codec.ReplayGuard` has not accepted it before: an identical copy
+   (MQTT QoS 1 delivers at least once) is :class:`Ignored`, a different message under the
+   same identity is a replay or an equivocation by its authenticated sender
+   (:class:`Convicted`).
+
+What the message says (its fields, payload and place in the protocol) is checked afterwards
+by the protocol's state machine (:meth:`p2pem.node.Node.check`) and by the control messages'
+own checks (:mod:`p2pem.deploy.control`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from p2pem.deploy.codec import Codec, InconsistentMessage, InvalidMessage, NotAddressed, ReplayedMessage, ReplayGuard, TamperedMessage
+from p2pem.deploy.transports.base import Incoming, parse_topic
+from p2pem.errors import TransportError
+from p2pem.messages import Message
+
+__all__ = ["CONTROL", "Admission", "Admitted", "Convicted", "Ignored", "Rejected", "Verdict"]
+
+#: Iteration number of control messages (hello, final, bye, abort, drop); the Node never sees them.
+CONTROL = -1
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """Authentic, fresh, from a neighbour, in the window: hand it on."""
+
+    msg: Message
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """Nothing to act on; ``counter`` names the count it adds to.
+
+    ``empty`` (a cleared retained message), ``not_addressed`` (a multicast for other
+    neighbours of the sender), ``duplicates`` (an identical copy; ``msg`` is set).
+    """
+
+    counter: str
+    msg: Message | None = None
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """Refused and logged, nobody blamed (no valid tag, so anyone may have made it, or harmless)."""
+
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Convicted:
+    """Only the authenticated ``culprit`` can have sent this: a protocol violation."""
+
+    culprit: int
+    detail: str
+
+
+Verdict = Union[Admitted, Ignored, Rejected, Convicted]
+
+
+class Admission:
+    """The admission rules of one node (see the module docstring).
+
+    Parameters
+    ----------
+    run_id : str
+    codec : Codec
+        This node's codec (keys, launch nonce, generation).
+    node_id : int
+    guard : ReplayGuard, optional
+        A fresh one by default.
+    """
+
+    def __init__(self, run_id: str, codec: Codec, node_id: int, guard: ReplayGuard | None = None) -> None:
+        self.run_id = run_id
+        self.codec = codec
+        self.node_id = int(node_id)
+        self.guard = ReplayGuard() if guard is None else guard
+
+    def admit(self, incoming: Incoming, neighbours: frozenset[int], iteration: int) -> Verdict:
+        """The verdict on one received message.
+
+        Parameters
+        ----------
+        incoming : Incoming
+            Topic and payload as the link delivered them.
+        neighbours : frozenset of int
+            The current neighbours (without any dropped node).
+        iteration : int
+            The EM iteration this node is in (0 before it started).
+        """
+        if not incoming.payload:
+            return Ignored("empty")
+        try:
+            t_sender, t_receiver = parse_topic(self.run_id, incoming.topic)
+        except TransportError as exc:
+            return Rejected("BadTopic", str(exc))
+        try:
+            msg = self.codec.decode(incoming.payload)
+        except NotAddressed as exc:
+            if t_receiver is None:  # a multicast on .../all for some of the sender's neighbours
+                return Ignored("not_addressed")
+            return Rejected("NotAddressed", str(exc))
+        except (TamperedMessage, InconsistentMessage) as exc:
+            # The tag verified, so the claimed sender wrote this (the tag covers every byte).
+            return Convicted(self.codec.parse(incoming.payload).sender, str(exc))
+        except InvalidMessage as exc:
+            return Rejected(type(exc).__name__, str(exc))
+        if msg.sender != t_sender or (t_receiver is not None and tuple(msg.receivers) != (t_receiver,)):
+            return Rejected("TopicMismatch", f"message authenticated as from node {msg.sender} arrived on topic {incoming.topic!r}")
+        if self.node_id not in msg.receivers:
+            return Ignored("not_addressed")
+        if msg.sender not in neighbours:
+            return Rejected("NotNeighbour", f"message from node {msg.sender}, which is not a neighbour")
+        if msg.iteration < CONTROL:
+            return Convicted(msg.sender, f"{msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}")
+        if msg.iteration > iteration + 1:
+            return Rejected(
+                "OutOfRound", f"{msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}, this node is in EM iteration {iteration}"
+            )
+        try:
+            fresh = self.guard.admit(msg, incoming.payload)
+        except ReplayedMessage as exc:
+            # Only the authenticated sender can have written both: it equivocates.
+            return Convicted(msg.sender, str(exc))
+        if not fresh:
+            return Ignored("duplicates", msg)
+        return Admitted(msg)

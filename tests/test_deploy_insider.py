@@ -40,7 +40,7 @@ from test_deploy_memory import INSIDER, Insider
 
 pytestmark = [
     pytest.mark.mqtt,
-    pytest.mark.skipif(find_mosquitto() is None or find_mosquitto("mosquitto_passwd") is None, reason="mosquitto is not installed"),
+    pytest.mark.skipif(find_mosquitto() is None, reason="mosquitto is not installed (apt-get install mosquitto)"),
 ]
 
 

@@ -178,6 +178,8 @@ class NodeRuntime:
         NodeFailure, TransportError, ProtocolError
             With a one-line message naming this node, the culprit and the round.
         """
+        if self.clock is loop_clock:  # the same clock, one call less on every message
+            self.clock = self.outbox.clock = asyncio.get_running_loop().time
         self._t0 = self.clock()
         self.timings["started_unix"] = time.time()
         try:
@@ -327,21 +329,9 @@ class NodeRuntime:
         verdict = self.admission.admit(incoming, self._nbr_set, self.node.iteration)
         if incoming.payload:
             self.counters["received"] += 1
-        if isinstance(verdict, Ignored):
-            self.counters[verdict.counter] += 1
-            msg = verdict.msg
-            if msg is not None and 0 <= msg.iteration < self.node.iteration:
-                log.info(
-                    "node %d: ignored a replayed or late duplicate %s message from node %d (EM iteration %d, round %d)",
-                    self.node_id, msg.kind, msg.sender, msg.iteration, msg.round,
-                )
+        if not isinstance(verdict, Admitted):
+            self._not_admitted(verdict)
             return
-        if isinstance(verdict, Rejected):
-            self._reject(verdict.reason, verdict.detail)
-            return
-        if isinstance(verdict, Convicted):
-            raise NodeFailure(Reason.VIOLATION, self.node_id, f"in {self.where()}: {verdict.detail}", (verdict.culprit,))
-        assert isinstance(verdict, Admitted)
         msg = verdict.msg
         if msg.iteration == CONTROL:
             t0 = time.thread_time()
@@ -364,6 +354,20 @@ class NodeRuntime:
             self._buffer.append(msg)
             return
         await self._deliver(msg)
+
+    def _not_admitted(self, verdict: Ignored | Rejected | Convicted) -> None:
+        if isinstance(verdict, Ignored):
+            self.counters[verdict.counter] += 1
+            msg = verdict.msg
+            if msg is not None and 0 <= msg.iteration < self.node.iteration:
+                log.info(
+                    "node %d: ignored a replayed or late duplicate %s message from node %d (EM iteration %d, round %d)",
+                    self.node_id, msg.kind, msg.sender, msg.iteration, msg.round,
+                )
+        elif isinstance(verdict, Rejected):
+            self._reject(verdict.reason, verdict.detail)
+        else:
+            raise NodeFailure(Reason.VIOLATION, self.node_id, f"in {self.where()}: {verdict.detail}", (verdict.culprit,))
 
     def _violated(self, exc: ProtocolViolation) -> NodeFailure:
         return NodeFailure(Reason.VIOLATION, self.node_id, f"in {self.where()}: {exc}", (exc.sender,))

@@ -445,3 +445,36 @@ def test_survivors_with_different_step_parameters_stop_instead_of_agreeing_on_a_
     # its messages of the new attempt do not authenticate, so its neighbours wait for it and name it
     assert all(results[i][1]["wire"]["rejected"].get("ForgedMessage", 0) > 0 for i in roster.neighbours[odd] if i != victim)
     assert all(re.search(rf"waiting for node {odd}\b", results[i][1]["error"]) for i in survivors if i != odd and odd in roster.neighbours[i])
+
+
+def test_another_protocol_runs_through_the_unchanged_runtime(kit, tmp_path, monkeypatch):
+    """secure-sum (a ring, sealed hops, one message per node and round, a different node to
+    wait for) through the very runtime that runs pdmm-sp: only the roster and the deployability
+    check differ.  The runtime learns the protocol's kinds, secrets and whom to wait for from
+    the protocol's declarations, so the result equals `p2pem simulate` of secure-sum."""
+    import p2pem.deploy.roster as roster_module
+    from p2pem.protocols.exact import SecureSum
+
+    kit, _ = kit
+    scenario = load_scenario(kit.scenario_file)
+    graph, spec = build_graph(scenario), SecureSum()
+    ring = spec.topology(graph).ring
+    doc = Roster.load(kit.roster_path).to_document()
+    doc["protocol"] = {"name": spec.name, **spec.params()}
+    doc["topology"]["ring"] = list(ring)
+    monkeypatch.setattr(roster_module, "check_deployable", lambda spec: None)  # what issue 22's kit will do for real
+    ring_kit = replace(kit, root=tmp_path / "ring")  # the same keys and data, another roster
+    roster_path = ring_kit.roster_path
+    roster_path.parent.mkdir()
+    roster_path.write_text(roster_module.toml_dumps(doc))
+    for i in range(kit.n_nodes):
+        ring_kit.node_dir(i).mkdir(parents=True)
+        replace(NodeConfig.load(kit.config_path(i)), roster=roster_path).save(ring_kit.config_path(i))
+    broker = MemoryBroker()
+    results = run_in_memory(ring_kit, tmp_path / "out", broker=broker)
+    sim = run_protocol(load_data(scenario), graph, spec, em_settings(scenario), seed=scenario.streams()["protocol"])
+    assert [code for code, _ in results] == [0] * kit.n_nodes, [rep["error"] for _, rep in results]
+    assert all(exact(rep, sim) for _, rep in results)
+    observer = Codec(Roster.load(roster_path).run_id, Roster.load(roster_path).public_keys())
+    kinds = Counter((env.kind, env.encrypted) for env in (observer.parse(p) for _, p in broker.published) if env.iteration >= 0)
+    assert set(kinds) == {("ring", True), ("result", False)}  # the ring's hops sealed, as the protocol declares

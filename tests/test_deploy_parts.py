@@ -21,7 +21,8 @@ from p2pem.deploy.transports.base import AccessRefused, Incoming, topic_for
 from p2pem.deploy.watchdog import Watchdog
 from p2pem.errors import ConfigError, ProtocolError, TransportError
 from p2pem.messages import Message
-from p2pem.protocols.base import ProtocolViolation
+from p2pem.protocols.base import NodeContext, ProtocolViolation, Topology
+from p2pem.protocols.pdmm import PdmmSP
 
 RUN = "parts-1"
 LAUNCH = b"\x07" * 16
@@ -96,6 +97,12 @@ def test_admission_convicts_only_the_authenticated_sender(codecs):
     assert isinstance(twin, Convicted) and twin.culprit == 0 and "two different 'primal' messages" in twin.detail
     negative = admission.admit(wire(codecs, primal(2, -5)), nbrs, 0)
     assert negative == Convicted(2, "primal message from node 2 for EM iteration -5")
+    # a kind the protocol does not declare, however well formed
+    declared = Admission(RUN, codecs[1], 1, kinds=PdmmSP().message_kinds)
+    ring = Message(0, (1,), 0, 1, "ring", (5,), True)
+    odd = declared.admit(wire(codecs, ring), nbrs, 0)
+    assert isinstance(odd, Convicted) and odd.culprit == 0 and "check 'kind'" in odd.detail and len(declared.guard) == 0
+    assert isinstance(declared.admit(wire(codecs, primal(0, 0)), nbrs, 0), Admitted)
 
 
 def test_admission_window_comes_before_the_replay_guard(codecs):
@@ -340,3 +347,51 @@ def test_virtual_time_jumps_to_the_next_timer_and_reports_a_deadlock():
         assert loop.time() == 1.5
     finally:
         loop.close()
+
+
+# ----------------------------------------------------------------------------- the Node as a deployment drives it
+
+
+def em_node(node_id: int, topology: Topology, seed: int = 0):
+    from p2pem.em import EMSettings
+    from p2pem.node import Node
+
+    X = np.random.default_rng(seed + node_id).normal(size=(6, 2))
+    node = Node(NodeContext(node_id, topology, np.random.default_rng(seed)), X, EMSettings(n_components=2, max_iter=2, init_seed=1), PdmmSP())
+    node.validate = True
+    return node
+
+
+def test_node_keeps_what_arrives_before_it_starts_up_to_the_protocols_bound():
+    """pdmm-sp declares one message ahead (a dual-init): a neighbour's first primal needs this
+    node's dual-init, sent only when it begins.  A second one from the same sender is a violation."""
+    topology = Topology(4, NEIGHBOURS, 2)
+    a, b = em_node(1, topology), em_node(0, topology)
+    first = [m for m in b.start() if m.receivers == (1,)]
+    assert [m.kind for m in first] == ["dual-init"] and PdmmSP().max_ahead == 1
+    assert a.receive(first[0]) == [] and a.awaiting() == ()  # kept: a has not begun
+    with pytest.raises(ProtocolViolation, match="check 'ahead'") as info:
+        a.receive(Message(0, (1,), 0, 1, "primal", np.zeros(3), False, (0, 0)))
+    assert info.value.sender == 0
+    out = em_node(1, topology).start()
+    assert {m.kind for m in out} == {"dual-init"}
+
+
+def test_node_restarted_over_survivors_speaks_in_the_ids_of_the_full_graph():
+    """After node 1 drops out of the square-with-diagonal, the survivors 0, 2, 3 run on a
+    relabelled triangle; the Node translates, so every message keeps the full graph's ids,
+    and a violation names its sender by that id."""
+    topology = Topology(4, NEIGHBOURS, 2)
+    node = em_node(2, topology)
+    node.start()
+    survivors = (0, 2, 3)
+    triangle = Topology(3, ((1, 2), (0, 2), (0, 1)), 1)
+    out = node.restart(NodeContext(1, triangle, np.random.default_rng(0)), survivors)
+    assert node.node_id == 2 and {m.sender for m in out} == {2} and sorted(m.receivers for m in out) == [(0,), (3,)]
+    assert node.awaiting() == (0, 3) and node.round == 0
+    with pytest.raises(ProtocolViolation, match="addressed to a node that dropped out") as info:
+        node.check(Message(3, (0, 1, 2), 0, 1, "primal", np.zeros(3), False, (0, 0)))
+    assert info.value.sender == 3
+    with pytest.raises(ProtocolViolation) as info:
+        node.check(Message(3, (0, 2), 0, 0, "dual-init", np.zeros(3), False))  # not sealed
+    assert info.value.sender == 3 and info.value.check == "header"

@@ -18,8 +18,9 @@ A message is admitted only if, in this order:
 5. it comes from a current neighbour (``NotNeighbour``);
 6. it lies in the iteration window: a control message (iteration -1), or a message of an
    EM iteration no further ahead than the next one (``OutOfRound``); any other negative
-   iteration is a violation.  Checked before the replay guard, so a member cannot fill the
-   guard with messages for far-away iterations;
+   iteration is a violation, and so is a protocol message of a kind the protocol does not
+   declare (:attr:`~p2pem.protocols.base.ProtocolSpec.message_kinds`).  Checked before the
+   replay guard, so a member cannot fill the guard with messages for far-away iterations;
 7. :class:`~p2pem.deploy.codec.ReplayGuard` has not accepted it before: an identical copy
    (MQTT QoS 1 delivers at least once) is :class:`Ignored`, a different message under the
    same identity is a replay or an equivocation by its authenticated sender
@@ -39,6 +40,7 @@ from p2pem.deploy.codec import Codec, InconsistentMessage, InvalidMessage, NotAd
 from p2pem.deploy.transports.base import Incoming, parse_topic
 from p2pem.errors import TransportError
 from p2pem.messages import Message
+from p2pem.protocols.base import ProtocolViolation
 
 __all__ = ["CONTROL", "Admission", "Admitted", "Convicted", "Ignored", "Rejected", "Verdict"]
 
@@ -93,14 +95,18 @@ class Admission:
     codec : Codec
         This node's codec (keys, launch nonce, generation).
     node_id : int
+    kinds : frozenset of str, optional
+        The protocol's message kinds (:attr:`~p2pem.protocols.base.ProtocolSpec.message_kinds`);
+        a protocol message of another kind convicts its sender.  None: any kind.
     guard : ReplayGuard, optional
         A fresh one by default.
     """
 
-    def __init__(self, run_id: str, codec: Codec, node_id: int, guard: ReplayGuard | None = None) -> None:
+    def __init__(self, run_id: str, codec: Codec, node_id: int, *, kinds: frozenset[str] | None = None, guard: ReplayGuard | None = None) -> None:
         self.run_id = run_id
         self.codec = codec
         self.node_id = int(node_id)
+        self.kinds = kinds
         self.guard = ReplayGuard() if guard is None else guard
 
     def admit(self, incoming: Incoming, neighbours: frozenset[int], iteration: int) -> Verdict:
@@ -140,6 +146,9 @@ class Admission:
             return Rejected("NotNeighbour", f"message from node {msg.sender}, which is not a neighbour")
         if msg.iteration < CONTROL:
             return Convicted(msg.sender, f"{msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}")
+        if msg.iteration != CONTROL and self.kinds is not None and msg.kind not in self.kinds:
+            v = ProtocolViolation(msg.sender, msg.iteration, msg.round, "kind", f"{msg.kind!r} is not a message kind of this protocol")
+            return Convicted(msg.sender, str(v))
         if msg.iteration > iteration + 1:
             return Rejected(
                 "OutOfRound", f"{msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}, this node is in EM iteration {iteration}"

@@ -33,7 +33,7 @@ import os
 import signal
 import struct
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,7 +50,7 @@ from p2pem.deploy.transports.base import ConnectionLost, Incoming, Link, LinkTim
 from p2pem.deploy.watchdog import Watchdog
 from p2pem.errors import P2pemError, ProtocolError, TransportError
 from p2pem.messages import Message
-from p2pem.node import MAX_AHEAD, EMFailed, OutOfRound
+from p2pem.node import EMFailed, OutOfRound
 from p2pem.protocols import NodeContext
 from p2pem.protocols.base import ProtocolViolation
 
@@ -128,7 +128,7 @@ class NodeRuntime:
         self.costs: dict[str, float] = {"validate_s": 0.0, "control_s": 0.0}
         # the parts
         self.handshake = Handshake(i, roster.digest(), public_parameters_digest(self.spec, self.node.ctx.topology), self.counters)
-        self.admission = Admission(self.run_id, self.codec, i)
+        self.admission = Admission(self.run_id, self.codec, i, kinds=self.spec.message_kinds)
         self.outbox = Outbox(self.link, self.codec, self.run_id, i, self.clock, self.timeouts.reconnect_s, self.counters)
         self.signer = Signer(setup.identity, roster.keys, self.run_id, launch, roster.neighbours)
         self.agreement = Agreement(i, model_size(self.node.em))
@@ -139,11 +139,6 @@ class NodeRuntime:
         self.error: P2pemError | None = None
         self.dropped: dict[int, dict[str, int]] = {}
         self._byes: set[int] = set()
-        # after a drop the Node runs on the survivors' graph, relabelled 0..n'-1
-        self._global: list[int] | None = None
-        self._local: dict[int, int] | None = None
-        self._buffer: list[Message] = []
-        self._seen: dict[tuple[int, int], set[int]] = defaultdict(set)
         self._tick = min(0.2, self.timeouts.heartbeat_s / 2)
         self._next_check = -math.inf
         self._reported_iter = -1
@@ -157,10 +152,7 @@ class NodeRuntime:
             if self.agreement.mine is not None and self.status != "finished":
                 return f"the final agreement after EM iteration {self.node.iteration}"
             return f"EM iteration {self.node.iteration} (finished)"
-        return f"EM iteration {self.node.iteration}, protocol round {self._round()}"
-
-    def _round(self) -> int:
-        return int(getattr(self.node.agg, "round", 0) or 0)
+        return f"EM iteration {self.node.iteration}, protocol round {self.node.round}"
 
     def _elapsed(self) -> float:
         return self.clock() - self._t0
@@ -273,13 +265,12 @@ class NodeRuntime:
         self.watchdog.check(awaited, now, self.where(), bool(self.node.rounds))
 
     def awaiting(self) -> list[int]:
-        """Neighbours whose message for the current protocol round (or final model) has not arrived."""
+        """Neighbours whose message the protocol waits for now (or whose final model has not arrived)."""
         if not self.started:
             return []
         if self.node.done:
             return [j for j in self.neighbours if j not in self.agreement.agreed] if self.agreement.mine is not None else []
-        got = self._seen.get((self.node.iteration, self._round()), set())
-        return [j for j in self.neighbours if j not in got]
+        return list(self.node.awaiting())
 
     async def _start(self) -> None:
         self.started = True
@@ -290,10 +281,7 @@ class NodeRuntime:
         log.info("node %d: every neighbour is online, starting the protocol", self.node_id)
         if self.progress is not None:
             self.progress("online", 0, self.node.em.settings.max_iter)
-        await self._send(self.node.start())
-        buffered, self._buffer = self._buffer, []
-        for msg in buffered:
-            await self._deliver(msg)
+        await self._send(self.node.start())  # with what neighbours sent before (the Node kept it)
         self._after_progress()
 
     async def _agree(self) -> None:
@@ -342,16 +330,6 @@ class NodeRuntime:
             if self.handshake.start_due:  # started here, outside the control messages' CPU account
                 self.handshake.start_due = False
                 await self._start()
-            return
-        if not self.started:
-            if sum(m.sender == msg.sender for m in self._buffer) >= MAX_AHEAD:
-                raise NodeFailure(
-                    Reason.VIOLATION,
-                    self.node_id,
-                    f"node {msg.sender} sent more than {MAX_AHEAD} messages before every neighbour was online",
-                    (msg.sender,),
-                )
-            self._buffer.append(msg)
             return
         await self._deliver(msg)
 
@@ -438,7 +416,7 @@ class NodeRuntime:
             raise NodeFailure(
                 Reason.CANNOT_CONTINUE, me, f"node {k} fell silent in {self.where()} (noticed by node {origin}) and the run cannot go on: {exc}", (k,)
             ) from None
-        self.dropped[k] = {"node": k, "iteration": it, "detected_by": origin, "round": self._round()}
+        self.dropped[k] = {"node": k, "iteration": it, "detected_by": origin, "round": self.node.round}
         self.neighbours = tuple(j for j in self.neighbours if j != k)
         self._nbr_set = frozenset(self.neighbours)
         # tell the neighbours before anything of the new attempt goes out (the broker keeps each
@@ -451,12 +429,9 @@ class NodeRuntime:
         digest = public_parameters_digest(self.spec, topology).to_bytes(32, "big")
         self.codec.set_generation(b"".join(struct.pack(">i", j) for j in sorted(dropped)) + digest)
         self.admission.guard.forget_from(it)
-        for key in [key for key in self._seen if key[0] >= it]:
-            del self._seen[key]
         self.outbox.forget()
-        self._global, self._local = survivors, {g: i for i, g in enumerate(survivors)}
         log.warning("node %d: dropped node %d (noticed by node %d); re-running EM iteration %d over %d nodes", me, k, origin, it, len(survivors))
-        out = self.node.restart(NodeContext(self._local[me], topology, self.node.ctx.rng))
+        out = self.node.restart(NodeContext(survivors.index(me), topology, self.node.ctx.rng), survivors)
         self.watchdog.restart(self.neighbours, self.clock())
         await self._send(out)
         self._after_progress()
@@ -466,24 +441,17 @@ class NodeRuntime:
         log.warning("node %d: rejected a message (%s): %s", self.node_id, reason, detail)
 
     async def _deliver(self, msg: Message) -> None:
-        local = msg
-        if self._local is not None:
-            ids = self._local
-            if msg.sender not in ids or any(r not in ids for r in msg.receivers):
-                raise NodeFailure(Reason.VIOLATION, self.node_id, f"in {self.where()}: {msg.kind} message from node {msg.sender} addressed to a dropped node", (msg.sender,))
-            local = Message(ids[msg.sender], tuple(ids[r] for r in msg.receivers), msg.iteration, msg.round, msg.kind, msg.payload, msg.encrypted, msg.meta)
+        """Hand a protocol message to the Node (which keeps one for an aggregation it has not begun)."""
         try:
             t0 = time.thread_time()
-            self.node.check(local)
+            self.node.check(msg)
             self.costs["validate_s"] += time.thread_time() - t0
-            out = self.node.receive(local)
+            out = self.node.receive(msg)
         except OutOfRound as exc:
             self._reject("OutOfRound", str(exc))
             return
         except ProtocolViolation as exc:
-            # Possibly about a queued message of another sender, checked as its aggregation began.
-            if self._global is not None:
-                exc = ProtocolViolation(self._global[exc.sender], exc.iteration, exc.round, exc.check, exc.detail)
+            # possibly about a queued message of another sender, checked as its aggregation began
             raise self._violated(exc) from None
         except EMFailed as exc:
             detail = str(exc).removeprefix(f"node {self.node.node_id}: ")
@@ -496,7 +464,6 @@ class NodeRuntime:
             ) from None
         now = self.clock()
         self.watchdog.heard(msg.sender, now)
-        self._seen[(msg.iteration, msg.round)].add(msg.sender)
         self.watchdog.progressed(now)
         if out:
             await self._send(out)
@@ -511,23 +478,16 @@ class NodeRuntime:
             # is refused by the Node as out of round.  Control keys are guarded by sequence
             # numbers instead (see the Handshake).
             self.admission.guard.forget_before(it - 1)
-            for key in [k for k in self._seen if k[0] < it - 1]:
-                del self._seen[key]
             if self.progress is not None and n_iter > 0:
                 self.progress("progress", n_iter, self.node.em.settings.max_iter)
 
     # ------------------------------------------------------------------ sending
 
     async def _send(self, msgs: Sequence[Message]) -> None:
-        g = self._global
-        if g is not None:
-            msgs = [
-                Message(g[m.sender], tuple(g[r] for r in m.receivers), m.iteration, m.round, m.kind, m.payload, m.encrypted, m.meta) if m.iteration >= 0 else m
-                for m in msgs
-            ]
+        secret = self.spec.secret_kinds
         for m in msgs:
-            if m.kind == "dual-init" and not m.encrypted:
-                raise ProtocolError(f"node {self.node_id}: refusing to publish an initial dual in clear")
+            if m.kind in secret and not m.encrypted:
+                raise ProtocolError(f"node {self.node_id}: refusing to publish a {m.kind} message in clear (its payload is secret)")
         await self.outbox.send(msgs, len(self.neighbours))
 
     async def _send_hello(self) -> None:
@@ -548,7 +508,7 @@ class NodeRuntime:
     async def _abort(self, reason: Reason, culprits: Sequence[int]) -> None:
         """Tell the neighbours (retained) that the run stops, signed by this node."""
         if self.link.connected:
-            msg = self.signer.abort(self.node_id, self.neighbours, reason, self.node.iteration, self._round(), culprits)
+            msg = self.signer.abort(self.node_id, self.neighbours, reason, self.node.iteration, self.node.round, culprits)
             await self.outbox.publish_retained(msg, ABORT_PUBLISH_S)
 
     # ------------------------------------------------------------------ report
@@ -562,7 +522,7 @@ class NodeRuntime:
             node=self.node,
             status=self.status,
             error=self.error,
-            protocol_round=None if self.node.done else self._round(),
+            protocol_round=None if self.node.done else self.node.round,
             n_rows=self.n_rows,
             dropped=list(self.dropped.values()),
             counters=self.counters,

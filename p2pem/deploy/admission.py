@@ -21,7 +21,7 @@ A message is admitted only if, in this order:
    iteration is a violation, and so is a protocol message of a kind the protocol does not
    declare (:attr:`~p2pem.protocols.base.ProtocolSpec.message_kinds`).  Checked before the
    replay guard, so a member cannot fill the guard with messages for far-away iterations;
-7. :class:`~p2pem.deploy.codec.ReplayGuard` has not accepted it before: an identical copy
+7. :class:`ReplayGuard` has not accepted it before: an identical copy
    (MQTT QoS 1 delivers at least once) is :class:`Ignored`, a different message under the
    same identity is a replay or an equivocation by its authenticated sender
    (:class:`Convicted`).
@@ -33,16 +33,18 @@ own checks (:mod:`p2pem.deploy.control`).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Union
 
-from p2pem.deploy.codec import Codec, InconsistentMessage, InvalidMessage, NotAddressed, ReplayedMessage, ReplayGuard, TamperedMessage
+from p2pem.deploy.codec import Codec, InconsistentMessage, InvalidMessage, NotAddressed, ReplayedMessage, TamperedMessage
+from p2pem.deploy.crypto import MAC_SIZE
 from p2pem.deploy.transports.base import Incoming, parse_topic
 from p2pem.errors import TransportError
 from p2pem.messages import Message
 from p2pem.protocols.base import ProtocolViolation
 
-__all__ = ["CONTROL", "Admission", "Admitted", "Convicted", "Ignored", "Rejected", "Verdict"]
+__all__ = ["CONTROL", "Admission", "Admitted", "Convicted", "Ignored", "Rejected", "ReplayGuard", "Verdict", "replay_key"]
 
 #: Iteration number of control messages (hello, final, bye, abort, drop); the Node never sees them.
 CONTROL = -1
@@ -84,6 +86,90 @@ class Convicted:
 
 
 Verdict = Union[Admitted, Ignored, Rejected, Convicted]
+
+
+def replay_key(msg: Message) -> tuple[int, int, int, str, tuple[int, ...]]:
+    """The identity of a message: ``(sender, iteration, round, kind, receivers)``.
+
+    An honest sender emits at most one message per key, which is what lets
+    :class:`ReplayGuard` tell an MQTT duplicate from an equivocation.
+    """
+    return (msg.sender, msg.iteration, msg.round, msg.kind, tuple(msg.receivers))
+
+
+class ReplayGuard:
+    """Tell MQTT duplicates from replays and equivocations among verified messages.
+
+    MQTT QoS 1 delivers at least once, so the same envelope may arrive twice; that is
+    harmless and :meth:`admit` says "ignore".  A *different* envelope under an already
+    accepted :func:`replay_key` is either an old message replayed by an attacker into
+    a new context or a sender equivocating (saying different things to the same
+    audience); both are rejected.
+
+    Feed it only messages that passed :meth:`~p2pem.deploy.codec.Codec.decode`; otherwise a forger could
+    poison a key before the honest message arrives.
+
+    Examples
+    --------
+    >>> guard = ReplayGuard()
+    >>> msg = Message(0, (1,), 0, 0, "primal", (5,))
+    >>> guard.admit(msg, b"envelope-bytes"), guard.admit(msg, b"envelope-bytes")
+    (True, False)
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, int, int, str, tuple[int, ...]], bytes] = {}
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def admit(self, msg: Message, data: bytes) -> bool:
+        """Record ``msg`` received as ``data``.
+
+        Parameters
+        ----------
+        msg : Message
+            The decoded message.
+        data : bytes
+            The envelope it was decoded from.
+
+        Returns
+        -------
+        bool
+            True for a new message (process it), False for a byte-identical
+            duplicate (ignore it).
+
+        Raises
+        ------
+        ReplayedMessage
+            If a different envelope was already accepted under the same key.
+        """
+        key = replay_key(msg)
+        # Hash what the tags cover, not the tags: an identical message is identical
+        # whatever its authenticator.
+        digest = hashlib.sha256(memoryview(data)[: len(data) - MAC_SIZE * len(msg.receivers)]).digest()
+        seen = self._seen.get(key)
+        if seen is None:
+            self._seen[key] = digest
+            return True
+        if seen == digest:
+            return False
+        raise ReplayedMessage(
+            f"node {msg.sender} sent two different {msg.kind!r} messages for iteration {msg.iteration} "
+            f"round {msg.round} to {msg.receivers} (replay or equivocation)"
+        )
+
+    def forget_from(self, iteration: int) -> None:
+        """Drop the keys of iterations ``iteration`` and later (their aggregation runs again)."""
+        self._seen = {k: v for k, v in self._seen.items() if not 0 <= iteration <= k[1]}
+
+    def forget_before(self, iteration: int) -> None:
+        """Drop the keys of iterations before ``iteration`` to bound memory in long runs.
+
+        Only safe once no message of those iterations can still be accepted (the
+        caller must reject them by iteration number instead).
+        """
+        self._seen = {k: v for k, v in self._seen.items() if k[1] >= iteration}
 
 
 class Admission:

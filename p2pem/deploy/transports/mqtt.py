@@ -13,7 +13,7 @@ so the broker ACL (:mod:`p2pem.deploy.broker`) can give node ``i`` write access 
 ``p2pem/<run>/from/<i>/#`` only.
 
 Delivery is MQTT QoS 1 (at least once): duplicates are possible and are filtered by
-:class:`p2pem.deploy.codec.ReplayGuard`.  Incoming messages go to an unbounded queue, so the
+:class:`p2pem.deploy.admission.ReplayGuard`.  Incoming messages go to an unbounded queue, so the
 link never drops a message it has received; a lost connection is reported as
 :class:`ConnectionLost` and repaired only when the caller calls :meth:`MqttLink.reconnect`.
 
@@ -280,7 +280,7 @@ class MqttLink(Inbox):
         Messages received before the loss stay in the queue.  Messages the broker
         held for this client are lost with a broker restart: the caller must
         re-publish what its peers may have missed (envelopes are deterministic, so
-        a re-publish is an identical duplicate to :class:`~p2pem.deploy.codec.ReplayGuard`).
+        a re-publish is an identical duplicate to :class:`~p2pem.deploy.admission.ReplayGuard`).
 
         Parameters
         ----------

@@ -356,6 +356,9 @@ def test_dropout_stop_is_the_default(kit, tmp_path):
     for i, (code, rep) in enumerate(results):
         if i != 2:
             assert code != 0 and "node 2" in rep["error"] and not rep["dropped"]
+            # the same facts as fields: who noticed the silence, who was told
+            assert (rep["reason"], rep["culprits"]) in (("silent", [2]), ("aborted", [2])), rep
+    assert any(rep["reason"] == "silent" for i, (_, rep) in enumerate(results) if i != 2)
 
 
 def _can_drop(roster, k, survivor_topology) -> bool:

@@ -395,3 +395,35 @@ def test_node_restarted_over_survivors_speaks_in_the_ids_of_the_full_graph():
     with pytest.raises(ProtocolViolation) as info:
         node.check(Message(3, (0, 2), 0, 0, "dual-init", np.zeros(3), False))  # not sealed
     assert info.value.sender == 3 and info.value.check == "header"
+
+
+# ----------------------------------------------------------------------------- the launcher's summary
+
+
+@pytest.mark.parametrize("violation", [False, True])
+def test_launcher_names_the_failure_from_the_reasons_in_the_results(tmp_path, violation):
+    """collect_results reads each node's reason and culprits, not the wording of its error: a
+    violation a node caught beats a silence, a silence beats a relayed abort, and among the
+    silences the node most accused is named (a node woken from SIGSTOP accuses everyone)."""
+    import json
+
+    from p2pem.deploy.kit import Kit
+    from p2pem.deploy.results import collect_results
+    from p2pem.deploy.supervise import DeploymentFailed
+
+    kit = Kit(root=tmp_path, run_id="r", n_nodes=5, scenario_file=None, protocol="pdmm-sp", broker_host="127.0.0.1", broker_port=1)
+    reports = {
+        0: ("node 0: run stopped in EM iteration 2: node 2 fell silent (detected by node 1); relayed by node 1", "aborted", [2]),
+        1: ("node 1: neighbour node 2 fell silent in EM iteration 2, protocol round 5", "silent", [2]),
+        3: ("node 3: neighbour nodes 0, 1, 4 fell silent in EM iteration 2, protocol round 9", "silent", [0, 1, 4]),
+        4: ("node 4: neighbour node 2 fell silent in EM iteration 2, protocol round 5", "silent", [2]),
+    }
+    if violation:
+        reports[0] = ("node 0: in EM iteration 2: protocol violation by node 4", "violation", [4])
+    for i, (error, reason, culprits) in reports.items():
+        kit.node_dir(i).mkdir(parents=True)
+        kit.result_path(i).write_text(json.dumps({"status": "failed", "error": error, "reason": reason, "culprits": culprits}))
+    with pytest.raises(DeploymentFailed) as info:
+        collect_results(kit, [5, 5, -9, 5, 5], 0.0)
+    expected = reports[0][0] if violation else reports[1][0]
+    assert str(info.value).startswith(f"deployment failed: {expected}; 4 other nodes stopped too")

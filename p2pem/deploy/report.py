@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from p2pem.deploy.config import NodeConfig
+from p2pem.deploy.failures import NodeFailure
 from p2pem.errors import ConfigError, P2pemError
 from p2pem.files import write_json
 
@@ -70,6 +71,7 @@ def node_report(
         "status": status,
         "error": None if error is None else str(error),
         "exit_code": 0 if error is None else int(error.exit_code),
+        **failure_fields(error),
         "iteration": node.iteration,
         "round": protocol_round,
         "n_rows": n_rows,
@@ -112,9 +114,17 @@ def write_report(path: Path, report: Mapping[str, Any]) -> Path:
     return path
 
 
+def failure_fields(error: P2pemError | None) -> dict[str, Any]:
+    """``reason`` (a :class:`~p2pem.deploy.failures.Reason` name in lower case, None when the
+    error is not a node's failure of the run) and ``culprits`` (the node ids it blames)."""
+    if isinstance(error, NodeFailure):
+        return {"reason": error.reason.name.lower(), "culprits": list(error.culprits)}
+    return {"reason": None, "culprits": []}
+
+
 def write_failure(config: NodeConfig, error: P2pemError) -> None:
     """Result file of a node that could not even start (bad data, wrong key file): ``status: failed``."""
-    doc = {"node_id": config.node_id, "status": "failed", "error": str(error), "exit_code": int(error.exit_code)}
+    doc = {"node_id": config.node_id, "status": "failed", "error": str(error), "exit_code": int(error.exit_code), **failure_fields(error)}
     try:
         write_json(config.result, doc, indent=1)
     except OSError as exc:

@@ -84,7 +84,8 @@ def coverage(scenario, config, repeats: int) -> None:
     """How often the interval covers the exact leakage about node 1 under pdmm-sp, over fresh seeds."""
     import numpy as np
 
-    from p2pem.leakage.analysis import Estimator, make_adversary, monte_carlo, monte_carlo_spec
+    from p2pem.leakage.measure import Estimator
+    from p2pem.leakage.montecarlo import make_adversary, monte_carlo, monte_carlo_spec
     from p2pem.leakage.reduce import exact_linear_mi, principal_components
     from p2pem.leakage.views import build_view
     from p2pem.protocols import PdmmSP

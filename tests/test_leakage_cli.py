@@ -150,8 +150,8 @@ def test_runs_of_one_protocol_are_told_apart(tmp_path: Path, capsys: pytest.Capt
     assert {"command: write leakage.json", "command: figures"} <= set(summary["timings_s"])
     assert sum(summary["timings_s"].values()) == pytest.approx(summary["wall_s"], rel=0.10)
     # the figure's legend carries the three labels
-    from p2pem.leakage.analysis import LeakageRun
     from p2pem.leakage import plots
+    from p2pem.leakage.report import LeakageRun
 
     seen: list[str] = []
     original = plots.plt.Figure.legend

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from p2pem.leakage.analysis import Estimator
+from p2pem.leakage.measure import Estimator
 from p2pem.leakage.reduce import exact_linear_mi, principal_components
 
 REPEATS = 100
@@ -66,7 +66,9 @@ def test_interval_covers_through_the_whole_pipeline() -> None:
     import dataclasses
     from pathlib import Path
 
-    from p2pem.leakage.analysis import make_adversary, measure, monte_carlo, monte_carlo_spec, prepare_protocols
+    from p2pem.leakage.analysis import prepare_protocols
+    from p2pem.leakage.measure import measure
+    from p2pem.leakage.montecarlo import make_adversary, monte_carlo, monte_carlo_spec
     from p2pem.leakage.config import parse_leakage
     from p2pem.leakage.views import build_view
     from p2pem.runner import build_graph

@@ -94,7 +94,8 @@ def cmd_leakage(args: argparse.Namespace) -> int:
     print(f"scenario {scenario.name}: {n_nodes} nodes; {config.runs} Monte Carlo runs, {config.iterations} iterations, KSG k={config.k}")
     if config.node_labels:
         print("  node labels: " + ", ".join(f"{lab(i)} = id {i}" for i in range(n_nodes)))
-    from p2pem.leakage.analysis import make_adversary, prepare_protocols
+    from p2pem.leakage.analysis import prepare_protocols
+    from p2pem.leakage.montecarlo import make_adversary
     from p2pem.leakage.theory import topology_report
     from p2pem.runner import build_graph
 

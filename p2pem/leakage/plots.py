@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from p2pem.leakage.analysis import LeakageRun  # noqa: E402
+from p2pem.leakage.report import LeakageRun  # noqa: E402
 from p2pem.plots import protocol_style  # noqa: E402
 
 _INSECURE_COLOR = "tab:red"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from p2pem.errors import ConfigError, DataError
-from p2pem.leakage.closed_forms import gaussian_mi, gaussian_mi_linear, mask_leakage_bits, sum_leakage_bits
+from p2pem.leakage.closed_forms import gaussian_mi, gaussian_mi_linear, group_sum_leakage_bits, mask_leakage_bits, sum_leakage_bits
 
 
 @pytest.mark.parametrize("n_h", [2, 3, 4, 7, 50])
@@ -99,3 +99,19 @@ def test_gaussian_mi_rejects_bad_indices() -> None:
         gaussian_mi_linear(np.eye(3), [[1.0, 1.0]], 0.0)
     with pytest.raises(DataError):
         gaussian_mi_linear(np.eye(2), [[1.0, 1.0]], [1.0, 1.0])
+
+
+@pytest.mark.parametrize("variances", [[1.0, 1.0, 1.0], [4.0, 1.0], [0.5, 2.0, 7.0, 1.5], [3.0]])
+def test_group_sum_leakage_equals_the_gaussian_mi_of_the_sum(variances: list[float]) -> None:
+    # I(X_m; sum_j X_j) for independent N(0, v_j), from the joint covariance by gaussian_mi_linear
+    for member in range(len(variances)):
+        expected = gaussian_mi_linear(np.diag(variances), np.ones((1, len(variances))), 0.0, target=member)
+        assert group_sum_leakage_bits(variances, member) == pytest.approx(expected, rel=1e-12)
+    if len(set(variances)) == 1:
+        assert group_sum_leakage_bits(variances, 0) == pytest.approx(sum_leakage_bits(len(variances)), rel=1e-12)
+    assert group_sum_leakage_bits([0.0, 1.0], 0) == 0.0  # a constant input reveals nothing
+    for bad in ([-1.0, 1.0], [math.nan, 1.0]):
+        with pytest.raises(ConfigError):
+            group_sum_leakage_bits(bad, 0)
+    with pytest.raises(ConfigError):
+        group_sum_leakage_bits(variances, len(variances))

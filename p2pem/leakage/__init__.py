@@ -17,13 +17,18 @@ module                                 what it holds
 :mod:`p2pem.leakage.theory`            what each protocol discloses by design (closed
                                        forms), honest components and topology warnings
 :mod:`p2pem.leakage.config`            the validated ``[leakage]`` table of a scenario
+:mod:`p2pem.leakage.inputs`            what every node aggregates per run: the scenario's
+                                       own rows, or the paper's Gaussian model
 :mod:`p2pem.leakage.montecarlo`        one aggregation over every Monte Carlo run at once,
                                        with its trace and latents; the adversaries
 :mod:`p2pem.leakage.measure`           the KSG pipeline per target and iteration
 :mod:`p2pem.leakage.report`            the records, leakage.json and summary.json
-:mod:`p2pem.leakage.analysis`          a scenario's analysis: protocols, Monte Carlo,
-                                       estimates, floors, the perturbation sweep
-:mod:`p2pem.leakage.plots`             MI against iteration (cf. Fig. 3), perturbation sweep
+:mod:`p2pem.leakage.plan`              what runs before it runs: protocols and skips,
+                                       inputs, default targets, the run-time estimate
+:mod:`p2pem.leakage.analysis`          the planned analysis: Monte Carlo, estimates, floors,
+                                       the perturbation sweep
+:mod:`p2pem.leakage.plots`             MI against iteration (cf. Fig. 3) in a grid of at most
+                                       a screenful, or per node; perturbation sweep
 :mod:`p2pem.leakage.cli`               ``p2pem leakage SCENARIO --out DIR``
 :mod:`p2pem.leakage.wholerun`          whole-run views: every aggregation of a real EM run
                                        reduced exactly to the group sums it discloses

@@ -1,10 +1,9 @@
 """Run a leakage analysis of a scenario: protocols, Monte Carlo, views, estimates, floors.
 
 The quantity studied is one network aggregation of the M-step: node i contributes its
-responsibility-weighted first moment r_ik x_i (the numerator of the mean update) with private
-data X_i ~ N(0, 1) and uniform responsibilities normalised to sum to one over the K =
-``em.n_components`` components, r_ik = 1/K.  Each component's statistic is then the same
-scaled copy of X_i, so one column per run carries everything.
+responsibility-weighted first moment, computed from the scenario's own rows or from the
+paper's Gaussian model (:mod:`p2pem.leakage.inputs`).  What runs, on which inputs, for which
+targets and for about how long is decided first (:mod:`p2pem.leakage.plan`).
 
 The runs are one batch call per protocol (:mod:`p2pem.leakage.montecarlo`); each adversary's
 view is built from the recorded trace (:mod:`p2pem.leakage.views`), measured
@@ -34,11 +33,12 @@ every t) the analysis reports
   leakage at the configured perturbation exceeds the floor by more than
   :data:`FLOOR_SLACK_BITS` is flagged (the perturbation is too small for the floor to hold).
 
-pdmm-sp's ``perturbation_std`` is in the units of the aggregated statistic r X_i, whose
-standard deviation here is r = 1/K (K = ``em.n_components``): "std 1" hides less at K = 1
-than at K = 3.  ``[leakage] perturbation = "relative"`` reads the protocol's (and the
-sweep's) stds as multiples of that scale instead; every record states both
-(``perturbation_std`` and ``perturbation_relative``).
+pdmm-sp's ``perturbation_std`` is in the units of the aggregated statistic, whose standard
+deviation is r = 1/K (K = ``em.n_components``) for the Gaussian inputs and r sqrt(n_i)
+std(x) for the data's: "std 1" hides less of a statistic of larger spread.
+``[leakage] perturbation = "relative"`` reads the protocol's (and the sweep's) stds as
+multiples of that scale instead; every record states both (``perturbation_std`` and
+``perturbation_relative``).
 """
 
 from __future__ import annotations
@@ -52,20 +52,21 @@ import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
-from p2pem.errors import ConfigError, P2pemError
-from p2pem.leakage.config import LeakageConfig, parse_leakage
+from p2pem.leakage.config import LeakageConfig
+from p2pem.leakage.inputs import Inputs
 from p2pem.leakage.measure import Estimate, Estimator, measure, single_threaded_blas
 from p2pem.leakage.montecarlo import MonteCarlo, make_adversary, monte_carlo, monte_carlo_spec
-from p2pem.leakage.report import LeakageReport, LeakageRun, ProtocolRun, protocol_params, run_labels
-from p2pem.leakage.theory import closed_form_bits, describe_group, disclosed_groups, disclosure_messages, topology_report
+from p2pem.leakage.plan import LeakagePlan, plan_analysis
+from p2pem.leakage.report import LeakageReport, LeakageRun, protocol_params
+from p2pem.leakage.theory import closed_form_bits, describe_group, disclosed_groups, topology_report
 from p2pem.leakage.views import build_view
 from p2pem.messages import SERVER
 from p2pem.protocols import Centralized, PdmmSP, ProtocolSpec
-from p2pem.runner import build_graph, em_settings, protocols
+from p2pem.runner import em_settings
 from p2pem.scenario import Scenario, load_data
 from p2pem.simulate import max_relative_difference, run_protocol
 
-__all__ = ["FLOOR_SLACK_BITS", "ProgressFactory", "analyse_scenario", "prepare_protocols"]
+__all__ = ["FLOOR_SLACK_BITS", "ProgressFactory", "analyse_scenario", "run_plan"]
 
 #: A pdmm-sp run whose exact leakage exceeds the floor by more than this is flagged.
 FLOOR_SLACK_BITS = 0.01
@@ -74,40 +75,6 @@ FloatArray = npt.NDArray[np.float64]
 
 #: ``progress(label, total)`` returns a callable to invoke once per finished unit of work.
 ProgressFactory = Callable[[str, int], Callable[[], None]]
-
-
-def prepare_protocols(scenario: Scenario, cfg: LeakageConfig, graph: nx.Graph) -> list[ProtocolRun]:
-    """The scenario's network protocols, labelled, validated and with their disclosures.
-
-    Raises
-    ------
-    ConfigError
-        No network protocol, or a protocol that cannot run here; the message starts with
-        the protocol's label (e.g. ``"secure-sum: the graph has no Hamiltonian cycle"``).
-    """
-    specs = [s for s in protocols(scenario) if not isinstance(s, Centralized)]
-    if not specs:
-        raise ConfigError(f"{scenario.path}: no network protocol to analyse")
-    if cfg.perturbation == "relative":
-        scale = 1.0 / scenario.em.n_components
-        specs = [dataclasses.replace(s, perturbation_std=s.perturbation_std * scale) if isinstance(s, PdmmSP) else s for s in specs]
-    out = []
-    for spec, label in zip(specs, run_labels(specs), strict=True):
-        try:
-            run_spec = monte_carlo_spec(spec, cfg.iterations)
-            run_spec.validate(graph)
-            topology = run_spec.topology(graph)
-        except P2pemError as exc:
-            raise type(exc)(f"{label}: {exc}") from None
-        has_server = spec.name == "federated"
-        disclosures, arcs = {}, {}
-        for kind in cfg.adversaries:
-            adversary = make_adversary(kind, cfg, has_server=has_server)
-            disclosures[kind] = disclosure_messages(run_spec, label, topology, graph, adversary, cfg.label)
-            if topology.ring is not None:
-                arcs[kind] = [list(g) for g in disclosed_groups(run_spec, topology, graph, adversary) or []]
-        out.append(ProtocolRun(spec, label, topology, disclosures, arcs))
-    return out
 
 
 def analyse_scenario(
@@ -121,9 +88,10 @@ def analyse_scenario(
     Parameters
     ----------
     scenario : Scenario
-        Its ``[leakage]`` table (see :mod:`p2pem.leakage.config`), graph, ``em.n_components``
-        (the responsibilities), protocols and seed.  ``[data]`` and the EM settings are used
-        only by the perturbation sweep's accuracy runs.
+        Its ``[leakage]`` table (see :mod:`p2pem.leakage.config`), data (unless
+        ``inputs = "gaussian"``), graph, ``em.n_components`` (the responsibilities),
+        protocols and seed.  The EM settings are used only by the perturbation sweep's
+        accuracy runs.
     config : LeakageConfig, optional
         Overrides the scenario's ``[leakage]`` table (e.g. fewer runs).
     progress : callable, optional
@@ -135,46 +103,61 @@ def analyse_scenario(
 
     Notes
     -----
-    Random streams, all from the scenario seed: the inputs from the first child of the
-    ``"montecarlo"`` stream, the estimator's tie-breaking and splits from the second, the
-    protocol randomness from the ``"protocol"`` stream (as :func:`p2pem.runner.run_scenario`
-    uses it).  The same scenario gives the same numbers.
+    :func:`~p2pem.leakage.plan.plan_analysis` then :func:`run_plan`.  Random streams, all
+    from the scenario seed: the inputs from the first child of the ``"montecarlo"`` stream,
+    the estimator's tie-breaking and splits from the second, the protocol randomness from
+    the ``"protocol"`` stream (as :func:`p2pem.runner.run_scenario` uses it).  The same
+    scenario gives the same numbers.
+    """
+    return run_plan(plan_analysis(scenario, config), progress)
+
+
+def run_plan(plan: LeakagePlan, progress: ProgressFactory | None = None) -> LeakageReport:
+    """Run the Monte Carlo and the estimates that ``plan`` decided (:func:`~p2pem.leakage.plan.plan_analysis`).
+
+    Parameters
+    ----------
+    plan : LeakagePlan
+    progress : callable, optional
+        ``progress(label, total)`` returning a callable to invoke per finished estimate.
+
+    Returns
+    -------
+    LeakageReport
     """
     with single_threaded_blas():
-        return _analyse(scenario, config, progress)
+        return _run(plan, progress)
 
 
-def _analyse(scenario: Scenario, config: LeakageConfig | None, progress: ProgressFactory | None) -> LeakageReport:
+def _run(plan: LeakagePlan, progress: ProgressFactory | None) -> LeakageReport:
     t_start = time.perf_counter()
-    cfg = parse_leakage(scenario) if config is None else config
+    scenario, cfg, graph, inputs = plan.scenario, plan.config, plan.graph, plan.inputs
     streams = scenario.streams()
-    input_seq, est_seq = streams["montecarlo"].spawn(2)
-    graph = build_graph(scenario)
-    n = graph.number_of_nodes()
-    prepared = prepare_protocols(scenario, cfg, graph)
-
-    resp = 1.0 / scenario.em.n_components
-    inputs = resp * np.random.default_rng(input_seq).standard_normal((n, cfg.runs))
-    estimator = Estimator(cfg.k, cfg.n_batches, cfg.level, cfg.folds, np.random.default_rng(est_seq))
+    estimator = Estimator(cfg.k, cfg.n_batches, cfg.level, cfg.folds, np.random.default_rng(plan.estimator_seed))
     ceiling = estimator.ceiling(cfg.runs)
     topo = {kind: topology_report(graph, make_adversary(kind, cfg).corrupt_nodes) for kind in cfg.adversaries}
     iterations = list(range(1, cfg.iterations + 1))
-    timings: dict[str, float] = {"set-up (graph, protocols, estimator ceiling)": time.perf_counter() - t_start}
+    timings: dict[str, float] = dict(plan.timings)
+    timings["set-up (estimator ceiling)"] = time.perf_counter() - t_start
     runs: list[LeakageRun] = []
 
-    for p in prepared:
+    for p in plan.protocols:
         t0 = time.perf_counter()
-        mc = monte_carlo(monte_carlo_spec(p.spec, cfg.iterations), graph, inputs, input_sd=resp, seed=streams["protocol"])
+        mc = monte_carlo(monte_carlo_spec(p.spec, cfg.iterations), graph, inputs.values, input_sd=inputs.sd, seed=streams["protocol"])
         timings[f"monte carlo: {p.label}"] = time.perf_counter() - t0
         for kind in cfg.adversaries:
             t0 = time.perf_counter()
-            runs += _runs_for(mc, graph, kind, cfg, iterations, estimator, progress, label=p.label, spec=p.spec)
+            runs += _runs_for(mc, graph, kind, cfg, iterations, estimator, progress, inputs, label=p.label, spec=p.spec)
             timings[f"estimate: {p.label} / {kind}"] = time.perf_counter() - t0
 
     if cfg.sweep_std:
-        runs += _sweep(scenario, cfg, graph, [p.spec for p in prepared], inputs, resp, estimator, progress, timings)
+        runs += _sweep(scenario, cfg, graph, [p.spec for p in plan.protocols], inputs, estimator, progress, timings)
 
-    return LeakageReport(scenario, cfg, graph, topo, runs, ceiling, time.perf_counter() - t_start, timings, prepared)
+    wall = sum(plan.timings.values()) + time.perf_counter() - t_start
+    return LeakageReport(
+        scenario, cfg, graph, topo, runs, ceiling, wall, timings, plan.protocols,
+        inputs=inputs, skipped=plan.skipped, targets_note=plan.targets_note, estimate=plan.estimate,
+    )
 
 
 def _runs_for(
@@ -185,6 +168,7 @@ def _runs_for(
     iterations: list[int],
     estimator: Estimator,
     progress: ProgressFactory | None,
+    inputs: Inputs,
     *,
     label: str,
     spec: ProtocolSpec,
@@ -198,12 +182,12 @@ def _runs_for(
     measured = measure(mc, view, cfg.targets, iterations, estimator, step=step)
     groups = disclosed_groups(mc.spec, mc.topology, graph, adversary)
     std = spec.perturbation_std if isinstance(spec, PdmmSP) else None
-    scale = float(mc.latent_sd[0])  # the statistic's standard deviation r = 1/K
+    scale = inputs.scale  # the statistic's standard deviation (r = 1/K for the Gaussian inputs)
     out = []
     for i in cfg.targets:
         series = measured[i]
         est = series.estimates
-        floor = closed_form_bits(groups, i)
+        floor = closed_form_bits(groups, i, inputs.variances)
         exact = None if series.exact_bits is None else tuple(series.exact_bits)
         out.append(
             LeakageRun(
@@ -225,7 +209,7 @@ def _runs_for(
                 mi_se_bits=tuple(e.se for e in est),
                 estimator=tuple(e.method for e in est),
                 r2=tuple(e.r2 for e in est),
-                flags=_floor_flags(spec, floor, exact, est[-1], scale),
+                flags=_floor_flags(spec, floor, exact, est[-1], float(inputs.sd[i])),
                 perturbation_std=std,
                 perturbation_relative=None if std is None else std / scale,
                 em_rel_err=None if accuracy is None else accuracy[0],
@@ -258,8 +242,7 @@ def _sweep(
     cfg: LeakageConfig,
     graph: nx.Graph,
     specs: list[ProtocolSpec],
-    inputs: FloatArray,
-    resp: float,
+    inputs: Inputs,
     estimator: Estimator,
     progress: ProgressFactory | None,
     timings: dict[str, float],
@@ -272,7 +255,7 @@ def _sweep(
     streams = scenario.streams()
     timings["perturbation sweep: reference EM"] = time.perf_counter() - t0
     runs: list[LeakageRun] = []
-    scale = resp if cfg.perturbation == "relative" else 1.0
+    scale = inputs.scale if cfg.perturbation == "relative" else 1.0
     for spec in specs:
         if not isinstance(spec, PdmmSP):
             continue
@@ -282,10 +265,10 @@ def _sweep(
             label = f"{getattr(swept, 'label', swept.name)} (std {swept.perturbation_std:g})"
             fit = run_protocol(parts, graph, swept, settings, seed=streams["protocol"])
             accuracy = (max_relative_difference(fit, reference), len(fit.unconverged_iterations))
-            mc = monte_carlo(monte_carlo_spec(swept, cfg.iterations), graph, inputs, input_sd=resp, seed=streams["protocol"])
+            mc = monte_carlo(monte_carlo_spec(swept, cfg.iterations), graph, inputs.values, input_sd=inputs.sd, seed=streams["protocol"])
             for kind in cfg.adversaries:
                 runs += _runs_for(
-                    mc, graph, kind, cfg, [cfg.iterations], estimator, progress, label=label, spec=swept, accuracy=accuracy
+                    mc, graph, kind, cfg, [cfg.iterations], estimator, progress, inputs, label=label, spec=swept, accuracy=accuracy
                 )
             timings[f"perturbation sweep: {label}"] = time.perf_counter() - t0
     return runs

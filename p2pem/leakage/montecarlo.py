@@ -88,7 +88,7 @@ def monte_carlo(
     graph: nx.Graph,
     inputs: npt.ArrayLike,
     *,
-    input_sd: float,
+    input_sd: float | npt.ArrayLike,
     seed: int | np.random.SeedSequence,
     iteration: int = 1,
 ) -> MonteCarlo:
@@ -101,8 +101,8 @@ def monte_carlo(
     graph : networkx.Graph
     inputs : array_like, shape (n_nodes, n_runs)
         Column r is Monte Carlo run r.
-    input_sd : float
-        Standard deviation of every input under the model (for the closed forms).
+    input_sd : float or array_like, shape (n_nodes,)
+        Standard deviation of every node's input under the model (for the closed forms).
     seed : int or SeedSequence
         Protocol randomness: node i draws from stream i of
         :func:`p2pem.simulate.protocol_streams`.
@@ -127,7 +127,7 @@ def monte_carlo(
     rngs = protocol_streams(seed, n)
     outcome = spec.aggregate(values, topology, rngs, iteration, record=True)
     lat = [values[i] for i in range(n)]
-    sd = [float(input_sd)] * n
+    sd = [float(v) for v in np.broadcast_to(np.asarray(input_sd, dtype=np.float64), (n,))]
     if isinstance(spec, PdmmSP):
         for m in outcome.trace or []:
             if m.kind == "dual-init":

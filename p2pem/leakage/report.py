@@ -16,16 +16,27 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from p2pem.leakage.config import LeakageConfig
+from p2pem.leakage.inputs import Inputs
 from p2pem.leakage.theory import TopologyReport
 from p2pem.protocols import ProtocolSpec, Topology
 from p2pem.runner import graph_summary, output_header
 from p2pem.scenario import Scenario
 
-__all__ = ["LEAKAGE_FORMAT", "SUMMARY_FORMAT", "LeakageReport", "LeakageRun", "ProtocolRun", "protocol_params", "run_labels"]
+__all__ = [
+    "LEAKAGE_FORMAT",
+    "SUMMARY_FORMAT",
+    "LeakageReport",
+    "LeakageRun",
+    "ProtocolRun",
+    "RunTimeEstimate",
+    "Skipped",
+    "protocol_params",
+    "run_labels",
+]
 
 #: Format name and version of leakage.json (an object with ``runs``) and summary.json.
 LEAKAGE_FORMAT = ("p2pem-leakage", 1)
-SUMMARY_FORMAT = ("p2pem-leakage-summary", 1)
+SUMMARY_FORMAT = ("p2pem-leakage-summary", 2)
 
 
 @dataclass(frozen=True)
@@ -131,6 +142,38 @@ class ProtocolRun:
         return out
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A protocol of the scenario the analysis does not run, and why."""
+
+    label: str
+    protocol: str
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "protocol": self.protocol, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class RunTimeEstimate:
+    """The predicted wall time of an analysis, and the work it counts."""
+
+    seconds: float
+    n_estimates: int
+    n_views: int
+    runs: int
+
+    def to_json(self) -> dict:
+        return {"seconds": self.seconds, "estimates": self.n_estimates, "views": self.n_views, "runs": self.runs}
+
+    def describe(self) -> str:
+        if self.seconds < 1:
+            shown = "less than a second"
+        else:
+            shown = f"about {self.seconds:.0f} s" if self.seconds < 120 else f"about {self.seconds / 60:.0f} min"
+        return f"{shown} ({self.n_estimates} estimates on {self.n_views} views of {self.runs} runs)"
+
+
 @dataclass
 class LeakageReport:
     """Everything a leakage analysis of one scenario produced."""
@@ -144,6 +187,10 @@ class LeakageReport:
     wall_s: float
     timings: dict[str, float]
     protocols: list[ProtocolRun] = field(default_factory=list)
+    inputs: Inputs | None = None
+    skipped: list[Skipped] = field(default_factory=list)
+    targets_note: str = ""
+    estimate: RunTimeEstimate | None = None
 
     @property
     def iteration_runs(self) -> list[LeakageRun]:
@@ -168,7 +215,8 @@ class LeakageReport:
         return {"format": fmt, "version": version, "scenario": self.scenario.name, "runs": [r.to_json() for r in self.runs]}
 
     def summary_json(self, *, extra_timings: dict[str, float] | None = None, wall_s: float | None = None) -> dict:
-        """summary.json: settings, protocols (parameters, secure-sum's ring and arcs), warnings, timings.
+        """summary.json: settings, inputs, protocols (parameters, secure-sum's ring and arcs) and the
+        skipped ones, warnings, the run-time estimate and timings.
 
         Parameters
         ----------
@@ -182,13 +230,19 @@ class LeakageReport:
         return {
             **output_header(SUMMARY_FORMAT, self.scenario),
             "graph": graph_summary(self.graph) | {"edges": sorted([sorted(e) for e in self.graph.edges])},
-            "statistic": "responsibility-weighted first moment r x_i, X_i ~ N(0, 1), r = 1/n_components",
-            "statistic_std": 1.0 / self.scenario.em.n_components,
+            "statistic": "responsibility-weighted first moment r x_i, X_i ~ N(0, 1), r = 1/n_components"
+            if self.inputs is None or self.inputs.kind == "gaussian"
+            else "responsibility-weighted first moment r * sum of one feature over the node's rows, r = 1/n_components",
+            "statistic_std": 1.0 / self.scenario.em.n_components if self.inputs is None else self.inputs.scale,
+            "inputs": None if self.inputs is None else self.inputs.to_json(),
             "settings": {
                 "adversaries": list(cfg.adversaries),
                 "corrupt": list(cfg.corrupt),
                 "server_corrupt": cfg.server_corrupt,
                 "targets": list(cfg.targets),
+                "targets_chosen": self.targets_note,
+                "inputs": cfg.inputs,
+                "feature": cfg.feature,
                 "runs": cfg.runs,
                 "iterations": cfg.iterations,
                 "k": cfg.k,
@@ -200,11 +254,13 @@ class LeakageReport:
                 "perturbation": cfg.perturbation,
             },
             "protocols": [p.to_json() for p in self.protocols],
+            "skipped": [p.to_json() for p in self.skipped],
             "ceiling_bits": self.ceiling_bits,
             "honest_components": {
                 kind: [list(c) for c in rep.components] for kind, rep in self.topology.items()
             },
             "warnings": self.warnings(),
+            "estimate": None if self.estimate is None else self.estimate.to_json(),
             "wall_s": self.wall_s if wall_s is None else wall_s,
             "timings_s": self.timings | (extra_timings or {}),
         }

@@ -39,6 +39,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
+import numpy as np
+import numpy.typing as npt
 
 from p2pem.leakage.closed_forms import group_sum_leakage_bits, sum_leakage_bits
 from p2pem.leakage.views import Adversary
@@ -175,7 +177,7 @@ def disclosed_groups(
     return None
 
 
-def closed_form_bits(groups: list[tuple[int, ...]] | None, node: int, variances: Sequence[float] | None = None) -> float | None:
+def closed_form_bits(groups: list[tuple[int, ...]] | None, node: int, variances: Sequence[float] | npt.ArrayLike | None = None) -> float | None:
     """I(X_node; sum of its group) in bits, ``math.inf`` if disclosed, 0 if in no group.
 
     For i.i.d. Gaussian inputs (``variances`` None) :func:`~p2pem.leakage.closed_forms.sum_leakage_bits`;
@@ -188,7 +190,8 @@ def closed_form_bits(groups: list[tuple[int, ...]] | None, node: int, variances:
         if node in g:
             if variances is None:
                 return sum_leakage_bits(len(g))
-            return group_sum_leakage_bits([variances[j] for j in g], g.index(node))
+            v = np.asarray(variances, dtype=np.float64)
+            return group_sum_leakage_bits([float(v[j]) for j in g], g.index(node))
     return 0.0
 
 

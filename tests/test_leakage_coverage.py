@@ -93,7 +93,7 @@ def test_interval_covers_through_the_whole_pipeline() -> None:
     import dataclasses
     from pathlib import Path
 
-    from p2pem.leakage.analysis import prepare_protocols
+    from p2pem.leakage.plan import prepare_protocols
     from p2pem.leakage.measure import measure
     from p2pem.leakage.montecarlo import make_adversary, monte_carlo, monte_carlo_spec
     from p2pem.leakage.config import parse_leakage

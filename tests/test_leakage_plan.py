@@ -213,6 +213,8 @@ def test_targets_from_the_option_the_key_and_all(tmp_path: Path, capsys: pytest.
         assert main(["leakage", str(path), "--out", str(tmp_path / "bad"), "--targets", bad, "-q"]) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1
+    assert main(["leakage", str(path), "--out", str(tmp_path / "bad"), "--targets", "0", "--whole-run", "-q"]) == 2
+    assert "--targets applies to the Monte Carlo analysis" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
 
 

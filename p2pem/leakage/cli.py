@@ -89,6 +89,8 @@ def _bits(v: float | None) -> str:
 
 def cmd_leakage(args: argparse.Namespace) -> int:
     if getattr(args, "whole_run", False):
+        if args.targets is not None:
+            raise ConfigError("--targets applies to the Monte Carlo analysis; --whole-run attacks every honest node")
         # start-up time: each mode imports its own analysis (scipy, matplotlib) only when it runs
         from p2pem.leakage.wholerun_cli import cmd_whole_run
 

@@ -481,3 +481,32 @@ def test_another_protocol_runs_through_the_unchanged_runtime(kit, tmp_path, monk
     observer = Codec(Roster.load(roster_path).run_id, Roster.load(roster_path).public_keys())
     kinds = Counter((env.kind, env.encrypted) for env in (observer.parse(p) for _, p in broker.published) if env.iteration >= 0)
     assert set(kinds) == {("ring", True), ("result", False)}  # the ring's hops sealed, as the protocol declares
+
+
+def test_a_bad_message_kept_before_the_receiver_started_convicts_its_sender(kit, tmp_path):
+    """The insider's malformed dual-init reaches a neighbour that has not started yet (the
+    insider's own hello is held back, so its neighbours wait for it while it already runs): the
+    Node keeps the message, checks it as the protocol starts, and the run stops naming the
+    insider, not nobody."""
+    kit, sim = kit
+    roster = Roster.load(kit.roster_path)
+    observer = Codec(roster.run_id, roster.public_keys())
+    insider = Insider(kit, 1, "dual-init", lambda m: replace_payload(m, np.ones(3)))
+    bad_for = []
+
+    def intercept(topic: str, payload: bytes):
+        env = observer.parse(payload)
+        if env.sender == INSIDER and env.kind == "hello":
+            return [(topic, payload, 0.5)]  # half a (virtual) second late
+        rewritten = insider(topic, payload)
+        if rewritten is not None:
+            bad_for.append(env.receivers)
+            return [(t, p, 0.0) for t, p in rewritten]
+        return [(topic, payload, 0.0)]
+
+    results = run_in_memory(kit, tmp_path, intercept)
+    assert insider.fired
+    assert_honest_outcome(results, sim, INSIDER)
+    reached = bad_for[0][0]
+    code, rep = results[reached]
+    assert code == 4 and (rep["reason"], rep["culprits"]) == ("violation", [INSIDER]) and "check 'shape'" in rep["error"], rep["error"]

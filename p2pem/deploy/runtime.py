@@ -281,7 +281,11 @@ class NodeRuntime:
         log.info("node %d: every neighbour is online, starting the protocol", self.node_id)
         if self.progress is not None:
             self.progress("online", 0, self.node.em.settings.max_iter)
-        await self._send(self.node.start())  # with what neighbours sent before (the Node kept it)
+        try:
+            out = self.node.start()  # with what the neighbours sent before (the Node kept it)
+        except ProtocolError as exc:  # e.g. a message kept until now fails its check
+            raise self._node_failure(exc) from None
+        await self._send(out)
         self._after_progress()
 
     async def _agree(self) -> None:
@@ -349,6 +353,23 @@ class NodeRuntime:
 
     def _violated(self, exc: ProtocolViolation) -> NodeFailure:
         return NodeFailure(Reason.VIOLATION, self.node_id, f"in {self.where()}: {exc}", (exc.sender,))
+
+    def _node_failure(self, exc: ProtocolError, msg: Message | None = None) -> NodeFailure:
+        """What an error of the Node means for the run.
+
+        A violation names its sender (possibly of a message the Node kept and checked only as
+        its aggregation began); an unusable average names nobody; any other refusal by the
+        state machine of an authenticated, fresh, well-formed ``msg`` (e.g. two rounds ahead)
+        is a violation by its sender, as honest peers never send one.
+        """
+        if isinstance(exc, ProtocolViolation):
+            return self._violated(exc)
+        if isinstance(exc, EMFailed):
+            detail = str(exc).removeprefix(f"node {self.node.node_id}: ")
+            return NodeFailure(Reason.UNUSABLE_AVERAGE, self.node_id, f"{detail} (a member sent values that are finite but absurd)")
+        if msg is None:
+            return NodeFailure(Reason.PROTOCOL, self.node_id, f"in {self.where()}: {exc}")
+        return NodeFailure(Reason.VIOLATION, self.node_id, f"in {self.where()}, after a {msg.kind} message from node {msg.sender}: {exc}", (msg.sender,))
 
     def _plausible(self, msg: Message) -> bool:
         return plausible_receivers(self.roster.neighbours[msg.sender], msg.receivers, self.dropped)
@@ -431,7 +452,10 @@ class NodeRuntime:
         self.admission.guard.forget_from(it)
         self.outbox.forget()
         log.warning("node %d: dropped node %d (noticed by node %d); re-running EM iteration %d over %d nodes", me, k, origin, it, len(survivors))
-        out = self.node.restart(NodeContext(survivors.index(me), topology, self.node.ctx.rng), survivors)
+        try:
+            out = self.node.restart(NodeContext(survivors.index(me), topology, self.node.ctx.rng), survivors)
+        except ProtocolError as exc:
+            raise self._node_failure(exc) from None
         self.watchdog.restart(self.neighbours, self.clock())
         await self._send(out)
         self._after_progress()
@@ -450,18 +474,8 @@ class NodeRuntime:
         except OutOfRound as exc:
             self._reject("OutOfRound", str(exc))
             return
-        except ProtocolViolation as exc:
-            # possibly about a queued message of another sender, checked as its aggregation began
-            raise self._violated(exc) from None
-        except EMFailed as exc:
-            detail = str(exc).removeprefix(f"node {self.node.node_id}: ")
-            raise NodeFailure(Reason.UNUSABLE_AVERAGE, self.node_id, f"{detail} (a member sent values that are finite but absurd)") from None
         except ProtocolError as exc:
-            # An authenticated, fresh, well-formed message the protocol state machine cannot
-            # take (e.g. two rounds ahead): honest peers never send one.
-            raise NodeFailure(
-                Reason.VIOLATION, self.node_id, f"in {self.where()}, after a {msg.kind} message from node {msg.sender}: {exc}", (msg.sender,)
-            ) from None
+            raise self._node_failure(exc, msg) from None
         now = self.clock()
         self.watchdog.heard(msg.sender, now)
         self.watchdog.progressed(now)

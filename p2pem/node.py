@@ -198,6 +198,9 @@ class Node:
         return ProtocolViolation(self._members[exc.sender], exc.iteration, exc.round, exc.check, exc.detail)
 
     def _check(self, agg: Aggregation, msg: Message) -> None:
+        if self._index is None:
+            agg.check(msg)
+            return
         local = self._local(msg)
         try:
             agg.check(local)
@@ -205,6 +208,8 @@ class Node:
             raise self._blame(exc) from None
 
     def _fold(self, agg: Aggregation, msg: Message) -> list[Message]:
+        if self._index is None:
+            return agg.receive(msg)
         local = self._local(msg)
         try:
             return agg.receive(local)

@@ -476,9 +476,7 @@ class NodeRuntime:
             return
         except ProtocolError as exc:
             raise self._node_failure(exc, msg) from None
-        now = self.clock()
-        self.watchdog.heard(msg.sender, now)
-        self.watchdog.progressed(now)
+        self.watchdog.moved_on_by(msg.sender, self.clock())
         if out:
             await self._send(out)
         self._after_progress()

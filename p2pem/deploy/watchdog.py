@@ -46,6 +46,10 @@ class Watchdog:
         """The node moved on (a message folded in, a model compared)."""
         self.last_progress = now
 
+    def moved_on_by(self, j: int, now: float) -> None:
+        """A message of neighbour ``j`` was taken in: heard from it, and progress."""
+        self.last_heard[j] = self.last_progress = now
+
     def restart(self, neighbours: Iterable[int], now: float) -> None:
         """Start every clock afresh (start of the protocol, a reconnection, a dropout)."""
         self.last_progress = max(self.last_progress, now)

@@ -133,7 +133,7 @@ def test_bayes_classifier_is_the_gaussian_bayes_rule():
     from p2pem.em import EMSettings
     from p2pem.gmm import init_from_global, init_statistics
     from p2pem.graphs import graph_from_edges
-    from p2pem.protocols import make_protocol
+    from p2pem.registry import make_protocol
 
     rng = np.random.default_rng(2)
     y = rng.integers(0, 3, 150)

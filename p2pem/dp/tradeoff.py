@@ -17,15 +17,18 @@ parameters, so the only differences are the protocol and its noise.
   of ``class_components`` per class, fitted by the same protocol, epsilon and seed; its
   held-out error is ``heldout_error``.
 
-Seed s of a protocol run is ``SeedSequence(seed, spawn_key=(4, 1, s))`` (a child of the
+Seed s of a protocol run is ``p2pem.streams.montecarlo_child(seed, 1, s)`` (a child of the
 ``"montecarlo"`` stream), the same for every protocol and epsilon (common random numbers).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import multiprocessing
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,66 +36,24 @@ from typing import Any, cast
 
 import numpy as np
 
+from p2pem.builders import build_graph, build_protocols, em_settings, prepare_rows, split_prepared
+from p2pem.data import split_rows
+from p2pem.dp.bayes import fit_bayes
+from p2pem.dp.protocols import DPProtocol
 from p2pem.em import EMSettings
+from p2pem.errors import ConfigError
 from p2pem.gmm import FloatArray, GMMParams, init_from_global, init_statistics, mean_loglik
 from p2pem.protocols import ProtocolSpec
-from p2pem.tomltable import Table
+from p2pem.registry import make_protocol
+from p2pem.runner import output_header
+from p2pem.scenario import Scenario, TradeoffConfig
+from p2pem.simulate import max_relative_difference, run_protocol
+from p2pem.streams import montecarlo_child
+
+__all__ = ["FORMAT", "VERSION", "TradeoffConfig", "Workload", "build_workload", "run_tradeoff", "summarize", "tradeoff_figure"]
 
 FORMAT = "p2pem-tradeoff"
 VERSION = 1
-#: epsilon grid when the scenario gives none: 10 values from 0.1 to 100
-DEFAULT_EPSILONS = tuple(float(f"{v:.3g}") for v in np.logspace(-1, 2, 10))
-KEYS = ("epsilons", "n_seeds", "test_fraction", "classify", "class_components")
-
-
-@dataclass(frozen=True)
-class TradeoffConfig:
-    """The ``[tradeoff]`` table of a scenario.
-
-    Parameters
-    ----------
-    epsilons : tuple of float
-        The grid (each finite and > 0).
-    n_seeds : int
-        Protocol seeds per (protocol, epsilon).
-    test_fraction : float
-        Share of rows held out, in (0, 1).
-    classify : str or None
-        Label column for the Bayes classifier (CSV data only).
-    class_components : int
-        Mixture components per class.
-    """
-
-    epsilons: tuple[float, ...] = DEFAULT_EPSILONS
-    n_seeds: int = 10
-    test_fraction: float = 0.2
-    classify: str | None = None
-    class_components: int = 2
-
-
-def parse_tradeoff(sec: Table) -> TradeoffConfig:
-    """Validate a ``[tradeoff]`` table (errors name the file and the dotted key)."""
-    sec = Table(sec.where, sec.table, sec.prefix, KEYS)
-    epsilons = DEFAULT_EPSILONS
-    if sec.has("epsilons"):
-        raw = sec.require("epsilons")
-        if not (isinstance(raw, list) and raw and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw)):
-            sec.fail(f"{sec.key('epsilons')!r} must be a non-empty array of numbers > 0")
-        if any(not (math.isfinite(v) and v > 0) for v in raw):
-            sec.fail(f"{sec.key('epsilons')!r} must hold finite numbers > 0, got {raw}")
-        epsilons = tuple(sorted(float(v) for v in raw))
-    test_fraction = sec.number("test_fraction", default=0.2, positive=True)
-    if test_fraction >= 1:
-        sec.fail(f"{sec.key('test_fraction')!r} must be < 1, got {test_fraction}")
-    return TradeoffConfig(
-        epsilons=epsilons,
-        n_seeds=sec.integer("n_seeds", default=10, minimum=1),
-        test_fraction=test_fraction,
-        classify=sec.string("classify", default=None),
-        class_components=sec.integer("class_components", default=2, minimum=1),
-    )
-
-
 @dataclass(frozen=True, eq=False)
 class Workload:
     """Everything the runs share: data, split, graph, settings, reference."""
@@ -109,25 +70,14 @@ class Workload:
     y_test: FloatArray | None = None
 
 
-def _stream(seed: int, *key: int) -> np.random.SeedSequence:
-    return np.random.SeedSequence(seed, spawn_key=(4, *key))
-
-
-def build_workload(scenario) -> Workload:
+def build_workload(scenario: Scenario) -> Workload:
     """Held-out split, node split, graph, common init and the centralized reference."""
-    from p2pem.data import split_rows
-    from p2pem.errors import ConfigError
-    from p2pem.runner import build_graph, em_settings
-    from p2pem.scenario import prepare_rows, split_prepared
-    from p2pem.simulate import run_protocol
-    from p2pem.protocols import make_protocol
-
-    cfg: TradeoffConfig = scenario.tradeoff or TradeoffConfig()
+    cfg = scenario.tradeoff or TradeoffConfig()
     if scenario.em.tol != 0:
         raise ConfigError(f"{scenario.path}: 'em.tol' must be 0 for a trade-off (private runs have a fixed number of iterations)")
     data_rng = np.random.default_rng(scenario.streams()["data"])
     X, labels = prepare_rows(scenario, label_column=cfg.classify, rng=data_rng)
-    order = np.random.default_rng(_stream(scenario.seed, 0)).permutation(len(X))
+    order = np.random.default_rng(montecarlo_child(scenario.seed, 0)).permutation(len(X))
     n_test = int(round(cfg.test_fraction * len(X)))
     if n_test < 1 or len(X) - n_test < scenario.graph.n_nodes:
         raise ConfigError(
@@ -145,7 +95,7 @@ def build_workload(scenario) -> Workload:
     if labels is None:
         return work
     classes = np.unique(labels[train])
-    class_rng = np.random.default_rng(_stream(scenario.seed, 2))
+    class_rng = np.random.default_rng(montecarlo_child(scenario.seed, 2))
     class_parts, class_settings = [], []
     for c in classes:
         Xc = X[train][labels[train] == c]
@@ -163,20 +113,15 @@ def build_workload(scenario) -> Workload:
 
 
 def is_private(spec: ProtocolSpec) -> bool:
-    from p2pem.dp.protocols import DPProtocol
-
     return isinstance(spec, DPProtocol)
 
 
 def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_index: int) -> dict:
     """One record of ``tradeoff.json``: ``spec`` at ``epsilon`` (None: non-private) with seed s."""
-    from p2pem.dp.bayes import fit_bayes
-    from p2pem.simulate import run_protocol
-
     t0 = time.perf_counter()
     if epsilon is not None:
         spec = dataclasses.replace(cast(Any, spec), epsilon=epsilon)  # a DP protocol: it has epsilon
-    seed = _stream(work.seed, 1, seed_index)
+    seed = montecarlo_child(work.seed, 1, seed_index)
     run = run_protocol(work.parts, work.graph, spec, work.settings, seed=seed)
     record = {
         "protocol": getattr(spec, "label", spec.name),
@@ -189,7 +134,7 @@ def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_inde
     }
     if work.class_parts is not None:
         assert work.classes is not None and work.class_settings is not None and work.X_test is not None and work.y_test is not None
-        model = fit_bayes(work.class_parts, work.classes, work.graph, spec, work.class_settings, seed=_stream(work.seed, 3, seed_index))
+        model = fit_bayes(work.class_parts, work.classes, work.graph, spec, work.class_settings, seed=montecarlo_child(work.seed, 3, seed_index))
         record["heldout_error"] = model.error(work.X_test, work.y_test)
     record["wall_s"] = time.perf_counter() - t0
     return record
@@ -201,10 +146,6 @@ def matched_error(params: GMMParams, reference: GMMParams) -> float:
     Noise can make a private run end with its components in another order than the
     reference; the error is taken over the permutation of components that minimises it.
     """
-    import itertools
-
-    from p2pem.simulate import max_relative_difference
-
     best = math.inf
     for perm in itertools.permutations(range(params.n_components)):
         p = list(perm)
@@ -216,15 +157,13 @@ _WORK: Workload | None = None  # the worker processes' copy (inherited by fork)
 
 
 def _task(args: tuple[ProtocolSpec, float | None, int]) -> dict:
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=UserWarning)  # reported once by the parent
         assert _WORK is not None  # set by the parent before the pool forks
         return run_one(_WORK, *args)
 
 
-def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None] | None = None) -> dict:
+def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, int], None] | None = None) -> dict:
     """Run the sweep of a scenario and return the ``tradeoff.json`` document.
 
     Parameters
@@ -243,14 +182,10 @@ def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None
         ``classify``), ``epsilon_spent`` (per accountant, at the protocol's delta) and
         ``wall_s``.
     """
-    from p2pem.runner import protocols
-
     global _WORK
-    cfg: TradeoffConfig = scenario.tradeoff or TradeoffConfig()
-    specs = protocols(scenario)
+    cfg = scenario.tradeoff or TradeoffConfig()
+    specs = build_protocols(scenario)
     if not any(is_private(s) for s in specs):
-        from p2pem.errors import ConfigError
-
         raise ConfigError(f"{scenario.path}: no private protocol to sweep: add a [[protocols]] entry named dp-central or dp-distributed")
     work = build_workload(scenario)
     tasks: list[tuple[ProtocolSpec, float | None, int]] = []
@@ -259,8 +194,7 @@ def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None
         n_seeds = 1 if spec.name == "centralized" else cfg.n_seeds
         tasks += [(spec, eps, s) for eps in grid for s in range(n_seeds)]
     for spec in specs:  # fail (and warn) before the sweep: bound, tol, graph
-        if is_private(spec):
-            cast(Any, spec).prepare(work.settings, work.parts)
+        spec.bind(work.settings, work.parts)
         if spec.name != "centralized":
             spec.validate(work.graph)
     t0 = time.perf_counter()
@@ -271,8 +205,6 @@ def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None
             if progress is not None:
                 progress(i + 1, len(tasks))
     else:
-        import multiprocessing
-
         _WORK = work
         try:
             with multiprocessing.get_context("fork").Pool(jobs) as pool:
@@ -282,8 +214,6 @@ def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None
                         progress(i + 1, len(tasks))
         finally:
             _WORK = None
-    from p2pem.runner import output_header
-
     return {
         **output_header((FORMAT, VERSION), scenario),
         "n_train": int(sum(len(p) for p in work.parts)),
@@ -332,10 +262,10 @@ def tradeoff_figure(doc: dict, path: Path) -> None:
     Private protocols: the median over seeds with the interquartile range as a band; the
     non-private ones: flat reference lines at their median.
     """
-    import matplotlib
+    import matplotlib  # here: start-up time (matplotlib loads only for a figure)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # here: after choosing the non-interactive backend
 
     rows = summarize(doc)
     keys = [("heldout_loglik", "held-out log-likelihood per row", False), ("param_error", "max relative parameter error", True)]

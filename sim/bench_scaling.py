@@ -57,7 +57,9 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -139,15 +141,17 @@ def setup_size(n: int, args) -> dict:
     return out
 
 
+@dataclass(frozen=True)
 class Recording(PdmmSP):
     """pdmm-sp that keeps, per aggregation, the relative error of its result against the true
     mean of its inputs (and the inputs of the first two), optionally on a given topology."""
 
-    def __init__(self, *args, topology_override=None, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        object.__setattr__(self, "errors", [])
-        object.__setattr__(self, "inputs", [])
-        object.__setattr__(self, "topology_override", topology_override)
+    errors: list = field(default_factory=list, compare=False)
+    inputs: list = field(default_factory=list, compare=False)
+    topology_override: Any = field(default=None, compare=False)
+
+    def params(self) -> dict:
+        return PdmmSP(**{f.name: getattr(self, f.name) for f in fields(PdmmSP) if f.init}).params()
 
     def topology(self, g):
         return self.topology_override if self.topology_override is not None else super().topology(g)

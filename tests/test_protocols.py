@@ -389,7 +389,9 @@ def test_array_api_engine_agrees_with_the_cpu_engine(monkeypatch):
         assert isinstance(strict.results, np.ndarray)
         np.testing.assert_allclose(strict.results, cpu.results, rtol=1e-9, atol=0)
     # given the CPU's duals, the device loop (product, counters, flood) is the CPU's step for step
-    monkeypatch.setattr(PdmmSP, "_dual_sums_device", lambda self, p, t_, rngs, xp, sparse: self._dual_sums_host(s, t_, rngs, 1, None))
+    from p2pem.protocols.pdmm import engine
+
+    monkeypatch.setattr(engine, "dual_sums_device", lambda spec, p, t_, rngs, xp, sparse: engine.dual_sums_host(spec, s, t_, rngs, 1, None))
     for accel in ("auto", "deflated"):
         cpu = PdmmSP(accel=accel).aggregate(s, topo, protocol_streams(2, 60), 1)
         same = PdmmSP(accel=accel, device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1)

@@ -1,0 +1,130 @@
+"""The public spectra pdmm-sp's step parameters come from: weighted Laplacians and their eigenvalues.
+
+Every node computes these from the public topology alone, so they are the same on every node
+of the same platform (a deployment compares the derived parameters before it starts).  Results
+are cached per ``p2pem.protocols.base.Topology`` object in a table this module owns
+(``per_topology``), never in the caller's objects.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from p2pem.gmm import round_significant
+from p2pem.protocols.base import Topology
+
+T = TypeVar("T")
+
+#: Results derived from a topology (spectra, step parameters, device matrices), per topology
+#: object: an entry lives as long as its topology does (the values never refer back to it).
+_CACHE: weakref.WeakKeyDictionary[Topology, dict[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def per_topology(topology: Topology, key: object, compute: Callable[[], T]) -> T:
+    """``compute()``, once per ``topology`` object and ``key`` (public data only)."""
+    table = _CACHE.setdefault(topology, {})
+    if key not in table:
+        table[key] = compute()
+    return table[key]
+
+
+LAMBDA2_MARGIN = 0.98
+
+#: Up to this many nodes the spectra are computed densely with NumPy (no SciPy import: a
+#: deployed node process computes its step parameters itself and starts faster without it).
+DENSE_NODES = 400
+
+
+def dense_laplacian(topology: Topology, weights: np.ndarray) -> np.ndarray:
+    """The weighted Laplacian as a dense NumPy array, bit for bit ``sparse_laplacian``
+    (SciPy's row sums are ``np.add.reduceat`` over edge order), without importing SciPy."""
+    n = topology.n_nodes
+    src = topology.src
+    lap = np.zeros((n, n))
+    lap[src, topology.dst] = -weights
+    row_sums = np.add.reduceat(weights, topology.row_start) if weights.size else np.zeros(n)
+    lap[np.arange(n), np.arange(n)] = np.where(topology.degrees > 0, row_sums, 0.0)
+    return lap
+
+
+def sparse_laplacian(topology: Topology, weights: np.ndarray):
+    """The weighted Laplacian ``diags(W.sum(axis=1)) - W`` as a SciPy sparse matrix."""
+    import scipy.sparse as sp  # lazily: a node process of a small graph never needs SciPy
+
+    W = topology.weighted_adjacency(weights)
+    return sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W
+
+
+def metropolis_weights(topology: Topology) -> np.ndarray:
+    """1 / max(d_i, d_j) per directed edge (i, j): symmetric, and sum_j <= 1 at every node."""
+    deg = topology.degrees.astype(float)
+    return 1.0 / np.maximum(deg[topology.src], deg[topology.dst])
+
+
+def laplacian_extremes(topology: Topology, weights: np.ndarray) -> tuple[float, float]:
+    """(lambda_2, lambda_max) of the weighted Laplacian with edge ``weights`` (in edge order).
+
+    Up to 400 nodes a dense eigendecomposition.  Above, LOBPCG (O(m) per iteration, no
+    factorisation, unlike shift-invert), fixed starts so every node
+    computes the same values on the same platform (the heavy-ball rate depends on
+    sqrt(kappa), so a percent in kappa is half a percent in rounds):
+
+    * lambda_max (relative residual 1e-2), raised by the residual norm (the Ritz value is a lower bound, and heavy ball
+      is stable only up to lambda_max + lambda_2) and capped by Gershgorin's 2 max_i sum_j c_ij;
+    * lambda_2 (relative residual 1e-3) with the constant vector deflated, started from the hop distances to the two
+      ends of a long shortest path (a double BFS sweep): smooth along the graph's longest
+      direction, like the Fiedler vector, so it converges in tens of iterations.  The
+      Ritz value errs high by about 1 %.
+
+    ``sim/bench_scaling.py`` measures both against shift-invert and reports the rounds impact.
+    """
+    n = topology.n_nodes
+    if n <= DENSE_NODES:
+        ev = np.linalg.eigvalsh(dense_laplacian(topology, weights))
+        return float(ev[1]), float(ev[-1])
+    import scipy.sparse.linalg as spla  # lazily, as in sparse_laplacian
+
+    lap = sparse_laplacian(topology, weights).tocsr()
+    wdeg = lap.diagonal()
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lobpcg warns when it stops at maxiter; the bounds below still hold
+        top, vec = spla.lobpcg(lap, rng.standard_normal((n, 2)), largest=True, tol=1e-2, maxiter=500)
+        k = int(np.argmax(top))
+        resid = float(np.linalg.norm(lap @ vec[:, k] - top[k] * vec[:, k]) / np.linalg.norm(vec[:, k]))
+        lmax = min(float(top[k]) + resid, 2.0 * float(wdeg.max()))
+
+        db, dc = topology.sweep
+        start = np.column_stack([db - dc, db + dc])
+        low, _ = spla.lobpcg(lap, start, Y=np.ones((n, 1)), largest=False, tol=1e-3, maxiter=2000)
+    return LAMBDA2_MARGIN * float(np.min(low)), lmax
+
+
+def metropolis_extremes(topology: Topology) -> tuple[float, float]:
+    """(lambda_2, lambda_max) of the Metropolis Laplacian (``laplacian_extremes``), cached per topology."""
+    return per_topology(topology, "metropolis", lambda: laplacian_extremes(topology, metropolis_weights(topology)))
+
+
+def low_eigenvalues(topology: Topology, k: int) -> np.ndarray:
+    """lambda_2 .. lambda_{k+1} of the Metropolis Laplacian, to 12 significant digits.
+
+    Dense up to 400 nodes, else shift-invert Lanczos (ARPACK, tolerance 1e-14): the
+    deflation steps need them to about 1e-9 relative, which LOBPCG does not give cheaply.
+    """
+    def compute() -> np.ndarray:
+        if topology.n_nodes <= DENSE_NODES:
+            ev = np.linalg.eigvalsh(dense_laplacian(topology, metropolis_weights(topology)))
+        else:
+            import scipy.sparse.linalg as spla  # lazily, as in sparse_laplacian
+
+            lap = sparse_laplacian(topology, metropolis_weights(topology)).tocsc()
+            lam2, _ = metropolis_extremes(topology)
+            ev = np.sort(spla.eigsh(lap, k=k + 1, sigma=-0.5 * lam2, which="LM", return_eigenvectors=False, tol=1e-14))
+        return np.array([round_significant(float(v), 12) for v in ev[1 : k + 1]])
+
+    return per_topology(topology, ("low_eigenvalues", k), compute)

@@ -25,6 +25,7 @@ module             job
 from __future__ import annotations
 
 from p2pem.protocols.pdmm.node import PdmmNode
+from p2pem.protocols.pdmm.schedules import Schedule, leja_roots, schedule_from_steps
 from p2pem.protocols.pdmm.spec import PdmmSP
 from p2pem.protocols.pdmm.spectra import (
     DENSE_NODES,
@@ -33,18 +34,21 @@ from p2pem.protocols.pdmm.spectra import (
     laplacian_extremes,
     low_eigenvalues,
     metropolis_extremes,
+    metropolis_spectrum,
     metropolis_weights,
     sparse_laplacian,
 )
 from p2pem.protocols.pdmm.steps import (
     DEFLATE_NODES,
     N_DEFLATE,
-    Schedule,
+    N_EXACT,
+    POLYNOMIAL_NODES,
     StepParams,
     auto_c,
-    deflation_pays,
     deflation_schedule,
     heavy_ball_params,
+    polynomial_schedule,
+    polynomial_target,
     predicted_rounds,
     step_params,
 )
@@ -57,6 +61,8 @@ __all__ = [
     "LAMBDA2_MARGIN",
     "NEVER",
     "N_DEFLATE",
+    "N_EXACT",
+    "POLYNOMIAL_NODES",
     "PdmmNode",
     "PdmmSP",
     "PrecisionWarning",
@@ -65,17 +71,21 @@ __all__ = [
     "StopRule",
     "auto_c",
     "check_precision",
-    "deflation_pays",
     "deflation_schedule",
     "dense_laplacian",
     "dual_update",
     "heavy_ball_params",
+    "leja_roots",
     "laplacian_extremes",
     "low_eigenvalues",
     "metropolis_extremes",
+    "metropolis_spectrum",
     "metropolis_weights",
     "neighbour_sum",
+    "polynomial_schedule",
+    "polynomial_target",
     "predicted_rounds",
+    "schedule_from_steps",
     "settled",
     "sparse_laplacian",
     "step_params",

@@ -37,7 +37,7 @@ def aggregate(spec: Options, values, topology: Topology, rngs, iteration: int, *
     xp, sparse = namespace(spec.device)
     t_ = topology
     n, p = values.shape
-    prm = per_topology(t_, ("steps", spec.accel, spec.accelerated, spec.c, spec.momentum, spec.theta), lambda: step_params(spec, t_))
+    prm = per_topology(t_, ("steps", spec.accel, spec.accelerated, spec.c, spec.momentum, spec.theta, spec.stop_tol), lambda: step_params(spec, t_))
     theta = spec.theta
     trace: list[Message] | None = [] if record else None
     worst = int(np.argmin(np.max(np.abs(values), axis=1))) if n else 0

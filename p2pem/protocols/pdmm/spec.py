@@ -10,7 +10,16 @@ from p2pem.errors import ConfigError, GraphError
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology
 from p2pem.protocols.pdmm import engine
 from p2pem.protocols.pdmm.node import PdmmNode
-from p2pem.protocols.pdmm.steps import DEFLATE_NODES, auto_c, deflation_pays, deflation_schedule, heavy_ball_params
+from p2pem.protocols.pdmm.schedules import Schedule
+from p2pem.protocols.pdmm.steps import (
+    DEFLATE_NODES,
+    POLYNOMIAL_NODES,
+    auto_c,
+    deflation_schedule,
+    heavy_ball_params,
+    polynomial_schedule,
+    polynomial_target,
+)
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -40,12 +49,14 @@ class PdmmSP(ProtocolSpec):
     encrypt_duals : bool
         Send the initial duals encrypted (the protocol).  False is an *insecure* variant kept
         only as a labelled comparison for the leakage analysis.
-    accel : {"auto", "deflated", "heavy-ball", "none"}
-        "heavy-ball": the accelerated iteration of the module docstring (sync, theta = 1
-        only); "deflated": heavy ball with the three lowest Laplacian modes removed
-        (``deflation_schedule``; c and momentum "auto"); "none": plain PDMM; "auto"
-        (default): deflated from 6 to 20 000 nodes with c and momentum "auto" where
-        ``deflation_pays``, else heavy ball where it applies, else plain.
+    accel : {"auto", "polynomial", "deflated", "heavy-ball", "none"}
+        "heavy-ball": the accelerated iteration of ``updates`` (sync, theta = 1 only);
+        "polynomial": a polynomial in the Laplacian fitted to its public spectrum, then
+        heavy ball (``steps.polynomial_schedule``; c and momentum "auto"); "deflated":
+        heavy ball with the three lowest Laplacian modes removed (``steps.deflation_schedule``;
+        c and momentum "auto"); "none": plain PDMM; "auto" (default): the polynomial where it
+        is predicted to need fewer rounds than heavy ball (with c and momentum "auto"), else
+        heavy ball where it applies, else plain.
     momentum : float or "auto"
         Heavy ball's beta in [0, 1); "auto" from the graph (``heavy_ball_params``).
     device : {"cpu", "cuda", "array-api-strict"}
@@ -63,7 +74,7 @@ class PdmmSP(ProtocolSpec):
     tol: Union[float, None] = None
     max_iter: int = 5000
     encrypt_duals: bool = True
-    accel: Literal["auto", "deflated", "heavy-ball", "none"] = "auto"
+    accel: Literal["auto", "polynomial", "deflated", "heavy-ball", "none"] = "auto"
     momentum: Union[float, str] = "auto"
     device: Literal["cpu", "cuda", "array-api-strict"] = "cpu"
     name: str = field(init=False, default="pdmm-sp")
@@ -87,12 +98,12 @@ class PdmmSP(ProtocolSpec):
             raise ConfigError(f"pdmm-sp: max_iter must be a positive integer, got {self.max_iter!r}")
         if not isinstance(self.encrypt_duals, bool):
             raise ConfigError(f"pdmm-sp: encrypt_duals must be true or false, got {self.encrypt_duals!r}")
-        if self.accel not in ("auto", "deflated", "heavy-ball", "none"):
-            raise ConfigError(f"pdmm-sp: accel must be 'auto', 'deflated', 'heavy-ball' or 'none', got {self.accel!r}")
-        if self.accel in ("heavy-ball", "deflated") and (self.asynchronous or self.theta != 1.0):
+        if self.accel not in ("auto", "polynomial", "deflated", "heavy-ball", "none"):
+            raise ConfigError(f"pdmm-sp: accel must be 'auto', 'polynomial', 'deflated', 'heavy-ball' or 'none', got {self.accel!r}")
+        if self.accel in ("heavy-ball", "polynomial", "deflated") and (self.asynchronous or self.theta != 1.0):
             raise ConfigError(f"pdmm-sp: accel = {self.accel!r} needs mode = 'sync' and theta = 1 (use accel = 'none')")
-        if self.accel == "deflated" and (self.c != "auto" or self.momentum != "auto"):
-            raise ConfigError("pdmm-sp: accel = 'deflated' takes its steps from the graph: leave c and momentum 'auto'")
+        if self.accel in ("polynomial", "deflated") and (self.c != "auto" or self.momentum != "auto"):
+            raise ConfigError(f"pdmm-sp: accel = {self.accel!r} takes its steps from the graph: leave c and momentum 'auto'")
         if isinstance(self.momentum, str):
             if self.momentum != "auto":
                 raise ConfigError(f"pdmm-sp: momentum must be a number in [0, 1) or 'auto', got {self.momentum!r}")
@@ -108,19 +119,42 @@ class PdmmSP(ProtocolSpec):
 
     @property
     def accelerated(self) -> bool:
-        """Whether heavy ball (deflated or not) runs (``accel`` resolved)."""
-        return self.accel in ("heavy-ball", "deflated") or (self.accel == "auto" and not self.asynchronous and self.theta == 1.0)
+        """Whether heavy ball (with a schedule or not) runs (``accel`` resolved)."""
+        return self.accel in ("heavy-ball", "polynomial", "deflated") or (
+            self.accel == "auto" and not self.asynchronous and self.theta == 1.0)
 
-    def deflates(self, topology: Topology) -> bool:
-        """Whether the deflated schedule runs on ``topology``: asked for, or by default (c and
-        momentum "auto") from 6 to 20 000 nodes (its exact eigenvalues take seconds up there)
-        where ``deflation_pays`` predicts fewer rounds than heavy ball."""
+    def iteration(self, topology: Topology) -> str:
+        """What runs on ``topology``: "polynomial", "deflated", "heavy-ball" or "none" (``accel`` resolved).
+
+        "auto" runs the polynomial where ``steps.polynomial_schedule`` finds one that needs
+        fewer rounds than heavy ball (3 to 20 000 nodes, c and momentum "auto").
+        """
+        if not self.accelerated:
+            return "none"
         if self.accel == "deflated":
             if topology.n_nodes < DEFLATE_NODES[0]:
                 raise ConfigError(f"pdmm-sp: accel = 'deflated' needs at least {DEFLATE_NODES[0]} nodes")
-            return True
-        return (self.accel == "auto" and self.accelerated and self.c == "auto" and self.momentum == "auto"
-                and DEFLATE_NODES[0] <= topology.n_nodes <= DEFLATE_NODES[1] and deflation_pays(topology))
+            return "deflated"
+        if self.accel == "polynomial":
+            if self._polynomial(topology) is None:
+                raise ConfigError(f"pdmm-sp: accel = 'polynomial' runs on {POLYNOMIAL_NODES[0]} to {POLYNOMIAL_NODES[1]} "
+                                  f"nodes where it needs fewer rounds than heavy ball; this graph has {topology.n_nodes}: "
+                                  "use accel = 'auto'")
+            return "polynomial"
+        if (self.accel == "auto" and self.c == "auto" and self.momentum == "auto"
+                and self._polynomial(topology) is not None):
+            return "polynomial"
+        return "heavy-ball"
+
+    def schedule(self, topology: Topology) -> Schedule | None:
+        """The per-round schedule that runs on ``topology`` (None: constant coefficients)."""
+        kind = self.iteration(topology)
+        if kind == "polynomial":
+            return self._polynomial(topology)
+        return deflation_schedule(topology) if kind == "deflated" else None
+
+    def _polynomial(self, topology: Topology) -> Schedule | None:
+        return polynomial_schedule(topology, polynomial_target(self.stop_tol))
 
     @property
     def stop_tol(self) -> float:
@@ -157,25 +191,28 @@ class PdmmSP(ProtocolSpec):
         return (c if self.c == "auto" else float(self.c)), (beta if self.momentum == "auto" else float(self.momentum))
 
     def public_parameters(self, topology: Topology) -> tuple[float, ...]:
-        """Plain PDMM's c; heavy ball's (c, beta); the deflated schedule's N_t, c_t and K_t."""
+        """Plain PDMM's c; heavy ball's (c, beta); a schedule's first special round and N_t, c_t, K_t."""
         if not self.accelerated:
             return (self.step_size(topology),)
-        if self.deflates(topology):
-            sched = deflation_schedule(topology)
+        sched = self.schedule(topology)
+        if sched is not None:
             return (float(sched.deflate_at), *sched.denom, *sched.scale, *sched.local)
         return self.step_parameters(topology)
 
     def resolved_params(self, topology: Topology) -> dict:
-        """The iteration that ran (``accel``: "deflated", "heavy-ball" or "none") and its step
-        size ``c`` and ``momentum`` (heavy ball's beta; for deflation those of the rounds
-        after its special ones, and ``deflate_at``, the round of the first special step)."""
-        if not self.accelerated:
+        """The iteration that ran (``accel``: "polynomial", "deflated", "heavy-ball" or "none")
+        and its step size ``c`` and ``momentum`` (heavy ball's beta; with a schedule those of
+        the rounds after its special ones, and ``special_rounds``, how many there are; for
+        deflation also ``deflate_at``, the round of the first deflation step)."""
+        kind = self.iteration(topology)
+        if kind == "none":
             return {"accel": "none", "c": self.step_size(topology), "momentum": None}
-        if self.deflates(topology):
-            sched = deflation_schedule(topology)
-            return {"accel": "deflated", "c": sched.scale[-1], "momentum": sched.beta, "deflate_at": sched.deflate_at}
-        c, beta = self.step_parameters(topology)
-        return {"accel": "heavy-ball", "c": c, "momentum": beta}
+        sched = self.schedule(topology)
+        if sched is None:
+            c, beta = self.step_parameters(topology)
+            return {"accel": "heavy-ball", "c": c, "momentum": beta}
+        out = {"accel": kind, "c": sched.scale[-1], "momentum": sched.beta, "special_rounds": sched.end}
+        return out | ({"deflate_at": sched.deflate_at} if kind == "deflated" else {})
 
     def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
         return PdmmNode(self, ctx, iteration)

@@ -110,21 +110,34 @@ def metropolis_extremes(topology: Topology) -> tuple[float, float]:
     return per_topology(topology, "metropolis", lambda: laplacian_extremes(topology, metropolis_weights(topology)))
 
 
+def metropolis_spectrum(topology: Topology) -> np.ndarray:
+    """All nonzero eigenvalues lambda_2 <= ... <= lambda_n of the Metropolis Laplacian, to 12
+    significant digits (dense: up to ``DENSE_NODES`` nodes; cached per topology)."""
+    if topology.n_nodes > DENSE_NODES:
+        raise ValueError(f"the whole spectrum is computed for at most {DENSE_NODES} nodes")
+
+    def compute() -> np.ndarray:
+        ev = np.linalg.eigvalsh(dense_laplacian(topology, metropolis_weights(topology)))
+        return np.array([round_significant(float(v), 12) for v in ev[1:]])
+
+    return per_topology(topology, "spectrum", compute)
+
+
 def low_eigenvalues(topology: Topology, k: int) -> np.ndarray:
     """lambda_2 .. lambda_{k+1} of the Metropolis Laplacian, to 12 significant digits.
 
     Dense up to 400 nodes, else shift-invert Lanczos (ARPACK, tolerance 1e-14): the
     deflation steps need them to about 1e-9 relative, which LOBPCG does not give cheaply.
     """
-    def compute() -> np.ndarray:
-        if topology.n_nodes <= DENSE_NODES:
-            ev = np.linalg.eigvalsh(dense_laplacian(topology, metropolis_weights(topology)))
-        else:
-            import scipy.sparse.linalg as spla  # lazily, as in sparse_laplacian
+    if topology.n_nodes <= DENSE_NODES:
+        return metropolis_spectrum(topology)[:k]
 
-            lap = sparse_laplacian(topology, metropolis_weights(topology)).tocsc()
-            lam2, _ = metropolis_extremes(topology)
-            ev = np.sort(spla.eigsh(lap, k=k + 1, sigma=-0.5 * lam2, which="LM", return_eigenvectors=False, tol=1e-14))
+    def compute() -> np.ndarray:
+        import scipy.sparse.linalg as spla  # lazily, as in sparse_laplacian
+
+        lap = sparse_laplacian(topology, metropolis_weights(topology)).tocsc()
+        lam2, _ = metropolis_extremes(topology)
+        ev = np.sort(spla.eigsh(lap, k=k + 1, sigma=-0.5 * lam2, which="LM", return_eigenvectors=False, tol=1e-14))
         return np.array([round_significant(float(v), 12) for v in ev[1 : k + 1]])
 
     return per_topology(topology, ("low_eigenvalues", k), compute)

@@ -1,18 +1,15 @@
-"""pdmm-sp's step parameters from the public spectrum: plain PDMM's c, heavy ball's (c, beta), the deflated schedule.
+"""pdmm-sp's step parameters from the public spectrum: plain PDMM's c, heavy ball's (c, beta), the schedules.
 
 Heavy ball (``updates``) with beta and alpha from the extreme eigenvalues of the
 Metropolis Laplacian L_g converges at Chebyshev's rate (sqrt(kappa) - 1) / (sqrt(kappa) + 1).
-
-Deflated heavy ball (the default from 6 to 20 000 nodes where the public spectrum predicts
-fewer rounds, ``deflation_pays``: on geometric graphs nearly always).  The lowest
-eigenvalues of L_g are public and, on geometric graphs, isolated (lambda_5 ~ 4 lambda_2):
-heavy ball tuned to [lambda_5, lambda_max] plus three steps x <- x - L_g x / lambda_j
-(j = 2, 3, 4) that remove the modes it does not damp converges about sqrt(4) times faster,
-less the cost of those steps (``sim/bench_consensus.py --part c`` and ``--part d`` measure
-it).  It is the same dual-sum iteration with a public per-round schedule of N, K and the edge
-scale (``deflation_schedule``); the fixed point stays exact, the per-edge duals follow
-PDMM's update with c_ij = c_t g_ij, so their H-perp part never converges, and what a node
-reveals is unchanged.  No node counts as settled before the schedule's last special round.
+Faster: a public per-round schedule (``schedules``) that runs a polynomial in L_g fitted to
+the spectrum, the Leja polynomial (the default where it is predicted to need fewer rounds than
+heavy ball, ``polynomial_schedule``) or deflated heavy ball (``deflation_schedule``).  Each is
+the same dual-sum iteration with other public coefficients: the fixed point stays exact, the
+per-edge duals follow PDMM's update with c_ij = c_t g_ij, so their H-perp part never
+converges, and what a node reveals is unchanged.  No node counts as settled before a
+schedule's last special round.  ``sim/bench_consensus.py --part c`` and ``--part d`` measure
+the rounds.
 """
 
 from __future__ import annotations
@@ -25,11 +22,21 @@ import numpy as np
 
 from p2pem.gmm import round_significant
 from p2pem.protocols.base import Topology
+from p2pem.protocols.pdmm.schedules import (
+    GRID_PER_ROUND,
+    Schedule,
+    deflated_heavy_ball,
+    leja_schedule,
+    rounds_to,
+    spectrum_points,
+)
 from p2pem.protocols.pdmm.spectra import (
+    DENSE_NODES,
     LAMBDA2_MARGIN,
     laplacian_extremes,
     low_eigenvalues,
     metropolis_extremes,
+    metropolis_spectrum,
     per_topology,
 )
 from p2pem.protocols.pdmm.updates import neighbour_sum
@@ -62,7 +69,7 @@ class Options(Protocol):
     def accelerated(self) -> bool: ...
     def step_size(self, topology: Topology) -> float: ...
     def step_parameters(self, topology: Topology) -> tuple[float, float]: ...
-    def deflates(self, topology: Topology) -> bool: ...
+    def schedule(self, topology: Topology) -> Schedule | None: ...
 
 
 def auto_c(topology: Topology) -> float:
@@ -102,117 +109,80 @@ def heavy_ball_params(topology: Topology) -> tuple[float, float]:
 N_DEFLATE = 3
 DEFLATE_NODES = (N_DEFLATE + 3, 20_000)
 
+#: The Leja polynomial (the default where it pays) from 3 nodes (a cycle) to this many: the
+#: lowest eigenvalues it needs are computed exactly by shift-invert up to here.
+POLYNOMIAL_NODES = (3, 20_000)
 
-@dataclass(frozen=True)
-class Schedule:
-    """Per-round coefficients of deflated heavy ball: ``denom`` N_t, ``scale`` c_t and ``local``
-    K_t for rounds t = 1..``end``; every later round uses the last entries (plain heavy ball).
+#: Eigenvalues computed exactly above ``DENSE_NODES`` (below, all of them are): the polynomial
+#: puts a root on each isolated low eigenvalue, the grid covers the rest.  On a 10^4-node
+#: geometric graph 20 need one round more than 40, and take a fifth of the time.
+N_EXACT = 20
 
-    No node counts as settled before round ``end`` + 1 (the stopping rule starts after the
-    last special round).  See ``deflation_schedule``.
-    """
-
-    deflate_at: int
-    denom: tuple[float, ...]
-    scale: tuple[float, ...]
-    local: tuple[float, ...]
-
-    @property
-    def end(self) -> int:
-        return len(self.denom)
-
-    @property
-    def beta(self) -> float:
-        """Heavy ball's momentum after the special rounds (N = 2 / (1 - beta) there)."""
-        return 1.0 - 2.0 / self.denom[-1]
-
-    def at(self, t: int) -> tuple[float, float, float]:
-        i = min(t, self.end) - 1
-        return self.denom[i], self.scale[i], self.local[i]
+#: The polynomial reduces the error by this factor times the stopping tolerance: the initial
+#: duals make the first broadcasts about 10^2-10^3 times the inputs, so the nodes find
+#: themselves settled soon after its last root.
+TARGET_PER_TOL = 1e-3
 
 
 def deflation_schedule(topology: Topology) -> Schedule:
-    """Heavy ball on [lambda_5, lambda_max] with the three lowest modes removed (public, cached).
-
-    On a geometric graph the lowest eigenvalues of the Metropolis Laplacian L_g are
-    isolated (lambda_3 ~ 1.1 lambda_2, lambda_4 ~ 2 lambda_2, lambda_5 ~ 4 lambda_2), so heavy
-    ball tuned to [0.98 lambda_5, lambda_max] converges about sqrt(lambda_5 / lambda_2) times
-    faster, and three steps x <- x - L_g x / lambda_j (j = 2, 3, 4) remove the modes it does
-    not damp.  Those steps amplify the other modes by up to prod_j lambda_max / lambda_j, so
-    they come at the round where heavy ball has damped them by as much (earlier, float64
-    rounding would leak into the removed modes); the momentum restarts after them.
-
-    Any schedule of steps x(k) = (1 + m_k) x(k-1) - b_k L_g x(k-1) - m_k x(k-2) is the primal
-    of the dual-sum iteration (``updates.sums_update``, edge weights c_t g_ij, node-local term
-    w_t = K_t - 2 c_t sum_j g_ij) with primal divisor N_t, where N_{k-1} = 2 + m_k N_k
-    (backwards from heavy ball's 2 / (1 - beta)), c_{k-1} = b_k N_k / 2 and
-    K_t = N_t + N_{t+1} - 2.  The same K_t in both dual sums keeps sum_i (u_i + v_i) = 0, and
-    N_{t+1} + N_t - K_t = 2 makes the exact average the fixed point; the per-edge duals
-    follow PDMM's update with c_ij = c_t g_ij, so their H-perp part still never converges.
-    ``sim/bench_consensus.py --part c`` measures the rounds.
-    """
+    """Heavy ball on [lambda_5, lambda_max] with the three lowest modes removed (public, cached;
+    ``schedules.deflated_heavy_ball``).  ``sim/bench_consensus.py --part c`` measures the rounds."""
 
     def compute() -> Schedule:
         low = low_eigenvalues(topology, N_DEFLATE + 1)
         # public and the same on every node: rounded like heavy_ball_params' (other BLAS builds
         # may differ in the last bits), lambda_max only needs to bound the spectrum
         lmax = round_significant(metropolis_extremes(topology)[1])
-        roots, lo = [float(v) for v in low[:N_DEFLATE]], LAMBDA2_MARGIN * float(low[N_DEFLATE])
-        kappa = lmax / lo
-        beta = ((math.sqrt(kappa) - 1.0) / (math.sqrt(kappa) + 1.0)) ** 2
-        alpha = 4.0 / (math.sqrt(lmax) + math.sqrt(lo)) ** 2
-        at = max(3, math.ceil(sum(math.log(lmax / r) for r in roots) / -math.log(math.sqrt(beta))))
-        end = at + N_DEFLATE
-
-        def step(k: int) -> tuple[float, float]:  # (m_k, b_k) of the step that makes x(k)
-            if at <= k < end:
-                return 0.0, 1.0 / roots[k - at]
-            return (0.0 if k == end else beta), alpha
-
-        big_n = {end: 2.0 / (1.0 - beta)}
-        for k in range(end, 1, -1):
-            big_n[k - 1] = 2.0 + step(k)[0] * big_n[k]
-        big_n[end + 1] = big_n[end]
-        rounds = range(1, end + 1)
-        return Schedule(
-            at,
-            tuple(big_n[t] for t in rounds),
-            tuple(step(t + 1)[1] * big_n[t + 1] / 2.0 for t in rounds),
-            tuple(big_n[t] + big_n[t + 1] - 2.0 for t in rounds),
-        )
+        return deflated_heavy_ball([float(v) for v in low[:N_DEFLATE]], LAMBDA2_MARGIN * float(low[N_DEFLATE]), lmax)
 
     return per_topology(topology, "deflation", compute)
 
 
-def predicted_rounds(topology: Topology) -> tuple[float, float]:
-    """Rounds (heavy ball, deflated heavy ball) predicted from the public spectrum.
+def polynomial_target(tol: float) -> float:
+    """The error reduction the Leja polynomial is built for, at stopping tolerance ``tol``."""
+    return min(1e-3, max(TARGET_PER_TOL * tol, 1e-15))
+
+
+def polynomial_schedule(topology: Topology, target: float) -> Schedule | None:
+    """The Leja polynomial reducing the error by ``target`` (``schedules.leja_schedule``), or None
+    where it would not need fewer rounds than heavy ball (public, cached).
+
+    Up to ``DENSE_NODES`` nodes on the whole spectrum (exact: a finite-time polynomial where
+    ``target`` asks for no less); above, on the lowest ``N_EXACT`` eigenvalues (shift-invert)
+    and a grid on the rest of [lambda_2, lambda_max].
+    """
+
+    def compute() -> Schedule | None:
+        n = topology.n_nodes
+        if n < POLYNOMIAL_NODES[0] or n > POLYNOMIAL_NODES[1]:
+            return None
+        hb_rounds = rounds_to(heavy_ball_params(topology)[1], target)
+        if n <= DENSE_NODES:
+            points = metropolis_spectrum(topology)
+            lam2, lmax = float(points[0]), float(points[-1])
+        else:
+            k = min(N_EXACT, n - 3)
+            low = low_eigenvalues(topology, k + 1)
+            lam2, lmax = float(low[0]), round_significant(metropolis_extremes(topology)[1])
+            points = spectrum_points(low[:k], float(low[k]), lmax, max(256, int(GRID_PER_ROUND * hb_rounds)))
+        return leja_schedule(points, lam2, lmax, target, math.floor(hb_rounds))
+
+    return per_topology(topology, ("polynomial", target), compute)
+
+
+def predicted_rounds(topology: Topology, target: float = 1e-13) -> dict[str, float | None]:
+    """Rounds each iteration is predicted to need to reduce the error by ``target``, from the public spectrum.
 
     Heavy ball's error falls by sqrt(beta) per round; deflation adds its special rounds
-    (``Schedule.end``) and then falls by its own sqrt(beta), so with 1e-10 as the target
-    the predictions are log(1e10) / -log sqrt(beta) rounds, plus ``end`` for deflation.
+    (``Schedule.end``) and then falls by its own sqrt(beta); the Leja polynomial is built to
+    reach ``target`` at its last special round (None where it would need more rounds than
+    heavy ball).  ``sim/bench_consensus.py --part d`` puts them beside measured rounds.
     """
-
-    def rounds(beta: float) -> float:
-        return 0.0 if beta <= 0.0 else math.log(1e10) / (-0.5 * math.log(beta))
-
     sched = deflation_schedule(topology)
-    return rounds(heavy_ball_params(topology)[1]), sched.end + rounds(sched.beta)
-
-
-def deflation_pays(topology: Topology) -> bool:
-    """Whether deflated heavy ball is predicted to need fewer rounds than heavy ball (public, cached).
-
-    The prediction (``predicted_rounds``) picks the faster variant on 20 of the 21 graphs
-    of ``sim/bench_consensus.py --part d``: deflation wins where the lowest eigenvalues are
-    isolated (geometric graphs, rings, grids, barbells), heavy ball where they are not
-    (complete and Erdos-Renyi graphs).
-    """
-
-    def compute() -> bool:
-        heavy_ball, deflated = predicted_rounds(topology)
-        return deflated < heavy_ball
-
-    return per_topology(topology, "deflation_pays", compute)
+    poly = polynomial_schedule(topology, target)
+    return {"heavy-ball": rounds_to(heavy_ball_params(topology)[1], target),
+            "deflated": sched.end + rounds_to(sched.beta, target),
+            "polynomial": None if poly is None else float(poly.end)}
 
 
 @dataclass(frozen=True)
@@ -264,7 +234,7 @@ def step_params(spec: Options, topology: Topology, node: int | None = None) -> S
         deg = float(deg_all[node])
     if spec.accelerated:
         c, beta = spec.step_parameters(topology)
-        sched = deflation_schedule(topology) if spec.deflates(topology) else None
+        sched = spec.schedule(topology)
         # 2 c_ij: the factor 2 of the update rides in the product (exact: a power of two), which
         # saves one pass over the (n, p) block per round; the neighbour mean is unchanged.  The
         # deflated schedule scales 2 g_ij by c_t per round instead.

@@ -1,9 +1,9 @@
 """Benchmark: pdmm-sp consensus on its own: rounds to 1e-10 MSE per step size c, and per-round cost.
 
-(a) Convergence of plain PDMM (``accel = "none"``) per step size, and of the heavy-ball default.  On 20-node geometric graphs (``geometric_graph(20, seed=s)``, several seeds)
+(a) Convergence of plain PDMM (``accel = "none"``) per step size, and of the default.  On 20-node geometric graphs (``geometric_graph(20, seed=s)``, several seeds)
 every node holds a vector drawn N(0, 1) (``--dim`` entries, default 1).  For each step size c
 in {0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0} and ``auto`` (:func:`p2pem.protocols.pdmm.auto_c`), plus the
-heavy-ball default (row ``heavy-ball``, theta = 1 only),
+default (``PdmmSP()``: the Leja polynomial, then heavy ball; row ``default``, theta = 1 only),
 for theta = 1 (PDMM) and theta = 0.5 (averaged PDMM / ADMM), and for two initial-dual standard
 deviations (the protocol default ``PdmmSP().perturbation_std`` = 100, the private setting, and
 0, plain PDMM), the batch path ``PdmmSP.aggregate`` is run with ``tol=0`` and a fixed number
@@ -29,23 +29,25 @@ On one geometric graph per size, inputs N(3, 1) with p = 8 columns, one self-sto
 aggregation each of: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max)
 by shift-invert, every node waiting the diameter bound to stop: emulated by setting every
 eccentricity bound to D), plain PDMM (``accel = "none"``) with the new stopping rule, heavy
-ball (``accel = "heavy-ball"``) and the default (deflated heavy ball from 6 to 20 000 nodes where it is predicted to pay,
-:func:`p2pem.protocols.pdmm.deflation_schedule`).  Against, on the same graph and
-measured in the same run:
+ball (``accel = "heavy-ball"``), deflated heavy ball (``accel = "deflated"``, the default before
+issue 24) and the default (the Leja polynomial from 3 to 100 000 nodes where it is predicted to
+pay, :func:`p2pem.protocols.pdmm.polynomial_schedule`), with rounds / D.  Against, on the same
+graph and measured in the same run:
 
 * the diameter D: no rule can stop before information has crossed the graph;
 * Chebyshev-accelerated gossip (Golub-Varga semi-iteration on I - gamma L_g, L_g the
   Metropolis Laplacian, exact extreme eigenvalues) from the *same start*: PDMM's first
   broadcast x(1), shifted to the true mean (gossip keeps its start's mean), counted to the
   final error that the heavy-ball run reached; and from the non-private start x = s;
-* the fewest rounds the heavy-ball iteration and the default (deflated heavy ball where it pays) need for the "before" run's error (runs with tol = 0, bisection): what any
-  stopping rule would need for the same accuracy.
+* the fewest rounds the heavy-ball iteration and the default need for the "before" run's error
+  (runs with tol = 0, bisection): what any stopping rule would need for the same accuracy.
 
 (d) Which variant the default runs below 500 nodes and off geometric graphs (``--part d``):
 on geometric graphs of 8-300 nodes (3 seeds each), rings, a grid, complete, Erdos-Renyi,
-Watts-Strogatz and barbell graphs, one self-stopping aggregation with heavy ball and one with
-deflated heavy ball, next to the rounds :func:`p2pem.protocols.pdmm.deflation_pays` predicts
-for each from the public spectrum, and which one the default picks.
+Watts-Strogatz and barbell graphs, one self-stopping aggregation each with heavy ball,
+deflated heavy ball and the Leja polynomial, next to the rounds
+:func:`p2pem.protocols.pdmm.predicted_rounds` predicts for each from the public spectrum, and
+which one the default picks.
 
 Usage::
 
@@ -133,7 +135,7 @@ def part_a(args) -> dict:
         topo = Topology.from_graph(g)
         values = np.random.default_rng(1000 + s).standard_normal((args.n, args.dim))
         graphs.append((s, topo, values))
-    cs = [*args.c, "auto", "heavy-ball"]
+    cs = [*args.c, "auto", "heavy-ball", "default"]
     print(f"(a) rounds to MSE <= {TARGET_MSE:g} on {args.n}-node geometric graphs, seeds {seeds[0]}..{seeds[-1]}, "
           f"inputs N(0,1) of dimension {args.dim}; initial dual std {default_std:g} (protocol default) and 0")
     print(f"    reference: the authors' MATLAB reaches it in about {MATLAB_ROUNDS} rounds at c = 0.1-0.2 (issue 2)")
@@ -148,12 +150,13 @@ def part_a(args) -> dict:
     for theta in THETAS:
         rows = []
         for c in cs:
-            if c == "heavy-ball" and theta != 1.0:
-                continue  # heavy ball is defined for theta = 1 only
+            if c in ("heavy-ball", "default") and theta != 1.0:
+                continue  # heavy ball (and the schedules before it) is defined for theta = 1 only
             row = [str(c)]
             for std in stds:
-                # the c grid and "auto" study plain PDMM; "heavy-ball" is the default iteration
-                spec = (PdmmSP(perturbation_std=std) if c == "heavy-ball"
+                # the c grid and "auto" study plain PDMM; "default" is PdmmSP(), the polynomial here
+                spec = (PdmmSP(perturbation_std=std, accel="heavy-ball") if c == "heavy-ball"
+                        else PdmmSP(perturbation_std=std) if c == "default"
                         else PdmmSP(c=c, theta=theta, perturbation_std=std, accel="none"))
                 firsts, stays, stop_rounds, final_mse, hit_max = [], [], [], [], 0
                 for s, topo, values in graphs:
@@ -221,7 +224,7 @@ def spmv_time(a, x) -> tuple[float, float]:
 def part_b(args) -> dict:
     p = args.p if args.p is not None else stats_size(3, 2) + 1
     print(f"\n(b) cost of one consensus round against one sparse product W @ x (the heavy-ball edge weights), x of "
-          f"shape (n, {p}); pdmm-sp defaults (deflated heavy ball where it pays, std {PdmmSP().perturbation_std:g}); c: heavy ball's scale")
+          f"shape (n, {p}); pdmm-sp defaults (the Leja polynomial where it pays, std {PdmmSP().perturbation_std:g}); c: heavy ball's scale")
     rows, out = [], []
     for n in args.sizes:
         g = geometric_graph(n, seed=0)
@@ -343,7 +346,8 @@ def part_c(args) -> dict:
                  "rounds / D"], rows)
     print("before: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max) by shift-invert, every "
           "node waiting the diameter bound D to stop); plain PDMM: accel = 'none'; heavy ball: accel = 'heavy-ball'; "
-          "default: PdmmSP() (deflated heavy ball from 6 to 20 000 nodes where it pays); all with the eccentricity stopping rule; "
+          "deflated: accel = 'deflated' (the default before issue 24); default: PdmmSP() (the Leja polynomial from 3 to "
+          "100 000 nodes where it pays); all with the eccentricity stopping rule; "
           "err: max relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip "
           "on the Metropolis Laplacian (interval [lambda_2, lambda_max]) to the heavy-ball run's error, from PDMM's "
           "perturbed first broadcast (same start) and from the data (no perturbation: not private); ratio: heavy-ball "

@@ -286,14 +286,18 @@ def test_dense_laplacian_is_scipys_bit_for_bit():
 
 
 def test_default_iteration_range():
-    """The polynomial from 3 nodes (a cycle) to 20 000 (exact low eigenvalues in seconds)
-    where it needs fewer rounds than heavy ball; heavy ball outside, and where c or momentum
-    is given.  Deflation only when asked for (from 6 nodes: it removes three modes)."""
+    """The polynomial from 3 nodes (a cycle) to 100 000 (exact low eigenvalues in seconds)
+    where it needs fewer rounds than heavy ball, and heavy ball no more than
+    POLYNOMIAL_MAX_ROUNDS; heavy ball outside, and where c or momentum is given.  Deflation
+    only when asked for (from 6 nodes: it removes three modes)."""
     from p2pem.protocols.pdmm import DEFLATE_NODES, N_DEFLATE, POLYNOMIAL_NODES, auto_c, heavy_ball_params, predicted_rounds
+    from p2pem.protocols.pdmm.steps import POLYNOMIAL_MAX_ROUNDS, polynomial_target
+    from p2pem.protocols.pdmm.schedules import rounds_to
 
-    assert DEFLATE_NODES == (N_DEFLATE + 3, 20_000) and POLYNOMIAL_NODES == (3, 20_000)
-    ring = [Topology.from_edges(n, np.array([(i, (i + 1) % n) for i in range(n)])) for n in (5, 6, 20_001)]
+    assert DEFLATE_NODES[0] == N_DEFLATE + 3 and POLYNOMIAL_NODES == (3, 100_000)
+    ring = [Topology.from_edges(n, np.array([(i, (i + 1) % n) for i in range(n)])) for n in (5, 6, 600)]
     assert [PdmmSP().iteration(t) for t in ring] == ["polynomial", "polynomial", "heavy-ball"]
+    assert rounds_to(heavy_ball_params(ring[2])[1], polynomial_target(1e-10)) > POLYNOMIAL_MAX_ROUNDS
     # where all eigenvalues coincide heavy ball is exact at once: the prediction keeps it
     complete = Topology.from_graph(nx.complete_graph(30))
     assert predicted_rounds(complete)["polynomial"] is None and PdmmSP().iteration(complete) == "heavy-ball"

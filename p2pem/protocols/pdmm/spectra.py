@@ -69,17 +69,18 @@ def metropolis_weights(topology: Topology) -> np.ndarray:
 def laplacian_extremes(topology: Topology, weights: np.ndarray) -> tuple[float, float]:
     """(lambda_2, lambda_max) of the weighted Laplacian with edge ``weights`` (in edge order).
 
-    Up to 400 nodes a dense eigendecomposition.  Above, LOBPCG (O(m) per iteration, no
-    factorisation, unlike shift-invert), fixed starts so every node
-    computes the same values on the same platform (the heavy-ball rate depends on
-    sqrt(kappa), so a percent in kappa is half a percent in rounds):
+    Up to 400 nodes a dense eigendecomposition.  Above, methods of O(m) work per step and
+    no factorisation, from fixed starts, so every node computes the same values on the same
+    platform (the heavy-ball rate depends on sqrt(kappa), so a percent in kappa is half a
+    percent in rounds):
 
-    * lambda_max (relative residual 1e-2), raised by the residual norm (the Ritz value is a lower bound, and heavy ball
-      is stable only up to lambda_max + lambda_2) and capped by Gershgorin's 2 max_i sum_j c_ij;
-    * lambda_2 (relative residual 1e-3) with the constant vector deflated, started from the hop distances to the two
-      ends of a long shortest path (a double BFS sweep): smooth along the graph's longest
-      direction, like the Fiedler vector, so it converges in tens of iterations.  The
-      Ritz value errs high by about 1 %.
+    * lambda_max by Lanczos (``top_eigenvalue``): the top Ritz value raised by its residual
+      norm (the Ritz value is a lower bound, and heavy ball is stable only up to
+      lambda_max + lambda_2), capped by Gershgorin's 2 max_i sum_j c_ij;
+    * lambda_2 by LOBPCG (relative residual 1e-3) with the constant vector deflated, started
+      from the hop distances to the two ends of a long shortest path (a double BFS sweep):
+      smooth along the graph's longest direction, like the Fiedler vector, so it converges in
+      a few iterations.  The Ritz value errs high by about 1 %.
 
     ``sim/bench_scaling.py`` measures both against shift-invert and reports the rounds impact.
     """
@@ -90,19 +91,53 @@ def laplacian_extremes(topology: Topology, weights: np.ndarray) -> tuple[float, 
     import scipy.sparse.linalg as spla  # lazily, as in sparse_laplacian
 
     lap = sparse_laplacian(topology, weights).tocsr()
-    wdeg = lap.diagonal()
-    rng = np.random.default_rng(0)
+    lmax = min(top_eigenvalue(lap), 2.0 * float(lap.diagonal().max()))
+    db, dc = topology.sweep
+    start = np.column_stack([db - dc, db + dc])
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # lobpcg warns when it stops at maxiter; the bounds below still hold
-        top, vec = spla.lobpcg(lap, rng.standard_normal((n, 2)), largest=True, tol=1e-2, maxiter=500)
-        k = int(np.argmax(top))
-        resid = float(np.linalg.norm(lap @ vec[:, k] - top[k] * vec[:, k]) / np.linalg.norm(vec[:, k]))
-        lmax = min(float(top[k]) + resid, 2.0 * float(wdeg.max()))
-
-        db, dc = topology.sweep
-        start = np.column_stack([db - dc, db + dc])
+        warnings.simplefilter("ignore")  # lobpcg warns when it stops at maxiter; the estimate still holds
         low, _ = spla.lobpcg(lap, start, Y=np.ones((n, 1)), largest=False, tol=1e-3, maxiter=2000)
-    return LAMBDA2_MARGIN * float(np.min(low)), lmax
+    # where lambda_2 is below the residual tolerance (long rings and paths) LOBPCG may return
+    # nothing useful: then Mohar's lower bound lambda_2 >= 4 / (n D) of the unit Laplacian,
+    # times the smallest weight (Mohar 1991), which is safe, if slow
+    floor = 4.0 * float(np.min(weights)) / (n * max(topology.diameter, 1))
+    return max(LAMBDA2_MARGIN * float(np.min(low)), floor), lmax
+
+
+def top_eigenvalue(matrix, rtol: float = 1e-2, max_steps: int = 400) -> float:
+    """The largest eigenvalue of the symmetric ``matrix``, estimated from above: Lanczos from a
+    fixed start (Lanczos 1950; no reorthogonalisation, so O(n) memory) until the top Ritz
+    value's residual norm is at most ``rtol`` times it, checked every 10 steps; returns the
+    Ritz value plus that residual norm.
+
+    On the Metropolis Laplacian of a 10^5-node geometric graph 40 steps give lambda_max to
+    2e-4 above (``sim/bench_scaling.py``), where LOBPCG with two vectors took about as long
+    at 10^5 and 20 times as long at 10^6.
+    """
+    n = matrix.shape[0]
+    q = np.random.default_rng(0).standard_normal(n)
+    q /= np.linalg.norm(q)
+    q_prev = np.zeros(n)
+    alphas: list[float] = []
+    betas: list[float] = []
+    beta = 0.0
+    top = resid = 0.0
+    for step in range(1, max_steps + 1):
+        w = matrix @ q
+        alpha = float(q @ w)
+        w -= alpha * q
+        w -= beta * q_prev
+        beta = float(np.linalg.norm(w))
+        alphas.append(alpha)
+        betas.append(beta)
+        if step % 10 == 0 or beta == 0.0 or step == max_steps:
+            tri = np.diag(alphas) + np.diag(betas[:-1], 1) + np.diag(betas[:-1], -1)
+            ritz, vecs = np.linalg.eigh(tri)
+            top, resid = float(ritz[-1]), beta * abs(float(vecs[-1, -1]))
+            if resid <= rtol * top or beta == 0.0:
+                break
+        q_prev, q = q, w / beta
+    return top + resid
 
 
 def metropolis_extremes(topology: Topology) -> tuple[float, float]:
@@ -126,18 +161,79 @@ def metropolis_spectrum(topology: Topology) -> np.ndarray:
 def low_eigenvalues(topology: Topology, k: int) -> np.ndarray:
     """lambda_2 .. lambda_{k+1} of the Metropolis Laplacian, to 12 significant digits.
 
-    Dense up to 400 nodes, else shift-invert Lanczos (ARPACK, tolerance 1e-14): the
-    deflation steps need them to about 1e-9 relative, which LOBPCG does not give cheaply.
+    Dense up to 400 nodes, else shift-invert Lanczos (ARPACK, tolerance 1e-14) around
+    -lambda_2 / 2, with the shifted Laplacian (positive definite) factorised once by SuperLU
+    without pivoting in a nested-dissection order (``nested_dissection``): the deflation
+    steps and the polynomial's roots need them to about 1e-11 relative, which LOBPCG does not
+    give cheaply.  About 20 s and 3 GB at 10^5 nodes for 21 eigenvalues
+    (``sim/bench_scaling.py``); the factor grows faster than n, so larger graphs run heavy
+    ball.
     """
     if topology.n_nodes <= DENSE_NODES:
         return metropolis_spectrum(topology)[:k]
 
     def compute() -> np.ndarray:
-        import scipy.sparse.linalg as spla  # lazily, as in sparse_laplacian
+        import scipy.sparse as sp  # lazily, as in sparse_laplacian
+        import scipy.sparse.linalg as spla
 
-        lap = sparse_laplacian(topology, metropolis_weights(topology)).tocsc()
-        lam2, _ = metropolis_extremes(topology)
-        ev = np.sort(spla.eigsh(lap, k=k + 1, sigma=-0.5 * lam2, which="LM", return_eigenvectors=False, tol=1e-14))
+        n = topology.n_nodes
+        lap = sparse_laplacian(topology, metropolis_weights(topology)).tocsr()
+        shift = 0.5 * metropolis_extremes(topology)[0]
+        order = nested_dissection(topology)
+        inverse = np.empty(n, dtype=np.int64)
+        inverse[order] = np.arange(n)
+        shifted = (lap + shift * sp.identity(n, format="csr"))[order][:, order].tocsc()
+        lu = spla.splu(shifted, permc_spec="NATURAL", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
+        del shifted
+        solve = spla.LinearOperator((n, n), matvec=lambda v: lu.solve(np.ascontiguousarray(v[order]))[inverse], dtype=float)
+        ev = np.sort(spla.eigsh(lap, k=k + 1, sigma=-shift, which="LM", OPinv=solve, return_eigenvectors=False, tol=1e-14))
         return np.array([round_significant(float(v), 12) for v in ev[1 : k + 1]])
 
     return per_topology(topology, ("low_eigenvalues", k), compute)
+
+
+def nested_dissection(topology: Topology, leaf: int = 256) -> np.ndarray:
+    """An elimination order of the nodes that keeps a sparse factor of the Laplacian small.
+
+    Nested dissection (George 1973): split the nodes at the median of a coordinate, order
+    each half (recursively) before the separator, the nodes of one half with an edge into the
+    other.  The coordinates come from the graph alone: the hop distances to the two ends b, c
+    of the double sweep (their difference runs along the graph's longest direction) and to a
+    node halfway between them (across it).  On geometric graphs this is a plane cut, and
+    SuperLU's factor with this order is about as small as with COLAMD's, at a third of the
+    time (no pivoting: the matrix is positive definite).
+    """
+    from scipy.sparse.csgraph import shortest_path  # lazily, as in sparse_laplacian
+
+    n = topology.n_nodes
+    db, dc = topology.sweep
+    middle = int(np.argmax(np.where(np.abs(db - dc) <= 1, np.minimum(db, dc), -1)))
+    across = shortest_path(topology.adjacency, unweighted=True, indices=[middle])[0]
+    coords = np.column_stack([db - dc, across])
+    indptr, indices = topology.indptr, topology.dst
+    mark = np.zeros(n, dtype=np.int64)  # mark[j] == call number: j is in that call's upper half
+    parts: list[np.ndarray] = []
+    calls = 0
+
+    def split(nodes: np.ndarray) -> None:
+        nonlocal calls
+        c = coords[nodes]
+        axis = int(np.argmax(c.max(axis=0) - c.min(axis=0)))
+        low = c[:, axis] <= np.median(c[:, axis])
+        if nodes.size <= leaf or low.all() or not low.any():
+            parts.append(nodes)
+            return
+        calls += 1
+        mark[nodes[~low]] = calls
+        left = nodes[low]
+        counts = indptr[left + 1] - indptr[left]
+        first = np.cumsum(counts) - counts  # where each left node's edges start in the gathered list
+        edges = np.repeat(indptr[left] - first, counts) + np.arange(int(counts.sum()))
+        crossing = np.zeros(left.size, dtype=bool)
+        np.logical_or.at(crossing, np.repeat(np.arange(left.size), counts), mark[indices[edges]] == calls)
+        split(left[~crossing])
+        split(nodes[~low])
+        parts.append(left[crossing])
+
+    split(np.arange(n))
+    return np.concatenate(parts)

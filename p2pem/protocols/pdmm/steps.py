@@ -107,16 +107,21 @@ def heavy_ball_params(topology: Topology) -> tuple[float, float]:
 
 
 N_DEFLATE = 3
-DEFLATE_NODES = (N_DEFLATE + 3, 20_000)
+DEFLATE_NODES = (N_DEFLATE + 3, 100_000)
 
 #: The Leja polynomial (the default where it pays) from 3 nodes (a cycle) to this many: the
-#: lowest eigenvalues it needs are computed exactly by shift-invert up to here.
-POLYNOMIAL_NODES = (3, 20_000)
+#: lowest eigenvalues it needs are computed exactly by shift-invert up to here (about 20 s and
+#: 2 GB at 10^5 nodes; the sparse factor grows faster than n).
+POLYNOMIAL_NODES = (3, 100_000)
 
 #: Eigenvalues computed exactly above ``DENSE_NODES`` (below, all of them are): the polynomial
 #: puts a root on each isolated low eigenvalue, the grid covers the rest.  On a 10^4-node
 #: geometric graph 20 need one round more than 40, and take a fifth of the time.
 N_EXACT = 20
+
+#: No polynomial where heavy ball would need more rounds than this (its construction grows
+#: with the square of the rounds; such graphs, long rings or paths, are far from geometric).
+POLYNOMIAL_MAX_ROUNDS = 2500
 
 #: The polynomial reduces the error by this factor times the stopping tolerance: the initial
 #: duals make the first broadcasts about 10^2-10^3 times the inputs, so the nodes find
@@ -129,7 +134,8 @@ def deflation_schedule(topology: Topology) -> Schedule:
     ``schedules.deflated_heavy_ball``).  ``sim/bench_consensus.py --part c`` measures the rounds."""
 
     def compute() -> Schedule:
-        low = low_eigenvalues(topology, N_DEFLATE + 1)
+        # the polynomial's eigenvalues (one computation for both schedules)
+        low = low_eigenvalues(topology, N_EXACT + 1)[: N_DEFLATE + 1]
         # public and the same on every node: rounded like heavy_ball_params' (other BLAS builds
         # may differ in the last bits), lambda_max only needs to bound the spectrum
         lmax = round_significant(metropolis_extremes(topology)[1])
@@ -156,15 +162,19 @@ def polynomial_schedule(topology: Topology, target: float) -> Schedule | None:
         n = topology.n_nodes
         if n < POLYNOMIAL_NODES[0] or n > POLYNOMIAL_NODES[1]:
             return None
-        hb_rounds = rounds_to(heavy_ball_params(topology)[1], target)
+        beta = heavy_ball_params(topology)[1]
+        hb_rounds = rounds_to(beta, target)
+        if hb_rounds > POLYNOMIAL_MAX_ROUNDS:
+            return None
         if n <= DENSE_NODES:
             points = metropolis_spectrum(topology)
             lam2, lmax = float(points[0]), float(points[-1])
         else:
-            k = min(N_EXACT, n - 3)
-            low = low_eigenvalues(topology, k + 1)
+            low = low_eigenvalues(topology, N_EXACT + 1)
             lam2, lmax = float(low[0]), round_significant(metropolis_extremes(topology)[1])
-            points = spectrum_points(low[:k], float(low[k]), lmax, max(256, int(GRID_PER_ROUND * hb_rounds)))
+            # the grid does not depend on the target, so smaller targets only add roots after the same ones
+            n_grid = max(256, int(GRID_PER_ROUND * rounds_to(beta, 1e-15)))
+            points = spectrum_points(low[:N_EXACT], float(low[N_EXACT]), lmax, n_grid)
         return leja_schedule(points, lam2, lmax, target, math.floor(hb_rounds))
 
     return per_topology(topology, ("polynomial", target), compute)

@@ -5,11 +5,12 @@ allow: about 4 GB and a few minutes).  The array path a large simulation uses, n
 ``geometric_edges`` (k-d tree), ``Topology.from_edges`` (CSR arrays and the per-node
 eccentricity bounds, four BFS), ``heavy_ball_params`` (Lanczos for lambda_max, LOBPCG for
 lambda_2 of the Metropolis Laplacian) and, where the default runs one, its schedule (the Leja
-polynomial: the 21 lowest eigenvalues by shift-invert with a nested-dissection sparse LU, up to
+polynomial: the 21 lowest eigenvalues by shift-invert with a sparse LU, up to
 10^5 nodes).  Printed with the peak resident memory of the process so far (sizes run in
 increasing order, so it is that of the largest).  Up to ``--exact-upto`` nodes (default
 10 000) lambda_2 is also computed by shift-invert, and one heavy-ball aggregation (p = 20) is
-run with the parameters from each, so the rounds impact of the cheaper estimate is measured.
+run with the parameters from each, so the rounds impact of the cheaper estimate is measured.  Up to ``--rounds-upto`` nodes (default
+100 000) one aggregation (p = 8) runs with the default's schedule and one with heavy ball.
 Goals: step parameters <= 5 s at 10^5 (issue 10), <= 20 s at 10^6 (issue 24).
 
 Part 2, EM (``--sizes``):
@@ -133,6 +134,13 @@ def setup_size(n: int, args) -> dict:
     print(f"  set-up n = {n:,}: graph {graph_s:.1f} s, topology {topo_s:.1f} s, step {step_s:.1f} s (CPU {step_cpu:.1f} s), "
           + (f"{iteration} schedule {schedule_s:.1f} s (CPU {schedule_cpu:.1f} s), " if out["schedule_s"] is not None else "")
           + f"peak RSS {out['peak_rss_gb']:.2f} GB", file=sys.stderr, flush=True)
+    if iteration != "heavy-ball" and n <= args.rounds_upto:
+        # one aggregation with the default's schedule and one with heavy ball: what the schedule buys
+        values = np.random.default_rng(1).standard_normal((n, 8)) + 3.0
+        for key, spec in (("default", PdmmSP()), ("heavy_ball", PdmmSP(accel="heavy-ball"))):
+            agg = spec.aggregate(values, topo, protocol_streams(args.seed, n), 1)
+            out[f"{key}_rounds"] = int(agg.rounds)
+            out[f"{key}_error"] = relative_error(agg.results, values.mean(axis=0))
     if n <= args.exact_upto:
         exact, exact_s, _ = timed(lambda: shift_invert_lambda2(topo))
         kappa = lmax / exact
@@ -255,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="node counts for the set-up part, comma-separated (default 10000,100000; '' skips)")
     parser.add_argument("--exact-upto", type=int, default=10000,
                         help="compare with shift-invert lambda_2 and its rounds up to this many nodes (default 10000)")
+    parser.add_argument("--rounds-upto", type=int, default=100000,
+                        help="in the set-up part, run one aggregation (p = 8) with the default's schedule and one with heavy "
+                             "ball up to this many nodes (default 100000)")
     parser.add_argument("--rows-per-node", type=int, default=5, help="synthetic rows per node (default 5)")
     parser.add_argument("--em-iter", type=int, default=20, help="EM iterations, tol=0 (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="graph, data and protocol seed (default 0)")
@@ -303,6 +314,14 @@ def main(argv: list[str] | None = None) -> int:
              f"{r['lambda2_lobpcg']:.4g}", f"{r['lambda2_exact']:.4g}" if "lambda2_exact" in r else "-",
              str(r.get("rounds_lobpcg", "-")), str(r.get("rounds_exact", "-")),
              f"{r['error_lobpcg']:.1e}" if "error_lobpcg" in r else "-"] for r in setups])
+        with_rounds = [r for r in setups if "default_rounds" in r]
+        if with_rounds:
+            print("\none aggregation, p = 8, inputs N(3, 1): the default's schedule against heavy ball")
+            print_table(["n", "D bound", "default", "rounds (err)", "rounds / D", "heavy ball (err)", "rounds / D", "ratio"], [
+                [f"{r['n']:,}", str(r["diameter_bound"]), r["iteration"], f"{r['default_rounds']} ({r['default_error']:.1e})",
+                 f"{r['default_rounds'] / r['diameter_bound']:.2f}", f"{r['heavy_ball_rounds']} ({r['heavy_ball_error']:.1e})",
+                 f"{r['heavy_ball_rounds'] / r['diameter_bound']:.2f}", f"{r['default_rounds'] / r['heavy_ball_rounds']:.2f}"]
+                for r in with_rounds])
         print("step params: heavy_ball_params (Lanczos for lambda_max, LOBPCG for lambda_2; lambda2 used = 0.98 x the LOBPCG "
               "value); default: the iteration PdmmSP() runs; schedule: its polynomial (shift-invert for the 21 lowest "
               "eigenvalues, then the Leja roots), where it runs one; peak RSS: of the process after the step parameters "

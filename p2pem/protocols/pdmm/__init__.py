@@ -3,23 +3,21 @@
 Average consensus as the problem min sum_i 1/2 ||x_i - s_i||^2 subject to x_i = x_j on every
 edge, solved by PDMM (Zhang & Heusdens 2018) on per-node dual sums, with the initial duals
 drawn large and exchanged once, encrypted, so that their never-converging part hides each
-input (subspace perturbation, Li, Heusdens & Christensen 2020), and heavy-ball acceleration
-on a public schedule that keeps that part untouched.
+input (subspace perturbation, Li, Heusdens & Christensen 2020), accelerated by heavy ball and,
+by default, a polynomial fitted to the public spectrum before it (``schedules``), which keep
+that part untouched.
 
-One room per job, lower rooms never importing higher ones:
+One room per job, lower rooms never importing higher ones (an import-linter contract):
 
-=================  ==========================================================================
-module             job
-=================  ==========================================================================
-``updates``    the update formulas (dual, dual sums, settle test), each written once
-``spectra``    weighted Laplacians and their eigenvalues, cached per topology
-``steps``      step parameters from the spectrum: plain c, heavy ball, deflated schedule
-``stopping``   the stopping rule (settled counters, eccentricity waits, stop rounds)
-``device``     array namespaces and the two device operations (sparse product, neighbour min)
-``engine``     the batch engine: all nodes at once, bit for bit the nodes
-``node``       one node's state machine (simulator and deployment)
-``spec``       ``PdmmSP``, the parameters a user sets
-=================  ==========================================================================
+* ``updates``: the update formulas (dual, dual sums, settle test), each written once;
+* ``spectra``: weighted Laplacians and their eigenvalues, cached per topology;
+* ``schedules``: per-round schedules, deflated heavy ball and Leja polynomials;
+* ``steps``: step parameters from the spectrum (plain c, heavy ball, which schedule);
+* ``stopping``: the stopping rule (settled counters, eccentricity waits, stop rounds);
+* ``device``: array namespaces and the two device operations (sparse product, neighbour min);
+* ``engine``: the batch engine, all nodes at once, bit for bit the nodes;
+* ``node``: one node's state machine (simulator and deployment);
+* ``spec``: ``PdmmSP``, the parameters a user sets.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def aggregate(spec: Options, values, topology: Topology, rngs, iteration: int, *
     theta = spec.theta
     trace: list[Message] | None = [] if record else None
     worst = int(np.argmin(np.max(np.abs(values), axis=1))) if n else 0
-    check_precision(spec, values[worst], worst)
+    check_precision(spec, values[worst], worst, stacklevel=4)  # past this function and PdmmSP.aggregate
     on_host = spec.device == "cpu"
     if on_host:
         u, v = dual_sums_host(spec, values, t_, rngs, iteration, trace)

@@ -95,7 +95,7 @@ class PdmmNode(Aggregation):
 
         ``dual-init``: round 0, only to this node, encrypted, no meta.  ``primal``: round
         1..max_iter to all of the sender's neighbours, in clear, meta ``(g, stop_at)`` with
-        ``0 <= g < round`` (g grows by at most one per round; on the deflated schedule
+        ``0 <= g < round`` (g grows by at most one per round; with a schedule
         ``g <= round - 1 - end``, as no node settles before the schedule's end) and ``stop_at`` either never or
         in ``[round, round - 1 + D]`` (a sender past its stop round has stopped; a stop round
         is fixed at most D rounds ahead).  Both carry a finite float64 vector of this node's
@@ -117,8 +117,8 @@ class PdmmNode(Aggregation):
                 raise bad("meta", f"{len(msg.meta)} meta fields, expected 2 (g, stop round)")
             g, stop_at = msg.meta
             # g rides one round late and counts settled rounds, which start after settle_after
-            deflated = not self.spec.asynchronous and self.prm.schedule is not None
-            g_max = max(0, t - 1 - self.prm.settle_after) if deflated else t - 1
+            scheduled = not self.spec.asynchronous and self.prm.schedule is not None
+            g_max = max(0, t - 1 - self.prm.settle_after) if scheduled else t - 1
             if not 0 <= g <= g_max:
                 raise bad("meta", f"settled counter {g} outside 0..{g_max}")
             if stop_at != NEVER and not t <= stop_at <= t - 1 + self.diam:

@@ -162,10 +162,10 @@ def low_eigenvalues(topology: Topology, k: int) -> np.ndarray:
     """lambda_2 .. lambda_{k+1} of the Metropolis Laplacian, to 12 significant digits.
 
     Dense up to 400 nodes, else shift-invert Lanczos (ARPACK, tolerance 1e-14) around
-    -lambda_2 / 2, with the shifted Laplacian (positive definite) factorised once by SuperLU
-    without pivoting in a nested-dissection order (``nested_dissection``): the deflation
+    -lambda_2 / 2, with the shifted Laplacian (positive definite) factorised once by SuperLU in
+    symmetric mode without pivoting, in a minimum-degree order of its pattern: the deflation
     steps and the polynomial's roots need them to about 1e-11 relative, which LOBPCG does not
-    give cheaply.  About 20 s and 3 GB at 10^5 nodes for 21 eigenvalues
+    give cheaply.  About 15 s and 2 GB at 10^5 nodes for 21 eigenvalues
     (``sim/bench_scaling.py``); the factor grows faster than n, so larger graphs run heavy
     ball.
     """
@@ -177,63 +177,13 @@ def low_eigenvalues(topology: Topology, k: int) -> np.ndarray:
         import scipy.sparse.linalg as spla
 
         n = topology.n_nodes
-        lap = sparse_laplacian(topology, metropolis_weights(topology)).tocsr()
+        lap = sparse_laplacian(topology, metropolis_weights(topology)).tocsc()
         shift = 0.5 * metropolis_extremes(topology)[0]
-        order = nested_dissection(topology)
-        inverse = np.empty(n, dtype=np.int64)
-        inverse[order] = np.arange(n)
-        shifted = (lap + shift * sp.identity(n, format="csr"))[order][:, order].tocsc()
-        lu = spla.splu(shifted, permc_spec="NATURAL", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
-        del shifted
-        solve = spla.LinearOperator((n, n), matvec=lambda v: lu.solve(np.ascontiguousarray(v[order]))[inverse], dtype=float)
+        # positive definite: no pivoting, and a minimum-degree order of the symmetric pattern
+        lu = spla.splu(lap + shift * sp.identity(n, format="csc"), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                       options={"SymmetricMode": True})
+        solve = spla.LinearOperator((n, n), matvec=lu.solve, dtype=float)
         ev = np.sort(spla.eigsh(lap, k=k + 1, sigma=-shift, which="LM", OPinv=solve, return_eigenvectors=False, tol=1e-14))
         return np.array([round_significant(float(v), 12) for v in ev[1 : k + 1]])
 
     return per_topology(topology, ("low_eigenvalues", k), compute)
-
-
-def nested_dissection(topology: Topology, leaf: int = 256) -> np.ndarray:
-    """An elimination order of the nodes that keeps a sparse factor of the Laplacian small.
-
-    Nested dissection (George 1973): split the nodes at the median of a coordinate, order
-    each half (recursively) before the separator, the nodes of one half with an edge into the
-    other.  The coordinates come from the graph alone: the hop distances to the two ends b, c
-    of the double sweep (their difference runs along the graph's longest direction) and to a
-    node halfway between them (across it).  On geometric graphs this is a plane cut, and
-    SuperLU's factor with this order is about as small as with COLAMD's, at a third of the
-    time (no pivoting: the matrix is positive definite).
-    """
-    from scipy.sparse.csgraph import shortest_path  # lazily, as in sparse_laplacian
-
-    n = topology.n_nodes
-    db, dc = topology.sweep
-    middle = int(np.argmax(np.where(np.abs(db - dc) <= 1, np.minimum(db, dc), -1)))
-    across = shortest_path(topology.adjacency, unweighted=True, indices=[middle])[0]
-    coords = np.column_stack([db - dc, across])
-    indptr, indices = topology.indptr, topology.dst
-    mark = np.zeros(n, dtype=np.int64)  # mark[j] == call number: j is in that call's upper half
-    parts: list[np.ndarray] = []
-    calls = 0
-
-    def split(nodes: np.ndarray) -> None:
-        nonlocal calls
-        c = coords[nodes]
-        axis = int(np.argmax(c.max(axis=0) - c.min(axis=0)))
-        low = c[:, axis] <= np.median(c[:, axis])
-        if nodes.size <= leaf or low.all() or not low.any():
-            parts.append(nodes)
-            return
-        calls += 1
-        mark[nodes[~low]] = calls
-        left = nodes[low]
-        counts = indptr[left + 1] - indptr[left]
-        first = np.cumsum(counts) - counts  # where each left node's edges start in the gathered list
-        edges = np.repeat(indptr[left] - first, counts) + np.arange(int(counts.sum()))
-        crossing = np.zeros(left.size, dtype=bool)
-        np.logical_or.at(crossing, np.repeat(np.arange(left.size), counts), mark[indices[edges]] == calls)
-        split(left[~crossing])
-        split(nodes[~low])
-        parts.append(left[crossing])
-
-    split(np.arange(n))
-    return np.concatenate(parts)

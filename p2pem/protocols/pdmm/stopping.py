@@ -13,7 +13,7 @@ round t reaches every node by round t + e_i, so all nodes know the smallest prop
 round it names and stop together (or at ``max_iter``).  Using e_i instead of the diameter D
 lets the central nodes decide first: the overhead after the last node settles falls from
 about 2D rounds to about twice the radius.  No node counts as settled up to round
-``settle_after`` (the deflated schedule's special rounds).
+``settle_after`` (a schedule's special rounds).
 
 Asynchronous mode counts the same way on each activation, against the neighbours' last
 broadcasts (settled when close to each of them), waits for the diameter bound D (a round is
@@ -184,13 +184,14 @@ class PrecisionWarning(UserWarning):
     """The initial duals are so large that float64 rounding exceeds the stopping tolerance."""
 
 
-def check_precision(spec: Options, value: np.ndarray, node: int | str) -> None:
+def check_precision(spec: Options, value: np.ndarray, node: int | str, *, stacklevel: int = 3) -> None:
     """Warn when eps * perturbation_std exceeds tol * max|s_i|: the float64 floor is reached.
 
     Consensus then still settles, on a value whose error is about eps * std (times the
     rounding growth of the iteration): the nodes agree, but the average is off.  Runs with
     ``tol = 0`` (a fixed number of rounds) are not checked.
-    ``sim/bench_precision.py`` maps the floor.
+    ``sim/bench_precision.py`` maps the floor.  ``stacklevel`` points the warning at the
+    caller of whoever calls this (the user's ``start`` or ``aggregate``).
     """
     scale = float(np.max(np.abs(value))) if value.size else 0.0
     if spec.stop_tol > 0 and scale > 0 and spec.perturbation_std * np.finfo(float).eps > spec.stop_tol * scale:
@@ -199,5 +200,5 @@ def check_precision(spec: Options, value: np.ndarray, node: int | str) -> None:
             f"(eps * std > tol * max|input| = {spec.stop_tol * scale:.2g}): the average will be off by about "
             f"{spec.perturbation_std * np.finfo(float).eps:.1g}; lower perturbation_std or raise tol",
             PrecisionWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )

@@ -186,12 +186,12 @@ def predicted_rounds(topology: Topology, target: float = 1e-13) -> dict[str, flo
     Heavy ball's error falls by sqrt(beta) per round; deflation adds its special rounds
     (``Schedule.end``) and then falls by its own sqrt(beta); the Leja polynomial is built to
     reach ``target`` at its last special round (None where it would need more rounds than
-    heavy ball).  ``sim/bench_consensus.py --part d`` puts them beside measured rounds.
+    heavy ball; deflation None below ``DEFLATE_NODES[0]`` nodes).  ``sim/bench_consensus.py --part d`` puts them beside measured rounds.
     """
-    sched = deflation_schedule(topology)
+    sched = deflation_schedule(topology) if topology.n_nodes >= DEFLATE_NODES[0] else None
     poly = polynomial_schedule(topology, target)
     return {"heavy-ball": rounds_to(heavy_ball_params(topology)[1], target),
-            "deflated": sched.end + rounds_to(sched.beta, target),
+            "deflated": None if sched is None else sched.end + rounds_to(sched.beta, target),
             "polynomial": None if poly is None else float(poly.end)}
 
 

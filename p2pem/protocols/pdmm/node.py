@@ -73,6 +73,16 @@ class PdmmNode(Aggregation):
     def _msg(self, rnd: int, meta: tuple[int, ...]) -> Message:
         return Message(self.ctx.node_id, self.nbrs, self.iteration, rnd, "primal", self.x.copy(), False, meta)
 
+    def awaiting(self) -> tuple[int, ...]:
+        """The neighbours whose dual-init has not arrived; then (synchronous mode) those whose
+        primal of the current round has not (an asynchronous node goes on without them)."""
+        if self.done:
+            return ()
+        if len(self._inits) < len(self.nbrs) or self.spec.asynchronous:
+            return tuple(j for j in self.nbrs if j not in self._inits)
+        box = self._round_msgs.get(self.round, {})
+        return tuple(j for j in self.nbrs if j not in box)
+
     def _finish(self, x: np.ndarray) -> None:
         self.done = True
         self.converged = self.rule.converged

@@ -171,6 +171,21 @@ class PdmmSP(ProtocolSpec):
     def label(self) -> str:
         return "pdmm-sp" + ("" if self.encrypt_duals else " (INSECURE: plaintext duals)")
 
+    @property
+    def message_kinds(self) -> frozenset[str]:
+        return frozenset({"dual-init", "primal"})
+
+    @property
+    def secret_kinds(self) -> frozenset[str]:
+        """The initial duals: an observer who knew z_{i|j}(0) could undo the subspace perturbation."""
+        return frozenset({"dual-init"})
+
+    @property
+    def max_ahead(self) -> int:
+        """One: a neighbour's dual-init.  Its first primal of an aggregation (in both modes) needs
+        every neighbour's dual-init, this node's included, which this node sends when it begins."""
+        return 1
+
     def validate(self, g: nx.Graph | Topology) -> None:
         from p2pem.graphs import require_cycle  # lazily: p2pem.graphs imports networkx, which a node process never needs
 

@@ -18,6 +18,9 @@ protocol stream of node i           ``child(protocol seed, i)``; ``i = n``: the 
                                     schedule / dp-central's aggregator (:func:`protocol_streams`)
 trade-off key ``(k, ...)``          ``child(scenario stream "montecarlo", k, ...)``
                                     (:func:`montecarlo_child`)
+Bayesian-network release            ``child(scenario stream "bayesnet", 0)`` the seed every
+                                    node shares, ``(1, i)`` node i's private seed (noise
+                                    shares, commit-and-reveal) (:func:`bayesnet_child`)
 ==================================  ==================================================
 
 This module is a leaf: it imports NumPy and :mod:`p2pem.errors` only.
@@ -32,6 +35,7 @@ from p2pem.errors import ConfigError
 __all__ = [
     "STREAMS",
     "as_seed_sequence",
+    "bayesnet_child",
     "child",
     "init_seed",
     "montecarlo_child",
@@ -43,7 +47,7 @@ __all__ = [
 
 #: Names of the random streams derived from a scenario's seed, in spawn order.  Append new
 #: streams at the end: a stream's identity is its position.
-STREAMS = ("data", "graph", "init", "protocol", "montecarlo")
+STREAMS = ("data", "graph", "init", "protocol", "montecarlo", "bayesnet")
 
 Seed = int | np.random.SeedSequence
 
@@ -73,8 +77,8 @@ def scenario_streams(seed: int) -> dict[str, np.random.SeedSequence]:
     Returns
     -------
     dict of str to numpy.random.SeedSequence
-        Keys ``"data"``, ``"graph"``, ``"init"``, ``"protocol"``, ``"montecarlo"``
-        (:data:`STREAMS`).  Make a generator with
+        Keys ``"data"``, ``"graph"``, ``"init"``, ``"protocol"``, ``"montecarlo"``,
+        ``"bayesnet"`` (:data:`STREAMS`).  Make a generator with
         ``numpy.random.default_rng(streams["data"])``; split a stream further with
         :func:`child`.
 
@@ -86,7 +90,7 @@ def scenario_streams(seed: int) -> dict[str, np.random.SeedSequence]:
     Notes
     -----
     Stream ``i`` of :data:`STREAMS` is ``SeedSequence(seed, spawn_key=(i,))``,
-    which is exactly ``SeedSequence(seed).spawn(5)[i]``.  Building it from the
+    which is exactly ``SeedSequence(seed).spawn(len(STREAMS))[i]``.  Building it from the
     spawn key keeps it stable: it depends only on ``seed`` and the stream's
     position, not on how many streams were spawned before.
     """
@@ -139,3 +143,10 @@ def montecarlo_child(seed: int, *key: int) -> np.random.SeedSequence:
     (``(0,)`` held-out rows, ``(1, s)`` protocol seed s, ``(2,)`` class split, ``(3, s)`` the
     classifier's seed s; see :mod:`p2pem.dp.tradeoff`)."""
     return child(scenario_streams(seed)["montecarlo"], *key)
+
+
+def bayesnet_child(seed: int, *key: int) -> np.random.SeedSequence:
+    """``child(scenario_streams(seed)["bayesnet"], *key)``: ``(0,)`` the seed every node of a
+    simulated Bayesian-network release shares, ``(1, i)`` node i's private seed (see
+    :mod:`p2pem.bayesnet.task`)."""
+    return child(scenario_streams(seed)["bayesnet"], *key)

@@ -345,7 +345,7 @@ def test_unknown_protocol_parameter_is_rejected(tmp_path: Path) -> None:
 
 def test_seed_streams_are_stable_and_independent() -> None:
     streams = seed_streams(1)
-    assert tuple(streams) == STREAMS == ("data", "graph", "init", "protocol", "montecarlo")
+    assert tuple(streams) == STREAMS == ("data", "graph", "init", "protocol", "montecarlo", "bayesnet")
     draws = {name: np.random.default_rng(seq).random(4) for name, seq in streams.items()}
     # independent: distinct children of one SeedSequence, whose long draws are uncorrelated
     # (|r| within 4 standard errors of zero for 20 000 pairs: 4 / sqrt(20 000) = 0.028)

@@ -1,0 +1,307 @@
+"""PrivBayes and HMPrivBayes across parties: fit a release from rows spread over nodes, sample from it.
+
+:func:`fit_bayesnet` runs a :class:`~p2pem.bayesnet.task.BayesNetTask` on a table whose
+rows are spread over the nodes of a graph, with any aggregation protocol and either
+simulator engine:
+
+``centralized``
+    One curator holds every row (the PrivBayes of the papers): the task runs once over all
+    rows, no network.
+``pdmm-sp``, ``secure-sum``, ``federated``
+    Every node counts its own rows; the protocol sums the counts.  ``engine="vectorised"``
+    drives one batch task through the protocol's batch path, ``engine="messages"`` one
+    :class:`~p2pem.node.Node` per node over an in-memory FIFO -- the code a deployment runs.
+    Both agree to the last bit, and every node ends with the same release (the task's
+    summary digests are compared).
+
+:func:`release_document` turns the finished task into a JSON-ready release (the public
+schema, the networks with their conditionals, the ledger of every release and the epsilon
+against each adversary); :func:`sample_release` draws rows from that document alone.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from p2pem.bayesnet import BayesNetSettings, BayesNetTask, Conditional, Network, sample_networks
+from p2pem.bayesnet.privacy import REPORT_DELTA
+from p2pem.data import split_rows
+from p2pem.errors import ConfigError, DataError, ProtocolError
+from p2pem.protocols import Centralized, ProtocolSpec
+from p2pem.protocols.base import Topology
+from p2pem.simulate import Traffic, drive_messages, drive_vectorised
+from p2pem.streams import bayesnet_child, protocol_streams, scenario_streams
+from p2pem.tabular import Continuous, Schema, Table, discretize, domain_sizes, schema_from_dict, schema_to_toml, undiscretize
+from p2pem.task import drive
+
+__all__ = ["AGGREGATIONS", "RELEASE_FORMAT", "BayesNetRun", "check_table", "fit_bayesnet", "release_document", "sample_release"]
+
+#: The protocols that can sum a release's counts (the private EM protocols add noise of their own).
+AGGREGATIONS = ("pdmm-sp", "secure-sum", "federated", "centralized")
+#: ``format`` and ``version`` of a release document (shared with the mixture synthesizer).
+RELEASE_FORMAT = ("p2pem-synth-release", 1)
+
+
+@dataclass
+class BayesNetRun:
+    """A finished release: node 0's task, what the aggregations cost, how long it took.
+
+    Attributes
+    ----------
+    task : BayesNetTask
+        Node 0's task (every node holds the same release; :attr:`agreed`).
+    traffic : Traffic
+    protocol : str
+        The aggregation protocol's label.
+    n_nodes : int
+    wall_s : float
+    agreed : bool
+        Every node's summary digest equals node 0's.
+    """
+
+    task: BayesNetTask
+    traffic: Traffic
+    protocol: str
+    n_nodes: int
+    wall_s: float
+    agreed: bool = True
+
+
+def check_table(schema: Schema, settings: BayesNetSettings) -> tuple[int, ...]:
+    """The domain sizes of ``schema``'s columns under ``settings``, or a one-line ConfigError.
+
+    Refuses a schema that is not public (its ranges, hence the bins, were read off the data)
+    and an attribute with more values than ``settings.max_categories``.
+    """
+    where = schema.where or "the schema"
+    if not schema.public:
+        raise ConfigError(
+            f"{where} is not public (public = false: its ranges or categories were read off the data, so bins built on them "
+            "leak the rows); declare public ranges and categories and set public = true"
+        )
+    sizes = domain_sizes(schema, settings.n_bins)
+    for column, size in zip(schema.columns, sizes, strict=True):
+        if size > settings.max_categories:
+            what = "bins" if isinstance(column, Continuous) else "categories"
+            raise ConfigError(
+                f"{where}: column {column.name!r} has {size} {what}, more than max_categories = {settings.max_categories} "
+                "(merge categories in the schema or raise max_categories)"
+            )
+    settings.check_attributes(len(sizes))
+    return sizes
+
+
+def fit_bayesnet(
+    train: Table,
+    settings: BayesNetSettings,
+    protocol: ProtocolSpec,
+    *,
+    graph: nx.Graph | Topology | None,
+    seed: int,
+    n_nodes: int | None = None,
+    split: str = "even",
+    engine: str = "vectorised",
+    commit_reveal: bool = False,
+) -> BayesNetRun:
+    """Fit a private Bayesian network to ``train``'s rows spread over the graph's nodes.
+
+    Parameters
+    ----------
+    train : Table
+        The training rows under a public schema.
+    settings : BayesNetSettings
+    protocol : ProtocolSpec
+        One of :data:`AGGREGATIONS`.
+    graph : networkx.Graph or Topology or None
+        The nodes and who talks to whom (None only with ``centralized``).
+    seed : int
+        The scenario seed: the split over nodes, the shared seed and every node's private
+        seed come from its ``"data"`` and ``"bayesnet"`` streams, the protocol's randomness
+        from its ``"protocol"`` stream.
+    n_nodes : int, optional
+        Default the graph's number of nodes.
+    split : {"even", "contiguous", "random"}
+        How rows are spread over nodes (:func:`p2pem.data.split_rows`).
+    engine : {"vectorised", "messages"}
+    commit_reveal : bool
+        Generate the shared seed by commit-and-reveal among the nodes (as a deployment
+        does) instead of taking it from the scenario seed.
+
+    Raises
+    ------
+    ConfigError
+        A protocol that cannot sum counts, a non-public schema, too many categories, ``k``
+        too large, ``noise = "shares"`` without a network.
+    """
+    sizes = check_table(train.schema, settings)
+    if protocol.name not in AGGREGATIONS:
+        raise ConfigError(
+            f"protocol {protocol.name!r} cannot aggregate a Bayesian-network release (it adds noise of its own); choose one of "
+            f"{', '.join(AGGREGATIONS)} and set noise = 'shares' for per-node noise shares"
+        )
+    if engine not in ("vectorised", "messages"):
+        raise ConfigError(f"engine must be 'vectorised' or 'messages', got {engine!r}")
+    binned = discretize(train, settings.n_bins)
+    t0 = time.perf_counter()
+    shared = None if commit_reveal else bayesnet_child(seed, 0)
+    if isinstance(protocol, Centralized):
+        if settings.noise == "shares":
+            raise ConfigError("noise = 'shares' needs an aggregation over nodes; with 'centralized' one curator adds the noise")
+        task = BayesNetTask([binned], sizes, settings, 1, shared=shared, secrets=[bayesnet_child(seed, 1, 0)])
+        drive(task, lambda it, values: values)
+        return BayesNetRun(task, Traffic(), protocol.name, 1, time.perf_counter() - t0)
+    if graph is None:
+        raise ConfigError(f"protocol {protocol.name!r} needs a graph of nodes")
+    n = (graph.n_nodes if isinstance(graph, Topology) else graph.number_of_nodes()) if n_nodes is None else n_nodes
+    index = split_rows(np.arange(train.n_rows)[:, None], n, how=split, rng=np.random.default_rng(scenario_streams(seed)["data"]))
+    parts = [binned[rows[:, 0].astype(np.int64)] for rows in index]
+    if any(len(p) == 0 for p in parts):
+        raise DataError(f"a node holds no rows ({train.n_rows} rows over {n} nodes, split {split!r})")
+    secrets = [bayesnet_child(seed, 1, i) for i in range(n)]
+    protocol.validate(graph)
+    topology = protocol.topology(graph)
+    rngs = protocol_streams(scenario_streams(seed)["protocol"], n)
+    if engine == "vectorised" and not protocol.asynchronous:
+        task = BayesNetTask(parts, sizes, settings, n, shared=shared, secrets=secrets)
+        traffic = drive_vectorised(task, protocol, topology, rngs)
+        node0, agreed = task, True
+    else:
+        tasks = [BayesNetTask([p], sizes, settings, n, shared=shared, secrets=[s], node_ids=[i]) for i, (p, s) in enumerate(zip(parts, secrets, strict=True))]
+        nodes, traffic = drive_messages(tasks, protocol, topology, rngs)
+        node0 = tasks[0]
+        digest = node0.summary()
+        agreed = all(np.array_equal(t.summary(), digest) for t in tasks)
+        if not agreed:
+            raise ProtocolError("bayesnet: the nodes ended with different releases")
+    return BayesNetRun(node0, traffic, getattr(protocol, "label", protocol.name), n, time.perf_counter() - t0, agreed)
+
+
+# ------------------------------------------------------------------------------ release
+
+
+def privacy_block(run: BayesNetRun) -> dict[str, Any]:
+    """Epsilon against each adversary, and what it excludes (see :mod:`p2pem.bayesnet.privacy`)."""
+    task = run.task
+    s = task.settings
+    outsider = task.ledger.epsilons()
+    central = run.protocol == "centralized"
+    excluded = [
+        "the public schema: column names, types, order, numeric ranges and category lists, and the bins built on them",
+        f"the number of training rows n = {task.n_rows} (neighbouring data sets differ in one row: bounded DP, as in PrivBayes)",
+        "the settings (model, epsilon, beta, theta, k, bins, clustering): public choices, not read off the rows by the release",
+    ]
+    if central:
+        against: dict[str, Any] = {"outsider": outsider, "curator": None}
+        excluded.append("the curator: it holds every row")
+    else:
+        excluded.append(
+            "the members of the aggregation (and whoever reads its output: the server of federated, eavesdroppers on pdmm-sp's "
+            "primal broadcasts and secure-sum's last lap): they see the exact network sums of every count table the structure "
+            "search aggregates, which include every table the conditionals are built from, and the shared seed; epsilon holds "
+            "against those who see only the release"
+        )
+        against = {"outsider": outsider, "colluders": dict.fromkeys(outsider)}
+        if s.noise == "shares":
+            excluded.append(
+                f"noise shares tolerating {task.n_nodes // 2 if s.tolerate is None else s.tolerate} colluders protect the released "
+                "conditionals' noise, but the structure search already showed the members the exact tables, so no epsilon is "
+                "claimed against colluders"
+            )
+        if run.protocol.startswith("pdmm-sp"):
+            excluded.append("pdmm-sp's round and message counts and the run's timing (data-dependent side channels)")
+    return {
+        "differentially_private": outsider["basic"] is not None,
+        "neighbours": "replace one row (n public)",
+        "accountant": "basic",
+        "epsilon": None if math.isinf(s.epsilon) else s.epsilon,
+        "report_delta": REPORT_DELTA,
+        "epsilon_spent": against,
+        "ledger": task.ledger.to_list(),
+        "excluded": excluded,
+    }
+
+
+def release_document(run: BayesNetRun, schema: Schema, *, seed: int | None = None) -> dict[str, Any]:
+    """The release as a JSON-ready document: everything a sampler needs, and its provenance."""
+    task = run.task
+    names = schema.names
+    networks = []
+    for net in task.networks:
+        networks.append(
+            {
+                "attributes": [names[a] for a in net.attributes],
+                "conditionals": [
+                    {"child": names[c.child], "parents": [names[p] for p in c.parents], "probabilities": c.probabilities.tolist()}
+                    for c in net.conditionals
+                ],
+            }
+        )
+    return {
+        "format": RELEASE_FORMAT[0],
+        "version": RELEASE_FORMAT[1],
+        "model": task.settings.model,
+        "schema": tomllib.loads(schema_to_toml(schema)),
+        "n_bins": task.settings.n_bins,
+        "training_rows": task.n_rows,
+        "n_nodes": run.n_nodes,
+        "seed": seed,
+        "protocol": {"name": run.protocol},
+        "settings": task.settings.to_dict(),
+        "privacy": privacy_block(run),
+        "clusters": [[names[a] for a in c] for c in task.clusters],
+        "networks": networks,
+        "selections": [
+            {"network": x.network, "step": x.step, "child": names[x.chosen.child], "parents": [names[p] for p in x.chosen.parents],
+             "candidates": x.n_candidates, "score": x.utility, "epsilon": x.epsilon}
+            for x in task.selections
+        ],
+        "aggregations": {"count": task.iteration, "rounds": list(run.traffic.rounds.values()), "messages": run.traffic.messages,
+                         "bytes": run.traffic.nbytes},
+        "wall_s": run.wall_s,
+    }
+
+
+def _release_networks(release: Mapping[str, Any], schema: Schema, n_bins: int) -> list[Network]:
+    index = {name: j for j, name in enumerate(schema.names)}
+    sizes = domain_sizes(schema, n_bins)
+    out = []
+    try:
+        for net in release["networks"]:
+            conds = tuple(
+                Conditional(index[c["child"]], tuple(index[p] for p in c["parents"]), np.asarray(c["probabilities"], dtype=np.float64))
+                for c in net["conditionals"]
+            )
+            out.append(Network(tuple(sizes), conds))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"bayesnet release: missing or malformed network ({type(exc).__name__}: {exc})") from None
+    return out
+
+
+def sample_release(release: Mapping[str, Any], n_rows: int, rng: np.random.Generator) -> Table:
+    """``n_rows`` rows drawn from a release document alone (:func:`release_document`).
+
+    Ancestral sampling of every network on the public bins, then values drawn within the
+    bins (:func:`p2pem.tabular.undiscretize`): post-processing of the release.
+
+    Raises
+    ------
+    DataError
+        Not a Bayesian-network release of a known version, or a malformed one.
+    """
+    if (release.get("format"), release.get("version")) != RELEASE_FORMAT or release.get("model") not in ("privbayes", "hmprivbayes"):
+        raise DataError(f"not a Bayesian-network release ({release.get('format')!r} version {release.get('version')!r}, model {release.get('model')!r})")
+    if isinstance(n_rows, bool) or not isinstance(n_rows, (int, np.integer)) or n_rows < 1:
+        raise ConfigError(f"the number of rows must be a positive integer, got {n_rows!r}")
+    schema = schema_from_dict(release["schema"], where="release", prefix="schema")
+    n_bins = int(release["n_bins"])
+    binned = sample_networks(_release_networks(release, schema, n_bins), int(n_rows), rng)
+    return undiscretize(schema, binned, n_bins=n_bins, rng=rng)
+

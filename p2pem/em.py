@@ -13,7 +13,9 @@ average flag exceeds 0.5/n, i.e. iff any node wants to continue.  That makes the
 decision identical on every node even when consensus leaves each node a slightly different
 average (the flag average is a multiple of 1/n, so a 0.5/n margin is far above any consensus
 error).  The last aggregation, which nobody wants to continue from, still delivers the
-log-likelihood of the final parameters, so ``loglik`` has one entry per M-step plus one.
+log-likelihood of the final parameters, so ``loglik`` has one entry per M-step plus one.  A
+private run (``settings.privacy``) skips that aggregation: it would release the statistics
+at the final model once more, unpaid; its last ``loglik`` entry is NaN like the others.
 """
 
 from __future__ import annotations
@@ -176,6 +178,13 @@ class EMState:
         if self.n_iter >= s.max_iter:
             self._want_more[:] = False
         self.iteration += 1
+        if s.privacy is not None and not self._want_more.any():
+            # A private run stops here: the aggregation that would deliver the final
+            # log-likelihood carries the statistics at the final model with fresh noise, a
+            # release every node receives that the budget does not pay for (and a private run
+            # releases no log-likelihood anyway).
+            self.loglik.append(np.full(self.n_parts, np.nan))
+            self.finished = True
 
     @property
     def converged(self) -> bool:

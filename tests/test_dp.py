@@ -270,7 +270,38 @@ def test_bad_budgets_are_rejected():
         make_protocol("dp-central", {"split": "park"})
     with pytest.raises(ConfigError, match="'mechanism' must be one of"):
         make_protocol("dp-central", {"mechanism": "exponential"})
-    assert accounting.parse_split("1,1,2,0") == (1.0, 1.0, 2.0, 0.0)
+    assert accounting.parse_split("1,1,2,0.5") == (1.0, 1.0, 2.0, 0.5)
+
+
+@pytest.mark.parametrize("split,block", [("1,1,2,0", "init"), ("0,1,1,1", "weights"), ("1,-0.5,1,1", "means"), ("1,1,nan,1", "covariances"),
+                                         ("1,1,inf,1", "covariances")])
+def test_zero_negative_or_nan_split_fractions_are_refused(split, block):
+    """A zero fraction once meant "release this block without noise" while epsilon stayed finite."""
+    with pytest.raises(ConfigError, match=rf"^dp-distributed: 'split': the {block} fraction must be a finite number > 0") as err:
+        make_protocol("dp-distributed", {"split": split})
+    assert "\n" not in str(err.value)
+
+
+def test_a_private_run_needs_an_em_iteration(problem):
+    """max_iter = 0 used to aggregate the init's statistics once more with zero noise."""
+    parts, g, s, bound = problem
+    for private_init in (False, True):
+        settings = dataclasses.replace(s, max_iter=0, init=None if private_init else s.init)
+        with pytest.raises(ConfigError, match=r"at least one EM iteration, got max_iter = 0 \(em.max_iter\)"):
+            run_protocol(parts, g, make_protocol("dp-central", {"bound": bound}), settings)
+
+
+@pytest.mark.parametrize("name,params", VARIANTS)
+def test_a_private_run_makes_exactly_the_aggregations_it_pays_for(problem, name, params):
+    """Counted from the message trace: the private init (if any) and one per EM iteration, no more."""
+    parts, g, s, bound = problem
+    for settings in (s, dataclasses.replace(s, init=None)):
+        spec = make_protocol(name, dict(params, bound=bound, epsilon=1.0))
+        run = run_protocol(parts, g, spec, settings, seed=1, record_trace=True)
+        aggregations = sorted({m.iteration for m in run.trace})
+        paid = (0 if settings.init is None else 1, settings.max_iter)
+        assert aggregations == list(range(paid[0], paid[1] + 1))
+        assert run.n_iter == settings.max_iter and len(run.loglik) == run.n_iter + 1
 
 
 # ---------------------------------------------------------------------- the data domain

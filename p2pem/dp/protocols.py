@@ -205,7 +205,10 @@ class DPProtocol(ProtocolSpec):
         accounting.check_budget(self.mechanism, self.accountant, float(self.epsilon), float(self.delta))
         if self.bound is not None and not (math.isfinite(self.bound) and self.bound > 0):
             raise ConfigError(f"{who}: bound must be a finite number > 0, got {self.bound!r}")
-        accounting.parse_split(self.split)
+        try:
+            accounting.parse_split(self.split)
+        except ConfigError as exc:
+            raise ConfigError(f"{who}: {exc}") from None
         if not 0 <= self.weight_floor < 1 or not self.smoothing >= 0:
             raise ConfigError(f"{who}: weight_floor must be in [0, 1) and smoothing >= 0")
         if not (math.isfinite(self.eig_floor) and self.eig_floor > 0):
@@ -224,10 +227,14 @@ class DPProtocol(ProtocolSpec):
         Raises
         ------
         ConfigError
-            ``settings.tol`` is not 0.
+            ``settings.tol`` is not 0, or ``settings.max_iter`` is 0.
         """
         if settings.tol != 0:
             raise ConfigError(f"{self.label}: a private run has a fixed number of EM iterations: set tol = 0 (em.tol)")
+        if settings.max_iter < 1:
+            # with no M-step the only aggregation after the init would deliver the
+            # log-likelihood of the init: statistics the budget has no share for
+            raise ConfigError(f"{self.label}: a private run needs at least one EM iteration, got max_iter = {settings.max_iter} (em.max_iter)")
         d = int(parts[0].shape[1])
         k = settings.n_components
         bound, from_data = self.bound, False

@@ -9,6 +9,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from p2pem.dp.guarantees import add_excluded, preprocessing_excluded
 from p2pem.em import EMSettings
 from p2pem.files import atomic_output as atomic_output  # re-exported: the commands import it from here
 from p2pem.files import write_json as write_json
@@ -19,7 +20,7 @@ from p2pem.simulate import Progress, RunResult, run_protocol
 
 
 #: Format name and version of the result.json that ``p2pem simulate`` writes.
-RESULT_FORMAT = ("p2pem-result", 1)
+RESULT_FORMAT = ("p2pem-result", 2)
 
 
 def build_graph(scenario: Scenario) -> nx.Graph:
@@ -113,12 +114,14 @@ def run_scenario(
         if spec.name != "centralized":
             spec.validate(g)
     runs = []
+    data = scenario.data
+    preprocessing = preprocessing_excluded(data.standardize, data.pca, "all rows")
     for spec in specs:
         cb = progress(spec) if progress is not None else None
-        runs.append(
-            run_protocol(parts, g, spec, settings, seed=scenario.streams()["protocol"], engine=engine, record_trace=record_trace, progress=cb,
-                         device=device)
-        )
+        run = run_protocol(parts, g, spec, settings, seed=scenario.streams()["protocol"], engine=engine, record_trace=record_trace, progress=cb,
+                           device=device)
+        add_excluded(run.protocol_params, preprocessing)
+        runs.append(run)
     return ScenarioRun(scenario, g, runs, int(sum(len(p) for p in parts)))
 
 

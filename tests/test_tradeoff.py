@@ -81,7 +81,7 @@ def test_tradeoff_writes_versioned_json_and_figure(tmp_path, capsys):
     central = next(r for r in runs if r["protocol"] == "centralized")
     assert central["param_error"] == 0.0
     assert max(r["param_error"] for r in runs if r["protocol"] == "secure-sum") < 1e-12
-    spent = next(r for r in runs if r["protocol"] == "dp-central-gaussian")["epsilon_spent"]
+    spent = next(r for r in runs if r["protocol"] == "dp-central-gaussian")["epsilon_spent"]["colluders"]
     assert spent["rdp"] == pytest.approx(0.5, rel=1e-6) and spent["basic"] > spent["rdp"]
     assert (out / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "dp-secure-sum-laplace" in capsys.readouterr().out

@@ -13,14 +13,16 @@ They differ in *who adds the noise*, which decides whom they protect against:
     against an eavesdropper on the uploads.
 ``dp-distributed`` (distributed noise generation: Dwork et al., EUROCRYPT 2006; Acs & Castelluccia 2011)
     Every node adds its own share of the noise to its statistics before they are summed by
-    ``secure-sum`` or ``pdmm-sp``; the shares add up to exactly the central noise, so the
-    released model has the same guarantee with no trusted party.  What protects an
-    individual node's *contribution* is the aggregation protocol (secure-sum's masks,
-    pdmm-sp's subspace perturbation) against passive peers and eavesdroppers; if that fails
-    (e.g. both ring neighbours of a node collude in ``secure-sum``) the contribution carries
-    only its own share, variance 1/n of the total, hence a much weaker epsilon.  Colluding
-    nodes that subtract their own shares from the output also leave only the honest nodes'
-    shares: the guarantee against t colluders is that of noise variance (n - t)/n.
+    ``secure-sum`` or ``pdmm-sp``, with no trusted party.  The shares are sized so that any
+    n - t of them make the calibrated noise (t = ``tolerate``, default floor(n / 2)): t
+    colluding nodes that subtract their own shares from the output still face the
+    configured guarantee, and an outsider a stronger one (the released sums carry n / (n - t)
+    times the noise variance).  What protects an individual node's *contribution* is the
+    aggregation protocol (secure-sum's masks, pdmm-sp's subspace perturbation) against
+    passive peers and eavesdroppers; where it fails, the disclosed sum of h honest nodes
+    carries h shares only.  The analysis per adversary, with the residual distributions, is
+    in :mod:`p2pem.dp.guarantees`; every run reports epsilon against an outsider and against
+    its ``tolerate`` colluders (``epsilon_spent``) and what epsilon excludes (``privacy``).
 
 The data domain is public: features are clipped to ``[-bound, bound]``.  A bound read off the
 data is not private; it is done only when ``bound`` is not given, with a
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
 
-from p2pem.dp import accounting, mechanisms, postprocess
+from p2pem.dp import accounting, guarantees, mechanisms, postprocess
 from p2pem.errors import ConfigError, ProtocolError
 from p2pem.gmm import FloatArray, init_stats_size, unpack_statistics
 from p2pem.messages import Message
@@ -142,7 +144,13 @@ class PrivateEM:
 
 @dataclass(frozen=True, eq=False)
 class NoisePlan:
-    """The calibrated noise of one run: per-coordinate scales of every aggregation."""
+    """The calibrated noise of one run: per-coordinate scales of every aggregation.
+
+    ``shares`` of the nodes' noise shares make one calibrated draw (1 for ``dp-central``'s
+    single draw, n - t for ``dp-distributed``); ``colluders`` is how many colluding nodes
+    the guarantee survives (n - 1 for ``dp-central``: nodes see only the noisy sums; t for
+    ``dp-distributed``); ``excluded`` says what epsilon does not cover.
+    """
 
     mechanism: str
     init_scale: FloatArray  # (P0,)
@@ -151,6 +159,10 @@ class NoisePlan:
     scales: tuple[float, ...]
     bound: float
     bound_from_data: bool
+    n_nodes: int = 1
+    shares: int = 1
+    colluders: int = 0
+    excluded: tuple[str, ...] = ()
 
     def scale(self, iteration: int) -> FloatArray:
         return self.init_scale if iteration == 0 else self.em_scale
@@ -256,6 +268,7 @@ class DPProtocol(ProtocolSpec):
         rel = accounting.releases(em, init, settings.max_iter, accounting.parse_split(self.split))
         scales = accounting.calibrate(self.mechanism, self.accountant, float(self.epsilon), float(self.delta), rel)
         by_name = {r.block.name: s for r, s in zip(rel, scales, strict=True)}
+        colluders, shares = self._collusion(len(parts))
         plan = NoisePlan(
             mechanism=self.mechanism,
             init_scale=mechanisms.scale_vector(init, [by_name.get(b.name, 0.0) for b in init], init_stats_size(d)),
@@ -264,6 +277,10 @@ class DPProtocol(ProtocolSpec):
             scales=tuple(scales),
             bound=bound,
             bound_from_data=from_data,
+            n_nodes=len(parts),
+            shares=shares,
+            colluders=colluders,
+            excluded=self._excluded(bound, from_data, settings),
         )
         bound_spec = copy.copy(self)
         object.__setattr__(bound_spec, "plan", plan)
@@ -273,6 +290,28 @@ class DPProtocol(ProtocolSpec):
         object.__setattr__(bound_spec, "aggregator_rng", protocol_streams(seed, len(parts))[-1])
         hook = PrivateEM(k, d, len(parts), bound, self.weight_floor, self.smoothing, self.covariance_repair, self.eig_floor)
         return bound_spec, dataclasses.replace(settings, privacy=hook), clipped
+
+    def _collusion(self, n_nodes: int) -> tuple[int, int]:
+        """(colluding nodes the guarantee survives, shares per calibrated draw): one trusted draw."""
+        return n_nodes - 1, 1
+
+    def _unknown_shares(self, n_nodes: int, colluders: int) -> int:
+        """Shares of the released noise that ``colluders`` nodes do not know: the aggregator's one draw."""
+        return 1
+
+    def _excluded(self, bound: float, from_data: bool, settings: EMSettings) -> tuple[str, ...]:
+        """What epsilon does not cover, as the ``privacy`` block lists it."""
+        out = [
+            f"the data domain [-{bound:.6g}, {bound:.6g}] per feature: read off the data, so the run is NOT differentially private"
+            if from_data
+            else f"the data domain [-{bound:.6g}, {bound:.6g}] per feature: public, stated as the protocol's 'bound'"
+        ]
+        if settings.init is not None:
+            out.append("the initial model: public, given (em.init), not drawn from the data by the private initialisation")
+        fields = guarantees.side_channels(getattr(self, "aggregation", ""))
+        out.append(f"result fields {', '.join(fields)}: what the run reveals besides the noisy sums (timing"
+                   + (", pdmm-sp's data-dependent round and message counts, the nodes' spread" if len(fields) > 1 else "") + ")")
+        return tuple(out)
 
     @property
     def label(self) -> str:
@@ -284,14 +323,31 @@ class DPProtocol(ProtocolSpec):
             raise ProtocolError(f"{self.label}: not bound to a run (call prepare(); run_protocol does)")
         return self.plan
 
-    def accounting(self) -> dict[str, float | None]:
-        """Epsilon at this run's delta under every accountant (None: unbounded)."""
+    def accounting(self, colluders: int | None = None) -> dict[str, float | None]:
+        """Epsilon at this run's delta under every accountant against ``colluders`` colluding nodes.
+
+        0 is an outsider; None (default) the run's ``colluders`` (:class:`NoisePlan`).  None
+        in the result: no guarantee (see :mod:`p2pem.dp.guarantees`).
+        """
         plan = self._plan()
-        out: dict[str, float | None] = {}
-        for name in accounting.ACCOUNTANTS:
-            eps = accounting.spent(self.mechanism, name, float(self.delta), plan.releases, plan.scales)
-            out[name] = None if math.isinf(eps) else eps
-        return out
+        c = plan.colluders if colluders is None else colluders
+        unknown = self._unknown_shares(plan.n_nodes, c)
+        return guarantees.epsilon_left(self.mechanism, float(self.delta), plan.releases, plan.scales, shares=plan.shares, unknown=unknown)
+
+    def privacy(self) -> dict:
+        """The ``privacy`` block of a run: epsilon against each adversary and what it excludes."""
+        plan = self._plan()
+        outsider, colluders = self.accounting(0)[self.accountant], self.accounting()[self.accountant]
+        against: dict[str, float | None] = {"outsider": outsider, "colluders": colluders}
+        if self.name == "dp-central":
+            against["aggregator"] = None  # it sees every node's exact statistics
+        return {
+            "accountant": self.accountant,
+            "delta": float(self.delta),
+            "colluders": plan.colluders,
+            "epsilon": against,
+            "excluded": list(plan.excluded),
+        }
 
     def params(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
@@ -300,7 +356,8 @@ class DPProtocol(ProtocolSpec):
         if self.plan is not None:
             out["bound_used"] = self.plan.bound
             out["bound_from_data"] = self.plan.bound_from_data
-            out["epsilon_spent"] = self.accounting()
+            out["epsilon_spent"] = {"outsider": self.accounting(0), "colluders": self.accounting()}
+            out["privacy"] = self.privacy()
         return out
 
 
@@ -346,9 +403,16 @@ class DPDistributed(DPProtocol):
     ----------
     aggregation : {"secure-sum", "pdmm-sp"}
         The protocol that sums the noisy statistics (with its default parameters).
+    tolerate : int or None
+        t: the colluding nodes the guarantee survives.  Each of the n nodes adds a share
+        such that any n - t shares make the calibrated noise, so whatever t nodes subtract
+        their own shares from the output, the configured epsilon still holds; the released
+        sums carry n / (n - t) times the central noise variance.  0 <= t < n; None (the
+        default) is floor(n / 2), an honest majority, at most twice the variance.
     """
 
     aggregation: Literal["secure-sum", "pdmm-sp"] = "secure-sum"
+    tolerate: Union[int, None] = None
     name: str = field(init=False, default="dp-distributed")
     inner: Any = field(init=False, default=None, repr=False, compare=False)  # the ProtocolSpec that sums, set in __post_init__
 
@@ -356,6 +420,8 @@ class DPDistributed(DPProtocol):
         super().__post_init__()
         if self.aggregation not in ("secure-sum", "pdmm-sp"):
             raise ConfigError(f"dp-distributed: aggregation must be 'secure-sum' or 'pdmm-sp', got {self.aggregation!r}")
+        if self.tolerate is not None and not (isinstance(self.tolerate, int) and not isinstance(self.tolerate, bool) and self.tolerate >= 0):
+            raise ConfigError(f"dp-distributed: 'tolerate' must be an integer >= 0 (colluding nodes), got {self.tolerate!r}")
         inner = SecureSum() if self.aggregation == "secure-sum" else PdmmSP()
         object.__setattr__(self, "inner", inner)
         object.__setattr__(self, "exact", inner.exact)
@@ -364,8 +430,20 @@ class DPDistributed(DPProtocol):
     def label(self) -> str:
         return f"dp-{self.aggregation}-{self.mechanism}"
 
+    def _collusion(self, n_nodes: int) -> tuple[int, int]:
+        t = n_nodes // 2 if self.tolerate is None else self.tolerate
+        if t >= n_nodes:
+            raise ConfigError(
+                f"dp-distributed: 'tolerate' = {t} must be below the {n_nodes} nodes (the shares of the other nodes carry the noise)"
+            )
+        return t, n_nodes - t
+
+    def _unknown_shares(self, n_nodes: int, colluders: int) -> int:
+        return n_nodes - colluders
+
     def validate(self, g: nx.Graph) -> None:
         self.inner.validate(g)
+        self._collusion(g.n_nodes if isinstance(g, Topology) else g.number_of_nodes())  # tolerate < n
 
     def topology(self, g: nx.Graph) -> Topology:
         return self.inner.topology(g)
@@ -377,7 +455,7 @@ class DPDistributed(DPProtocol):
         plan = self._plan()
         n = values.shape[0]
         scale = plan.scale(iteration)
-        shares = np.stack([mechanisms.noise_share(rngs[i], scale, plan.mechanism, n) for i in range(n)])
+        shares = np.stack([mechanisms.noise_share(rngs[i], scale, plan.mechanism, plan.shares) for i in range(n)])
         return self.inner.aggregate(values + shares, topology, rngs, iteration, record=record)
 
     def params(self) -> dict:
@@ -418,7 +496,7 @@ class NoisyNode(Aggregation):
 
     def start(self, value: np.ndarray) -> list[Message]:
         plan = self.spec._plan()
-        share = mechanisms.noise_share(self.ctx.rng, plan.scale(self.iteration), plan.mechanism, self.ctx.n_nodes)
+        share = mechanisms.noise_share(self.ctx.rng, plan.scale(self.iteration), plan.mechanism, plan.shares)
         return self._sync(self.inner.start(value + share))
 
     def receive(self, msg: Message) -> list[Message]:

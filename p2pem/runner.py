@@ -115,7 +115,7 @@ def run_scenario(
             spec.validate(g)
     runs = []
     data = scenario.data
-    preprocessing = preprocessing_excluded(data.standardize, data.pca, "all rows")
+    preprocessing = preprocessing_excluded(data.standardize, data.pca, None if data.public is not None else "all rows")
     for spec in specs:
         cb = progress(spec) if progress is not None else None
         run = run_protocol(parts, g, spec, settings, seed=scenario.streams()["protocol"], engine=engine, record_trace=record_trace, progress=cb,

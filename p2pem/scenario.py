@@ -19,6 +19,10 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     drop_columns = ["name"]        # csv, optional: drop these columns
     standardize = true             # optional, default false
     pca = 2                        # optional: keep that many principal components
+    [data.public]                  # optional: public preprocessing constants (standardize = true)
+    center = [...]                 #   per column, subtracted
+    scale = [...]                  #   per column (> 0), divided by
+    components = [[...], ...]      #   with pca = k: k directions over the columns
     split = "even"                 # optional, default "even": "even" | "contiguous" | "random"
     n_samples = 600                # synthetic, required
     n_features = 2                 # synthetic, default 2
@@ -83,6 +87,7 @@ import numpy.typing as npt
 
 from p2pem.data import (
     SPLITS,
+    Preprocessing,
     check_parts,
     load_table,
     pca,
@@ -150,6 +155,11 @@ class DataConfig:
         Keep that many principal components (after standardising).
     split : {"even", "contiguous", "random"}
         How rows are spread over nodes, see :func:`p2pem.data.split_rows`.
+    public : p2pem.data.Preprocessing or None
+        Public preprocessing constants (``[data.public]``): standardisation and projection
+        use them instead of statistics of the rows, so the map is the same for every data
+        set (what differential privacy needs; the constants themselves are outside any
+        epsilon, and private runs say so).
     n_samples, n_features, n_components : int or None
         Size of the synthetic data set (synthetic only, else None).
     separation : float or None
@@ -163,6 +173,7 @@ class DataConfig:
     standardize: bool = False
     pca: int | None = None
     split: str = "even"
+    public: Preprocessing | None = None
     n_samples: int | None = None
     n_features: int | None = None
     n_components: int | None = None
@@ -452,12 +463,16 @@ def prepare_rows(
             rng=rng,
         )
     try:
-        if cfg.standardize:
-            X = standardize(X, column_names=names)
-        if cfg.pca is not None:
-            X = pca(X, cfg.pca)
+        if cfg.public is not None:
+            X = cfg.public.apply(X)
+        else:
+            if cfg.standardize:
+                X = standardize(X, column_names=names)
+            if cfg.pca is not None:
+                X = pca(X, cfg.pca)
     except DataError as exc:
-        raise DataError(f"{scenario.path}: {exc}") from exc
+        where = "'data.public': " if cfg.public is not None else ""
+        raise DataError(f"{scenario.path}: {where}{exc}") from exc
     return X, labels
 
 
@@ -487,6 +502,7 @@ _DATA_KEYS = (
     "standardize",
     "pca",
     "split",
+    "public",
     "n_samples",
     "n_features",
     "n_components",
@@ -508,6 +524,8 @@ def _parse_data(sec: Table, folder: Path) -> DataConfig:
         "pca": sec.integer("pca", default=None, minimum=1),
         "split": sec.choice("split", SPLITS, default="even"),
     }
+    if sec.has("public"):
+        common["public"] = _parse_public(sec, common["standardize"], common["pca"])
     if source == "synthetic":
         n_features = sec.integer("n_features", default=2, minimum=1)
         if common["pca"] is not None and common["pca"] > n_features:
@@ -537,6 +555,25 @@ def _parse_data(sec: Table, folder: Path) -> DataConfig:
         if common["pca"] > width:
             sec.fail(f"{sec.key('pca')!r} = {common['pca']} exceeds the {width} selected columns")
     return DataConfig(**common, path=resolved, columns=columns, drop_columns=tuple(drop_columns))
+
+
+def _parse_public(sec: Table, standardize: bool, n_pca: int | None) -> Preprocessing:
+    pub = sec.section("public", ("center", "scale", "components"))
+    if not standardize:
+        pub.fail(f"[{pub.prefix}] needs {sec.key('standardize')!r} = true (its constants standardise the columns)")
+    center, scale = pub.number_array("center", ndim=1), pub.number_array("scale", ndim=1)
+    if scale.shape != center.shape:
+        pub.fail_key("scale", f"has {scale.size} entries, 'center' {center.size}")
+    if np.any(scale <= 0):
+        pub.fail_key("scale", "must hold numbers > 0")
+    components = None
+    if n_pca is not None:
+        components = pub.number_array("components", ndim=2)
+        if components.shape != (n_pca, center.size):
+            pub.fail_key("components", f"must be {n_pca} arrays (pca = {n_pca}) of {center.size} numbers, got shape {components.shape}")
+    elif pub.has("components"):
+        pub.fail_key("components", f"is used only with {sec.key('pca')!r}")
+    return Preprocessing(center, scale, components)
 
 
 def _static_width(data: DataConfig) -> int | None:

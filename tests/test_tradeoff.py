@@ -63,7 +63,7 @@ def test_tradeoff_writes_versioned_json_and_figure(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["tradeoff", str(_scenario(tmp_path)), "--out", str(out), "-q"]) == 0
     doc = json.loads((out / "tradeoff.json").read_text())
-    assert doc["format"] == "p2pem-tradeoff" and doc["version"] == 1
+    assert doc["format"] == "p2pem-tradeoff" and doc["version"] == 2
     from test_schemas import validate
 
     validate(doc)
@@ -81,8 +81,17 @@ def test_tradeoff_writes_versioned_json_and_figure(tmp_path, capsys):
     central = next(r for r in runs if r["protocol"] == "centralized")
     assert central["param_error"] == 0.0
     assert max(r["param_error"] for r in runs if r["protocol"] == "secure-sum") < 1e-12
-    spent = next(r for r in runs if r["protocol"] == "dp-central-gaussian")["epsilon_spent"]["colluders"]
+    central = next(r for r in runs if r["protocol"] == "dp-central-gaussian")
+    spent = central["epsilon_spent"]["colluders"]
     assert spent["rdp"] == pytest.approx(0.5, rel=1e-6) and spent["basic"] > spent["rdp"]
+    assert central["epsilon_outsider"] == central["epsilon_colluders"] == spent["rdp"] and central["colluders"] == 4
+    # Laplace shares over 5 nodes tolerate 2 colluders; the outsider's bound is the same (post-processing)
+    laplace = next(r for r in runs if r["protocol"] == "dp-secure-sum-laplace" and r["epsilon"] == 0.5)
+    assert laplace["colluders"] == 2 and laplace["epsilon_colluders"] == pytest.approx(0.5) == laplace["epsilon_outsider"]
+    excluded = " | ".join(laplace["excluded"])
+    assert "[-5, 5]" in excluded and "wall_s" in excluded and "class priors" in excluded
+    assert all(r["excluded"] is None and r["epsilon_colluders"] is None for r in runs if r["epsilon"] is None)
+    assert doc["private_init"] is True and doc["preprocessing"] == "none"
     assert (out / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "dp-secure-sum-laplace" in capsys.readouterr().out
 
@@ -121,6 +130,68 @@ def test_tradeoff_errors_are_one_line_and_leave_nothing(tmp_path, capsys, old, n
     err = capsys.readouterr().err
     assert code != 0 and message in err and err.count("\n") == 1 and "Traceback" not in err
     assert not out.exists()
+
+
+def _workload(tmp_path: Path, text: str):
+    from p2pem.dp.tradeoff import build_workload
+
+    return build_workload(load_scenario(_scenario(tmp_path, text)))
+
+
+def test_the_sweep_fits_its_preprocessing_on_the_training_rows_only(tmp_path):
+    """Standardising with all rows moved every training row when a held-out row changed (and the
+    sensitivity the accounting assumes with it); fitted on the training rows, they do not move."""
+    text = SCENARIO.replace('drop_columns = ["label"]', 'drop_columns = ["label"]\nstandardize = true')
+    work = _workload(tmp_path, text)
+    assert work.preprocessing == "fitted on the training rows"
+    assert any("fitted on the training rows: NOT covered" in e for e in work.excluded)
+    train = np.vstack(work.parts)
+    assert np.allclose(train.mean(axis=0), 0, atol=1e-12) and np.allclose(train.std(axis=0), 1)
+    # move one held-out row far away: nothing the nodes hold changes
+    from p2pem.dp.tradeoff import build_workload, held_out_split
+
+    rows = (tmp_path / "rows.csv").read_text().splitlines()
+    test, _ = held_out_split(load_scenario(tmp_path / "s.toml"), len(rows) - 1)
+    a, b, label = rows[test[0] + 1].split(",")  # + 1: the header line
+    rows[test[0] + 1] = f"{float(a) + 1000:.6f},{b},{label}"
+    (tmp_path / "rows.csv").write_text("\n".join(rows) + "\n")
+    moved = build_workload(load_scenario(tmp_path / "s.toml"))
+    for p, q in zip(work.parts, moved.parts, strict=True):
+        np.testing.assert_array_equal(p, q)
+    assert not np.array_equal(work.X_test, moved.X_test)
+
+
+def test_public_preprocessing_constants_are_applied_as_given(tmp_path):
+    public = "[data.public]\ncenter = [1.0, 2.0]\nscale = [2.0, 4.0]\n"
+    text = SCENARIO.replace("[graph]", public + "[graph]").replace('drop_columns = ["label"]', 'drop_columns = ["label"]\nstandardize = true')
+    work = _workload(tmp_path, text)
+    assert work.preprocessing == "public constants" and any("public constants given in the scenario" in e for e in work.excluded)
+    raw = np.loadtxt(tmp_path / "rows.csv", delimiter=",", skiprows=1)[:, :2]
+    expected = (raw - [1.0, 2.0]) / [2.0, 4.0]
+    for row in np.vstack([*work.parts, work.X_test]):
+        assert np.any(np.all(row == expected, axis=1))
+    # errors name the key
+    bad = text.replace("scale = [2.0, 4.0]", "scale = [2.0, 0.0]")
+    with pytest.raises(Exception, match=r"'data.public.scale' must hold numbers > 0"):
+        _workload(tmp_path, bad)
+    with pytest.raises(Exception, match=r"'data.public': the preprocessing expects 3 columns, the data has 2"):
+        _workload(tmp_path, text.replace("center = [1.0, 2.0]", "center = [1.0, 2.0, 3.0]").replace("[2.0, 4.0]", "[2.0, 4.0, 1.0]"))
+
+
+def test_private_runs_of_the_sweep_start_from_the_private_initialisation(tmp_path):
+    work = _workload(tmp_path, SCENARIO)
+    assert work.settings_for(True).init is None and work.settings_for(False).init is not None
+    assert all(s.init is None for s in work.class_settings_for(True))
+    init = "[em.init]\nweights = [0.5, 0.5]\nmeans = [[0.0, 0.0], [2.5, 2.5]]\ncovariances = [[[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]]]\n"
+    from p2pem.dp.tradeoff import run_one
+
+    work = _workload(tmp_path, SCENARIO.replace("[tradeoff]", init + "[tradeoff]"))
+    assert work.settings_for(True).init is not None
+    spec = load_scenario(tmp_path / "s.toml").protocols[0]
+    from p2pem.protocols import make_protocol
+
+    record = run_one(work, make_protocol(spec.name, dict(spec.params)), 1.0, 0)
+    assert any("the initial model: public" in e for e in record["excluded"])
 
 
 def test_bayes_classifier_is_the_gaussian_bayes_rule():

@@ -36,12 +36,15 @@ class BayesClassifier:
         p(x | c), one per class.
     runs : tuple of RunResult
         The protocol run that fitted each class model.
+    excluded : tuple of str
+        What a private classifier's epsilon does not cover beyond its class models' runs.
     """
 
     classes: FloatArray
     priors: FloatArray
     models: tuple[GMMParams, ...]
     runs: tuple[RunResult, ...] = ()
+    excluded: tuple[str, ...] = ()
 
     def log_posterior(self, X: FloatArray) -> FloatArray:
         """(n, C) unnormalised log posteriors log pi_c + log p(x | c)."""
@@ -93,4 +96,6 @@ def fit_bayes(
         child = np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, c))
         runs.append(run_protocol(list(parts), graph, protocol, s, seed=child))
     sizes = np.array([sum(len(p) for p in parts) for parts in class_parts], dtype=float)
-    return BayesClassifier(np.asarray(classes), sizes / sizes.sum(), tuple(r.params for r in runs), tuple(runs))
+    private = any("privacy" in r.protocol_params for r in runs)
+    excluded = ("the class priors: exact class sizes, NOT covered",) if private else ()
+    return BayesClassifier(np.asarray(classes), sizes / sizes.sum(), tuple(r.params for r in runs), tuple(runs), excluded)

@@ -452,11 +452,17 @@ class DPDistributed(DPProtocol):
         return NoisyNode(self, ctx, iteration)
 
     def aggregate(self, values, topology, rngs, iteration, *, record=False) -> AggregateOutcome:
+        return self.inner.aggregate(self.noisy_inputs(values, rngs, iteration), topology, rngs, iteration, record=record)
+
+    def noisy_inputs(self, values: FloatArray, rngs: list[np.random.Generator], iteration: int) -> FloatArray:
+        """(n, P): what the aggregation protocol sums, every node's values plus its noise share.
+
+        Draws each share from the node's stream first, as :class:`NoisyNode` does.
+        """
         plan = self._plan()
-        n = values.shape[0]
         scale = plan.scale(iteration)
-        shares = np.stack([mechanisms.noise_share(rngs[i], scale, plan.mechanism, plan.shares) for i in range(n)])
-        return self.inner.aggregate(values + shares, topology, rngs, iteration, record=record)
+        shares = np.stack([mechanisms.noise_share(rngs[i], scale, plan.mechanism, plan.shares) for i in range(values.shape[0])])
+        return values + shares
 
     def params(self) -> dict:
         out = super().params()

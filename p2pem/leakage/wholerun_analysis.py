@@ -235,7 +235,7 @@ def adversaries_for(spec_name: str, config: WholeRunConfig) -> list[Adversary]:
             continue
         for s in config.corrupt_sets:
             corrupt = set(s)
-            if spec_name == "federated" and config.server_corrupt:
+            if spec_name in ("federated", "dp-central") and config.server_corrupt:  # protocols with a server
                 corrupt.add(SERVER)
             out.append(Adversary(kind, frozenset(corrupt)))
     return out
@@ -339,7 +339,7 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
             adv = view.adversary
             err = view.reduction_error()
             rank = None
-            if rank_on:
+            if rank_on and view.observe is None:  # a private run's rank structure is its aggregation's
                 rank = disclosure_rank(spec, graph, adv, rounds=max(view.rounds), seed=scenario.streams()["montecarlo"]).to_json()
             corrupt = adv.corrupt_nodes
             server = SERVER in adv.corrupt
@@ -364,6 +364,8 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
             )
             for k, group in enumerate(view.groups):
                 rows = np.vstack([parts[i] for i in group])
+                if view.data_bound is not None:  # a private run's statistics come from the clipped rows
+                    rows = np.clip(rows, -view.data_bound, view.data_bound)
                 if group not in cache:
                     key = (p_index, *group)
                     rng = np.random.default_rng(np.random.SeedSequence(attack_ss.entropy, spawn_key=(*attack_ss.spawn_key, *key)))

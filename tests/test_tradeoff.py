@@ -228,6 +228,7 @@ def test_shipped_tradeoff_scenarios_validate():
         scenario = load_scenario(ROOT / "scenarios" / f"{name}.toml")
         assert scenario.tradeoff is not None and len(scenario.tradeoff.epsilons) == 10
         assert {p.name for p in scenario.protocols} >= {"dp-central", "dp-distributed", "pdmm-sp", "secure-sum", "centralized"}
+        assert scenario.data.public is not None  # the preprocessing is declared, not fitted on the rows
 
 
 def test_parameter_error_matches_components():

@@ -15,7 +15,6 @@ The usual pipeline, as run by :func:`p2pem.scenario.load_data`, is::
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -26,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pem.errors import ConfigError, DataError
+from p2pem.files import csv_records, read_csv
 from p2pem.gmm import GMMParams
 
 __all__ = [
@@ -94,24 +94,10 @@ def load_table(
     >>> X.shape
     (195, 22)
     """
-    where = os.fspath(path)
     if isinstance(columns, str) or isinstance(drop_columns, str):
         raise ConfigError("columns and drop_columns must be sequences of names, not a single string")
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(handle)
-            try:
-                return _read_table(reader, where, columns, tuple(drop_columns))
-            except csv.Error as exc:
-                raise DataError(f"{where} line {reader.line_num}: malformed CSV ({exc})") from exc
-    except FileNotFoundError:
-        raise DataError(f"{where}: no such file") from None
-    except IsADirectoryError:
-        raise DataError(f"{where}: is a directory, not a CSV file") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise DataError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    drop = tuple(drop_columns)
+    return read_csv(path, lambda reader, where: _read_table(reader, where, columns, drop))
 
 
 def _read_table(
@@ -120,11 +106,11 @@ def _read_table(
     columns: Sequence[str] | None,
     drop_columns: tuple[str, ...],
 ) -> tuple[FloatArray, tuple[str, ...]]:
-    header = _next_nonblank(reader)
-    if header is None:
+    records = csv_records(reader)
+    first = next(records, None)
+    if first is None:
         raise DataError(f"{where}: file is empty (expected a header row)")
-    header = [name.strip() for name in header]
-    header_line = reader.line_num
+    header_line, header = first[0], [name.strip() for name in first[1]]
     seen: set[str] = set()
     for name in header:
         if name in seen:
@@ -146,14 +132,7 @@ def _read_table(
     index = [header.index(name) for name in kept]
 
     rows: list[list[float]] = []
-    while True:
-        line = reader.line_num + 1  # a quoted field may span lines: report where the record starts
-        try:
-            record = next(reader)
-        except StopIteration:
-            break
-        if not record:
-            continue
+    for line, record in records:
         if len(record) != len(header):
             raise DataError(
                 f"{where} line {line}: expected {len(header)} fields as in the header, got {len(record)}"
@@ -162,13 +141,6 @@ def _read_table(
     if not rows:
         raise DataError(f"{where}: no data rows after the header")
     return np.array(rows, dtype=np.float64), tuple(kept)
-
-
-def _next_nonblank(reader: Any) -> list[str] | None:
-    for record in reader:
-        if record:
-            return record
-    return None
 
 
 def _parse_cell(cell: str, where: str, line: int, column: str) -> float:

@@ -1,27 +1,75 @@
-"""Writing files so that a reader never sees half of one: the one place p2pem does it.
+"""Writing files so that a reader never sees half of one, and reading CSV files: the one place p2pem does each.
 
 * :func:`atomic_write` -- one file: written to a temporary sibling with its final
   permissions, flushed to disk, then renamed over the target (``os.replace`` is atomic on
   POSIX), so the target holds either the old or the new content;
 * :func:`write_json` -- the same for a JSON document (``NaN`` is refused, not written);
 * :func:`atomic_output` -- a whole output folder: files appear in it only when every one
-  was written.
+  was written;
+* :func:`read_csv` -- a CSV file handed to a parser as a ``csv.reader``, every failure to
+  read it one :class:`~p2pem.errors.DataError` line naming the file; :func:`csv_records`
+  -- its non-blank records with their line numbers.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from p2pem.errors import ConfigError
+from p2pem.errors import ConfigError, DataError
 
-__all__ = ["atomic_output", "atomic_write", "write_json"]
+__all__ = ["atomic_output", "atomic_write", "csv_records", "read_csv", "write_json"]
+
+T = TypeVar("T")
+
+
+def csv_records(reader: Any) -> Iterator[tuple[int, list[str]]]:
+    """The non-blank records of a ``csv.reader`` with the line each starts on.
+
+    A record is blank when it has no field or one field of spaces (an empty line); a
+    quoted field may span lines, so the line is taken before the record is read.
+    """
+    while True:
+        line = reader.line_num + 1
+        try:
+            record = next(reader)
+        except StopIteration:
+            return
+        if record and not (len(record) == 1 and not record[0].strip()):
+            yield line, record
+
+
+def read_csv(path: str | os.PathLike[str], parse: Callable[[Any, str], T], **options: Any) -> T:
+    """Open a UTF-8 CSV file and return ``parse(reader, where)``.
+
+    ``reader`` is a ``csv.reader`` over the file (``options`` are its dialect keywords, e.g.
+    ``delimiter``), ``where`` the path as text for messages.  A byte-order mark is ignored.
+    A missing, unreadable or non-UTF-8 file, or malformed CSV, is one DataError line naming
+    the file (and the line, for malformed CSV); ``parse`` raises its own errors.
+    """
+    where = os.fspath(path)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle, **options)
+            try:
+                return parse(reader, where)
+            except csv.Error as exc:
+                raise DataError(f"{where} line {reader.line_num}: malformed CSV ({exc})") from None
+    except FileNotFoundError:
+        raise DataError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{where}: is a directory, not a CSV file") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise DataError(f"{where}: cannot read ({exc.strerror or exc})") from None
 
 
 def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, mode: int = 0o644) -> Path:

@@ -26,6 +26,7 @@ FORMATS = {
     "p2pem-whole-run": "whole-run.schema.json",
     "p2pem-tradeoff": "tradeoff.schema.json",
     "p2pem-cli-summary": "cli-summary.schema.json",
+    "p2pem-synth-report": "synth-report.schema.json",
 }
 
 

@@ -115,6 +115,10 @@ class EMState:
         self._converged = np.zeros(self.n_parts, dtype=bool)
         self.finished = False
         self._want_more = np.full(self.n_parts, settings.max_iter > 0)
+        #: per node, the network's total soft count (sum_k a_k, in rows) of the last EM
+        #: aggregation as the node received it: noisy in a private run, where it is
+        #: post-processing of a paid release (the private Bayes classifier's priors)
+        self.released_rows = np.full(self.n_parts, np.nan)
         if settings.init is not None:
             self._set_params(
                 np.repeat(settings.init.weights[None], self.n_parts, axis=0),
@@ -161,6 +165,10 @@ class EMState:
             self.loglik.append(stats[:, -1] / total if s.privacy is None else np.full(self.n_parts, np.nan))
             self.finished = True
             return
+        total = stats[:, 0]
+        for j in range(1, s.n_components):
+            total = total + stats[:, j]
+        self.released_rows = total * self.n_nodes
         if s.privacy is not None:
             stats = s.privacy.decode(stats, self.means)
         w, m, c, ll = batch_m_step(stats, self.means, s.reg_covar, iteration=self.iteration)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -62,6 +63,8 @@ class RunResult:
     trace: list[Message] | None = None
     #: what "auto" parameters became on this graph (:meth:`ProtocolSpec.resolved_params`)
     resolved_params: dict = field(default_factory=dict)
+    #: the total soft count of the last EM aggregation as node 0 received it (noisy when private)
+    released_rows: float = math.nan
 
     @property
     def params(self) -> GMMParams:
@@ -291,4 +294,5 @@ def _result(protocol, state: EMState, rounds, unconverged, messages, nbytes, wal
         node_spread=spread,
         unconverged_iterations=list(unconverged),
         trace=trace,
+        released_rows=float(state.released_rows[0]),
     )

@@ -89,7 +89,7 @@ def test_tradeoff_writes_versioned_json_and_figure(tmp_path, capsys):
     laplace = next(r for r in runs if r["protocol"] == "dp-secure-sum-laplace" and r["epsilon"] == 0.5)
     assert laplace["colluders"] == 2 and laplace["epsilon_colluders"] == pytest.approx(0.5) == laplace["epsilon_outsider"]
     excluded = " | ".join(laplace["excluded"])
-    assert "[-5, 5]" in excluded and "wall_s" in excluded and "class priors" in excluded
+    assert "[-5, 5]" in excluded and "wall_s" in excluded and "priors" not in excluded
     assert all(r["excluded"] is None and r["epsilon_colluders"] is None for r in runs if r["epsilon"] is None)
     assert doc["private_init"] is True and doc["preprocessing"] == "none"
     assert (out / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -221,6 +221,31 @@ def test_bayes_classifier_is_the_gaussian_bayes_rule():
     )
     np.testing.assert_array_equal(model.predict(test), classes[np.argmax(scores, axis=1)])
     np.testing.assert_allclose(model.log_posterior(test), scores, rtol=1e-10)
+
+
+def test_private_bayes_priors_are_the_released_noisy_counts():
+    """The priors cost nothing: they are the noisy soft counts the class models released (not
+    the exact class sizes, which no budget pays for); without noise, the class sizes."""
+    import math
+
+    from p2pem.data import split_rows
+    from p2pem.dp.bayes import fit_bayes
+    from p2pem.em import EMSettings
+    from p2pem.graphs import graph_from_edges
+    from p2pem.protocols import make_protocol
+
+    rng = np.random.default_rng(4)
+    y = np.repeat([0, 1], [40, 20])
+    X = rng.normal(size=(60, 2)) + 3 * y[:, None]
+    g = graph_from_edges([(0, 1), (1, 2), (2, 3), (3, 0), (0, 2)])
+    parts = [split_rows(X[y == c], 4, rng=rng) for c in (0, 1)]
+    settings = [EMSettings(1, max_iter=3, tol=0.0) for _ in (0, 1)]
+    exact = fit_bayes(parts, np.array([0, 1]), g, make_protocol("dp-central", {"epsilon": math.inf, "bound": 6.0}), settings)
+    np.testing.assert_allclose(exact.priors, [40 / 60, 20 / 60], rtol=1e-12)
+    noisy = fit_bayes(parts, np.array([0, 1]), g, make_protocol("dp-central", {"epsilon": 0.5, "bound": 6.0}), settings, seed=1)
+    released = np.maximum([r.released_rows for r in noisy.runs], 1.0)
+    np.testing.assert_allclose(noisy.priors, released / released.sum())
+    assert abs(noisy.priors[0] - 40 / 60) > 1e-6 and noisy.excluded == ()
 
 
 def test_shipped_tradeoff_scenarios_validate():

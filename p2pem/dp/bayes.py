@@ -3,8 +3,11 @@
 As in Tong, Xi, Kantarcioglu & Inan (DBSec 2017), each class c gets its own model p(x | c),
 here a mixture fitted by any protocol (private or not) to the class's rows spread over the
 network, and a row is assigned to ``argmax_c log pi_c + log p(x | c)``.  The class priors
-pi_c are the class sizes, which this module treats as public (they are not perturbed: spend
-part of the budget on them if they are secret).
+pi_c come from what the class models' runs already released: the network's total soft count
+of each class's last EM aggregation (``RunResult.released_rows``).  Without noise that is the
+class size; in a private run it is the noisy count every node received, so the priors are
+post-processing of paid releases and cost no budget (diffprivlib's classifier instead
+spends budget on separate noisy class counts).  Counts below one row are raised to one.
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ class BayesClassifier:
     classes : (C,) array
         The class labels, sorted.
     priors : (C,) array
-        pi_c, summing to 1.
+        pi_c, summing to 1: the class models' released soft counts, normalised.
     models : tuple of GMMParams
         p(x | c), one per class.
     runs : tuple of RunResult
         The protocol run that fitted each class model.
     excluded : tuple of str
-        What a private classifier's epsilon does not cover beyond its class models' runs.
+        What a private classifier's epsilon does not cover beyond its class models' runs
+        (nothing: the priors are post-processing of their releases).
     """
 
     classes: FloatArray
@@ -95,7 +99,5 @@ def fit_bayes(
     for c, (parts, s) in enumerate(zip(class_parts, settings, strict=True)):
         child = np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, c))
         runs.append(run_protocol(list(parts), graph, protocol, s, seed=child))
-    sizes = np.array([sum(len(p) for p in parts) for parts in class_parts], dtype=float)
-    private = any("privacy" in r.protocol_params for r in runs)
-    excluded = ("the class priors: exact class sizes, NOT covered",) if private else ()
-    return BayesClassifier(np.asarray(classes), sizes / sizes.sum(), tuple(r.params for r in runs), tuple(runs), excluded)
+    counts = np.maximum(np.array([r.released_rows for r in runs], dtype=float), 1.0)
+    return BayesClassifier(np.asarray(classes), counts / counts.sum(), tuple(r.params for r in runs), tuple(runs))

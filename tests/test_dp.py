@@ -448,3 +448,23 @@ bound = 4.0
     for needle in ("[-4, 4]", "consensus_iterations", "node_spread", "wall_s", "standardisation", "fitted on all rows: NOT covered"):
         assert needle in excluded, needle
     assert "consensus_iterations" not in " | ".join(central["privacy"]["excluded"])
+
+
+def test_a_noisy_private_initialisation_always_gives_a_valid_init():
+    """Noise can leave the init's moments far outside the box (a count near zero, a second moment
+    of 1e4): the repaired covariance keeps its eigenvalues in [floor, d B^2], so the init's
+    6-digit rounding cannot make it singular (it did at epsilon = 0.1 on AIS)."""
+    from p2pem.gmm import init_from_global_batch
+
+    d, bound = 2, 4.0
+    hook = PrivateEM(2, d, 20, bound)
+    rng = np.random.default_rng(0)
+    rows = np.column_stack([rng.normal(0, 0.5, 500), rng.normal(0, 50, (500, 2)), rng.normal(0, 5e4, (500, 3))])
+    fixed = hook.decode_init(rows)
+    for row in fixed:
+        w, means, cov = init_from_global_batch(row[None], 2, 7)
+        lam = np.linalg.eigvalsh(cov[0, 0])
+        assert lam[0] > 0 and lam[-1] <= d * bound**2 * (1 + 1e-5)  # (up to the 6-digit rounding)
+    # moments already consistent and inside the limits are kept
+    inside = np.array([[1.0, 0.5, -0.25, 1.5, 0.1, 0.8]])
+    np.testing.assert_array_equal(hook.decode_init(inside), inside)

@@ -117,10 +117,18 @@ class PrivateEM:
         return w, m, c
 
     def decode_init(self, rows: FloatArray) -> FloatArray:
-        """Noisy [n, sum x, upper sum x x^T] averages (N, P0) -> consistent ones (PD covariance)."""
+        """Noisy [n, sum x, upper sum x x^T] averages (N, P0) -> consistent ones (PD covariance).
+
+        The covariance is repaired, and its eigenvalues are kept in [floor, d B^2]: no data
+        in the box [-B, B]^d has a larger variance, and the floor is at least 1e-4 of the
+        largest eigenvalue, so that the initialisation's rounding to 6 significant digits
+        (:func:`p2pem.gmm.init_from_global`) leaves it positive definite.  A covariance
+        already inside those limits is left as it is.
+        """
         d = self.n_features
         rows = np.array(rows, dtype=float)
         iu = np.triu_indices(d)
+        ceiling = d * self.bound**2
         for row in rows:
             count = max(row[0], 1.0 / self.n_nodes)
             mean = np.clip(row[1 : 1 + d] / count, -self.bound, self.bound)
@@ -128,6 +136,12 @@ class PrivateEM:
             second[iu] = row[1 + d :] / count
             second.T[iu] = row[1 + d :] / count
             cov = postprocess.repair_covariances(second - np.outer(mean, mean), self.repair_method, self.eig_floor)
+            lam, vec = np.linalg.eigh(cov)
+            floor = max(self.eig_floor, 1e-4 * min(float(lam[-1]), ceiling))
+            if lam[0] < floor or lam[-1] > ceiling:
+                lam = np.clip(lam, floor, ceiling)
+                cov = (vec * lam) @ vec.T
+                cov = (cov + cov.T) / 2
             row[0] = count
             row[1 : 1 + d] = count * mean
             row[1 + d :] = (count * (cov + np.outer(mean, mean)))[iu]

@@ -66,14 +66,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from p2pem.dp.tradeoff import summarize
 
-    print("\nmedians over seeds (the numbers the README quotes; tradeoff.json has every run)")
+    print("\nmedians over seeds (the numbers the README quotes; tradeoff.json has every run); epsilon against an")
+    print("outsider and against t colluding nodes under each protocol's accountant")
     acc_rows = []
     for row in summarize(doc):
         if row["epsilon"] in (None, 1.0, 10.0, 100.0):
             err = "-" if row["heldout_error_median"] is None else f"{row['heldout_error_median']:.3f}"
             eps = "-" if row["epsilon"] is None else f"{row['epsilon']:g}"
-            acc_rows.append([row["protocol"], eps, f"{row['heldout_loglik_median']:.2f}", f"{row['param_error_median']:.2g}", err])
-    print_table(["protocol", "epsilon", "held-out ll", "param err", "class err"], acc_rows)
+            outsider = "-" if row["epsilon_outsider"] is None else f"{row['epsilon_outsider']:.3g}"
+            colluders = "-" if row["colluders"] is None else f"{row['epsilon_colluders']:.3g} ({row['colluders']})"
+            acc_rows.append([row["protocol"], eps, outsider, colluders, f"{row['heldout_loglik_median']:.2f}", f"{row['param_error_median']:.2g}", err])
+    print_table(["protocol", "epsilon", "outsider", "colluders (t)", "held-out ll", "param err", "class err"], acc_rows)
 
     print("\ntimes")
     per: dict[str, list[float]] = {}

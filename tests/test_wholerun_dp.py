@@ -87,3 +87,23 @@ def test_noise_decides_what_the_attack_recovers(setting):
         out[eps] = match_rows(rows, fit.rows)
     assert np.all(out[math.inf] < 1e-6)
     assert np.all(out[0.1] > 1e-2) and float(np.sqrt(np.mean(out[0.1] ** 2))) > 0.3
+
+
+def test_the_defence_scenario_cuts_off_the_components_its_docs_name():
+    """scenarios/parkinsons_defence.toml: its corrupt sets leave honest components of 2, 3 and 8
+    nodes beside large ones, and the default tolerate (40 of 80) covers every corrupt set."""
+    from pathlib import Path
+
+    from p2pem.leakage.wholerun_analysis import parse_whole_run
+    from p2pem.runner import build_graph
+    from p2pem.scenario import load_scenario
+
+    scenario = load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "parkinsons_defence.toml")
+    g = build_graph(scenario)
+    sizes = set()
+    for corrupt in parse_whole_run(scenario).corrupt_sets:
+        honest = g.subgraph(set(g.nodes) - set(corrupt))
+        sizes |= {len(c) for c in nx.connected_components(honest)}
+        assert len(corrupt) <= scenario.graph.n_nodes // 2
+    assert {2, 3, 8} <= sizes and max(sizes) >= 60
+    assert {p.params.get("tolerate") for p in scenario.protocols if p.name == "dp-distributed"} == {None}

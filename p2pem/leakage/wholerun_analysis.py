@@ -327,7 +327,8 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
                 "protocol": views[0].protocol,
                 "aggregations": len(views[0].iterations),
                 "n_iter": len(views[0].loglik) - 1,
-                "final_loglik": views[0].loglik[-1],
+                "protocol_params": _json_safe(spec.params()),
+                "final_loglik": None if math.isnan(views[0].loglik[-1]) else views[0].loglik[-1],  # private runs release none
                 "max_rounds": max(views[0].rounds),
                 "adversaries": len(views),
             }
@@ -404,6 +405,10 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
         report.protocols[-1]["attack_s"] = time.perf_counter() - t0 - t_run
         report.protocols[-1]["groups_attacked"] = len(cache)
     return report
+
+
+def _json_safe(params: dict) -> dict:
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in params.items()}
 
 
 def _rms(d: np.ndarray) -> float:

@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 from p2pem.graphs import graph_from_edges
-from p2pem.leakage.analysis import Estimator, MonteCarlo, measure, monte_carlo, monte_carlo_spec
-from p2pem.leakage.estimators import full_disclosure_ceiling, sum_leakage_bits
+from p2pem.leakage.closed_forms import sum_leakage_bits
+from p2pem.leakage.estimators import full_disclosure_ceiling
+from p2pem.leakage.measure import Estimator, measure
+from p2pem.leakage.montecarlo import MonteCarlo, monte_carlo, monte_carlo_spec
 from p2pem.leakage.reduce import estimate_reduction, exact_linear_mi, principal_components
 from p2pem.leakage.theory import closed_form_bits, disclosed_groups
 from p2pem.leakage.views import Adversary, build_view

@@ -89,7 +89,7 @@ def test_leakage_command_writes_json_figure_and_table(tmp_path: Path, capsys: py
     assert by[("secure-sum", "3")]["nmi"][-1] == pytest.approx(1.0)
     assert (out / "leakage.png").stat().st_size > 10_000
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["format"] == "p2pem-leakage-summary" and summary["version"] == 1
+    assert summary["format"] == "p2pem-leakage-summary" and summary["version"] == 2
     assert summary["honest_components"] == {"honest-but-curious": [[0, 2, 4]]}
     ring = next(p for p in summary["protocols"] if p["protocol"] == "secure-sum")
     assert sorted(ring["ring"]) == [0, 1, 2, 3, 4] and [2] in ring["arcs"]["honest-but-curious"]
@@ -150,8 +150,8 @@ def test_runs_of_one_protocol_are_told_apart(tmp_path: Path, capsys: pytest.Capt
     assert {"command: write leakage.json", "command: figures"} <= set(summary["timings_s"])
     assert sum(summary["timings_s"].values()) == pytest.approx(summary["wall_s"], rel=0.10)
     # the figure's legend carries the three labels
-    from p2pem.leakage.analysis import LeakageRun
     from p2pem.leakage import plots
+    from p2pem.leakage.report import LeakageRun
 
     seen: list[str] = []
     original = plots.plt.Figure.legend

@@ -8,7 +8,7 @@ import networkx as nx
 import pytest
 
 from p2pem.graphs import graph_from_edges
-from p2pem.leakage.estimators import sum_leakage_bits
+from p2pem.leakage.closed_forms import sum_leakage_bits
 from p2pem.leakage.theory import closed_form_bits, describe_group, disclosed_groups, topology_report
 from p2pem.leakage.views import Adversary
 from p2pem.messages import SERVER

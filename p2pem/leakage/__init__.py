@@ -4,8 +4,10 @@
 module                                 what it holds
 =====================================  =======================================================
 :mod:`p2pem.leakage.estimators`        KSG mutual information (NPEET's estimator) with confidence
-                                       intervals and a normalisation, Gaussian closed forms,
-                                       a linear reduction of high-dimensional views
+                                       intervals, the full-disclosure ceiling, normalisation
+:mod:`p2pem.leakage.closed_forms`      exact mutual information for Gaussian inputs: through
+                                       linear maps, of sums, of masks
+:mod:`p2pem.leakage.checks`            argument checks shared by the two above
 :mod:`p2pem.leakage.views`             adversary models (honest-but-curious, eavesdropper,
                                        both) and their views, built from a message trace
 :mod:`p2pem.leakage.reduce`            reductions of a view: principal components and the
@@ -15,9 +17,18 @@ module                                 what it holds
 :mod:`p2pem.leakage.theory`            what each protocol discloses by design (closed
                                        forms), honest components and topology warnings
 :mod:`p2pem.leakage.config`            the validated ``[leakage]`` table of a scenario
-:mod:`p2pem.leakage.analysis`          Monte Carlo over one aggregation, per-iteration
-                                       estimates, the report
-:mod:`p2pem.leakage.plots`             MI against iteration (cf. Fig. 3), perturbation sweep
+:mod:`p2pem.leakage.inputs`            what every node aggregates per run: the scenario's
+                                       own rows, or the paper's Gaussian model
+:mod:`p2pem.leakage.montecarlo`        one aggregation over every Monte Carlo run at once,
+                                       with its trace and latents; the adversaries
+:mod:`p2pem.leakage.measure`           the KSG pipeline per target and iteration
+:mod:`p2pem.leakage.report`            the records, leakage.json and summary.json
+:mod:`p2pem.leakage.plan`              what runs before it runs: protocols and skips,
+                                       inputs, default targets, the run-time estimate
+:mod:`p2pem.leakage.analysis`          the planned analysis: Monte Carlo, estimates, floors,
+                                       the perturbation sweep
+:mod:`p2pem.leakage.plots`             MI against iteration (cf. Fig. 3) in a grid of at most
+                                       a screenful, or per node; perturbation sweep
 :mod:`p2pem.leakage.cli`               ``p2pem leakage SCENARIO --out DIR``
 :mod:`p2pem.leakage.wholerun`          whole-run views: every aggregation of a real EM run
                                        reduced exactly to the group sums it discloses

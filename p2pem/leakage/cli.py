@@ -10,8 +10,13 @@ import dataclasses
 import math
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from p2pem.errors import ConfigError
+
+if TYPE_CHECKING:
+    from p2pem.leakage.plan import LeakagePlan
+    from p2pem.leakage.report import LeakageReport
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -19,22 +24,38 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "leakage",
         help="measure what honest-but-curious and eavesdropping adversaries learn (mutual information)",
-        description="Run one aggregation of every network protocol of the scenario over many Monte Carlo runs "
-        "(private data X_i ~ N(0, 1)), build each adversary's view from the recorded messages and estimate, per "
-        "iteration, the mutual information between an honest node's data and the view (KSG, bits, with a confidence "
-        "interval that includes its estimated bias), its normalised value, the exact value from the view's linear "
-        "structure and the floor (what any exact protocol discloses by design).  Before any estimate it prints what "
-        "each protocol discloses by topology (secure-sum's arcs, the federated server, pdmm-sp's honest components).  "
-        "Writes OUT/leakage.json ({format, version, runs}), OUT/summary.json, OUT/leakage.png (cf. Fig. 3 of the "
-        "paper) and, with leakage.sweep_std, OUT/sweep.png.  Settings come from the scenario's [leakage] table; "
-        "pdmm-sp's perturbation_std is in units of the aggregated statistic r*X_i (std 1/K), or a multiple of "
-        "that scale with leakage.perturbation = \"relative\".",
+        description="""Run one aggregation of every network protocol of the scenario over many Monte Carlo runs,
+build each adversary's view from the recorded messages and estimate, per iteration, the mutual
+information between an honest node's input and the view (KSG, bits, with a confidence interval
+that includes its estimated bias), its normalised value, the exact value from the view's linear
+structure and the floor (what any exact protocol discloses by design).
+
+Inputs: by default each node aggregates 1/K x the sum of one feature over as many of the
+scenario's own rows as it holds, redrawn from all the rows in every run ([leakage] inputs =
+"gaussian": the paper's model X_i ~ N(0, 1)); the first lines say which.  centralized, the DP
+protocols and asynchronous pdmm-sp are skipped, each with its reason.  With more than 6 honest
+nodes and no [leakage] targets, the most exposed ones and the farthest from the corrupt nodes are
+measured (--targets all: every one).  Before any estimate it prints what each protocol discloses
+by topology and, on a terminal, the predicted run time.
+
+Writes OUT/leakage.json ({format, version, runs}), OUT/summary.json (inputs, targets, skipped
+protocols, the estimate against the wall time), OUT/leakage.png (cf. Fig. 3 of the paper: a grid
+of at most a screenful) and, with leakage.sweep_std, OUT/sweep.png.  Settings come from the
+scenario's [leakage] table (docs: Scenarios).""",
     )
     p.add_argument("scenario", help="scenario TOML file with a [leakage] table, e.g. scenarios/fig1.toml")
     p.add_argument("--out", required=True, help="output folder (created; files are written atomically)")
     p.add_argument("--runs", type=int, default=None, help="Monte Carlo runs (overrides leakage.runs)")
     p.add_argument("--iterations", type=int, default=None, help="iterations analysed (overrides leakage.iterations)")
+    p.add_argument(
+        "--targets",
+        default=None,
+        metavar="IDS",
+        help="honest nodes to measure: comma-separated ids (e.g. 0,2,4) or 'all' (overrides leakage.targets and the "
+        "default choice of at most 6)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    # start-up time: the whole-run module is small, but importing it here keeps `p2pem --help` free of it too
     from p2pem.leakage.wholerun_cli import add_option
 
     add_option(p)
@@ -44,7 +65,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def _progress(enabled: bool):
     if not enabled:
         return None
-    from tqdm import tqdm
+    from tqdm import tqdm  # start-up time: only a command that shows progress loads it
 
     def factory(label: str, total: int):
         # disable=None: no bar when stderr is not a terminal (logs, CI)
@@ -68,12 +89,17 @@ def _bits(v: float | None) -> str:
 
 def cmd_leakage(args: argparse.Namespace) -> int:
     if getattr(args, "whole_run", False):
+        if args.targets is not None:
+            raise ConfigError("--targets applies to the Monte Carlo analysis; --whole-run attacks every honest node")
+        # start-up time: each mode imports its own analysis (scipy, matplotlib) only when it runs
         from p2pem.leakage.wholerun_cli import cmd_whole_run
 
         return cmd_whole_run(args)
     t_cmd = time.perf_counter()
-    from p2pem.leakage.analysis import analyse_scenario
-    from p2pem.leakage.config import parse_leakage
+    # start-up time: the analysis pulls in scipy's spatial trees and matplotlib
+    from p2pem.leakage.analysis import run_plan
+    from p2pem.leakage.config import parse_leakage, parse_targets
+    from p2pem.leakage.plan import plan_analysis
     from p2pem.leakage.plots import leakage_figure, sweep_figure
     from p2pem.runner import atomic_output, write_json
     from p2pem.scenario import load_scenario
@@ -88,43 +114,18 @@ def cmd_leakage(args: argparse.Namespace) -> int:
         if args.iterations < 1:
             raise ConfigError(f"--iterations must be >= 1, got {args.iterations}")
         config = dataclasses.replace(config, iterations=args.iterations)
+    targets = None if args.targets is None else parse_targets(args.targets, config, scenario.graph.n_nodes)
 
-    lab = config.label
-    n_nodes = scenario.graph.n_nodes
-    print(f"scenario {scenario.name}: {n_nodes} nodes; {config.runs} Monte Carlo runs, {config.iterations} iterations, KSG k={config.k}")
-    if config.node_labels:
-        print("  node labels: " + ", ".join(f"{lab(i)} = id {i}" for i in range(n_nodes)))
-    from p2pem.leakage.analysis import make_adversary, prepare_protocols
-    from p2pem.leakage.theory import topology_report
-    from p2pem.runner import build_graph
+    plan = plan_analysis(scenario, config, targets=targets)
+    _print_plan(plan)
+    if plan.estimate is not None and sys.stdout.isatty():
+        print(f"estimated run time: {plan.estimate.describe()}", flush=True)
 
-    graph = build_graph(scenario)
-    prepared = prepare_protocols(scenario, config, graph)  # refusals name their protocol
-    has_federated = any(p.spec.name == "federated" for p in prepared)
-    print("  protocols: " + "; ".join(p.label for p in prepared))
-    for p in prepared:
-        if p.topology.ring is not None:
-            print(f"  {p.label} ring: " + " -> ".join(lab(v) for v in p.topology.ring))
-    for kind in config.adversaries:
-        adv = make_adversary(kind, config)
-        rep = topology_report(graph, adv.corrupt_nodes)
-        if kind == "eavesdropper":
-            who = "reads every plaintext link"
-        else:
-            who = "corrupt {" + ", ".join(lab(c) for c in adv.corrupt_nodes) + "}"
-            if config.server_corrupt and has_federated:
-                who += " and the federated server"
-            if kind == "both":
-                who += ", reading every plaintext link"
-        print(f"  {kind}: {who}; {rep.summary(lab)}")
-        for p in prepared:
-            for w in p.disclosures[kind]:
-                print(f"  warning: {w}")
-
+    config = plan.config
     # summary.json's timings cover the whole command, so they add up to its wall time
-    timings = {"command: scenario, protocols, topology report": time.perf_counter() - t_cmd}
+    timings = {"command: scenario, imports": time.perf_counter() - t_cmd - sum(plan.timings.values())}
     with atomic_output(args.out) as tmp:
-        report = analyse_scenario(scenario, config=config, progress=_progress(not args.quiet))
+        report = run_plan(plan, progress=_progress(not args.quiet))
         t0 = time.perf_counter()
         write_json(tmp / "leakage.json", report.leakage_json())
         timings["command: write leakage.json"] = time.perf_counter() - t0
@@ -138,10 +139,64 @@ def cmd_leakage(args: argparse.Namespace) -> int:
         wall_s = time.perf_counter() - t_cmd
         write_json(tmp / "summary.json", report.summary_json(extra_timings=timings, wall_s=wall_s))
 
+    _print_tables(report)
+    files = ["leakage.json", "summary.json"] + (["leakage.png"] if report.iteration_runs else []) + (["sweep.png"] if report.sweep_runs else [])
+    print(f"wrote {', '.join(f'{args.out}/{f}' for f in files)} in {wall_s:.1f} s")
+    return 0
+
+
+def _print_plan(plan: LeakagePlan) -> None:
+    """What the analysis will do, before it does it: inputs, protocols, targets, disclosures."""
+    # start-up time: as in cmd_leakage
+    from p2pem.leakage.montecarlo import make_adversary
+    from p2pem.leakage.theory import topology_report
+
+    config, graph = plan.config, plan.graph
+    lab = config.label
+    n_nodes = graph.number_of_nodes()
+    print(f"scenario {plan.scenario.name}: {n_nodes} nodes; {config.runs} Monte Carlo runs, {config.iterations} iterations, KSG k={config.k}")
+    if config.node_labels:
+        print("  node labels: " + ", ".join(f"{lab(i)} = id {i}" for i in range(n_nodes)))
+    print(f"  inputs: {plan.inputs.description}")
+    print("  protocols: " + "; ".join(p.label for p in plan.protocols))
+    for s in plan.skipped:
+        print(f"  skipped {s.label}: {s.reason}")
+    for p in plan.protocols:
+        if p.topology.ring is not None:
+            print(f"  {p.label} ring: " + " -> ".join(lab(v) for v in p.topology.ring))
+    who = ", ".join(lab(i) for i in config.targets)
+    if plan.targets_note in ("scenario", "--targets"):
+        print(f"  targets ({'[leakage] targets' if plan.targets_note == 'scenario' else '--targets'}): {who}")
+    else:
+        more = "" if plan.targets_note == "every honest node" else "; --targets all measures every one"
+        print(f"  targets, {plan.targets_note}: {who}{more}")
+    has_federated = any(p.spec.name == "federated" for p in plan.protocols)
+    for kind in config.adversaries:
+        adv = make_adversary(kind, config)
+        rep = topology_report(graph, adv.corrupt_nodes)
+        if kind == "eavesdropper":
+            who = "reads every plaintext link"
+        else:
+            who = "corrupt {" + ", ".join(lab(c) for c in adv.corrupt_nodes) + "}"
+            if config.server_corrupt and has_federated:
+                who += " and the federated server"
+            if kind == "both":
+                who += ", reading every plaintext link"
+        print(f"  {kind}: {who}; {rep.summary(lab)}")
+        for p in plan.protocols:
+            for w in p.disclosures[kind]:
+                print(f"  warning: {w}")
+
+
+def _print_tables(report: LeakageReport) -> None:
+    """The leakage after the last iteration, the perturbation sweep and the warnings."""
+    config = report.config
+    gaussian = report.inputs is None or report.inputs.kind == "gaussian"
+    assumption = "" if gaussian else " (both for Gaussian inputs of the data's variances)"
     print(f"estimator: KSG on the adversary's cross-fitted linear estimate, corrected for its estimated bias; the "
           f"{config.level:.0%} interval holds the sampling error and the bias.  The population value is a lower bound on "
           f"the leakage, the estimate is not.  Full-disclosure ceiling {report.ceiling_bits:.3f} bits at {config.runs} runs "
-          f"(NMI = estimate / ceiling).  exact: from the view's linear structure; floor: what any exact protocol discloses")
+          f"(NMI = estimate / ceiling).  exact: from the view's linear structure; floor: what any exact protocol discloses{assumption}")
     if report.iteration_runs:
         its = report.iteration_runs[0].iterations
         width = max(len(r.label) for r in report.iteration_runs) + 2
@@ -169,6 +224,3 @@ def cmd_leakage(args: argparse.Namespace) -> int:
     for r in report.iteration_runs:
         for f in r.flags:
             print(f"warning: {r.label} / {r.adversary}, node {r.node_label}: {f}")
-    files = ["leakage.json", "summary.json"] + (["leakage.png"] if report.iteration_runs else []) + (["sweep.png"] if report.sweep_runs else [])
-    print(f"wrote {', '.join(f'{args.out}/{f}' for f in files)} in {wall_s:.1f} s")
-    return 0

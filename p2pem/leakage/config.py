@@ -6,7 +6,12 @@ Keys (all optional except as noted; unknown keys are errors)::
     adversary = ["honest-but-curious"]  # or "eavesdropper", "both"; a string or an array
     corrupt = [1, 3]                    # corrupt node ids; required unless only "eavesdropper"
     server_corrupt = true               # federated: the server is honest-but-curious too
-    targets = [0, 2, 4]                 # nodes whose leakage is measured; default: every honest node
+    targets = [0, 2, 4]                 # nodes whose leakage is measured, or "all" (every
+                                        # honest node); default: every honest node up to
+                                        # DEFAULT_MAX_TARGETS of them, else a chosen subset
+    inputs = "data"                     # or "gaussian": what the nodes aggregate per run
+    feature = 0                         # inputs = "data": column of the prepared data
+                                        # (default: the one of largest spread)
     runs = 10000                        # Monte Carlo runs (>= 200)
     iterations = 20                     # pdmm-sp rounds analysed (it runs exactly that many)
     k = 3                               # KSG neighbours
@@ -16,11 +21,15 @@ Keys (all optional except as noted; unknown keys are errors)::
     node_labels = ["1", "2", "3", "4", "5"]  # how nodes are printed (default: their ids)
     sweep_std = [1e-2, 1, 100]          # perturbation sweep: pdmm-sp initial-dual stds
     perturbation = "absolute"           # or "relative": pdmm-sp's perturbation_std and
-                                        # sweep_std in multiples of the statistic's std 1/K
+                                        # sweep_std in multiples of the statistic's std
 
-pdmm-sp's ``perturbation_std`` is in the units of the aggregated statistic r X_i (X_i ~ N(0, 1),
-r = 1/K with K = ``em.n_components``), so with ``perturbation = "absolute"`` the same number
-hides less at K = 1 than at K = 3; ``"relative"`` makes it a multiple of that scale.
+What each node aggregates in a Monte Carlo run (:mod:`p2pem.leakage.inputs`): with
+``inputs = "data"`` the responsibility-weighted sum r * sum x of one feature over as many rows
+as the node holds, redrawn in every run from the scenario's own rows; with ``"gaussian"`` the
+model of the paper, r X_i with X_i ~ N(0, 1).  r = 1/K with K = ``em.n_components``.
+pdmm-sp's ``perturbation_std`` is in the units of that statistic, so with ``perturbation =
+"absolute"`` the same number hides less of a statistic of larger spread; ``"relative"`` makes
+it a multiple of the statistic's standard deviation.
 
 Every error is one line naming the scenario file and the dotted key.  The table is validated
 here, when the leakage command runs, rather than in :func:`p2pem.scenario.load_scenario`, which
@@ -38,13 +47,22 @@ from p2pem.messages import SERVER
 from p2pem.scenario import Scenario
 from p2pem.tomltable import Table
 
-__all__ = ["LEAKAGE_KEYS", "LeakageConfig", "parse_leakage"]
+__all__ = ["DEFAULT_MAX_TARGETS", "INPUTS", "LEAKAGE_KEYS", "LeakageConfig", "parse_leakage", "parse_targets"]
+
+#: With more honest nodes than this and no ``targets``, the analysis measures a chosen subset
+#: of this many (see :func:`p2pem.leakage.plan.default_targets`).
+DEFAULT_MAX_TARGETS = 6
+
+#: What the nodes aggregate in the Monte Carlo runs.
+INPUTS = ("data", "gaussian")
 
 LEAKAGE_KEYS = (
     "adversary",
     "corrupt",
     "server_corrupt",
     "targets",
+    "inputs",
+    "feature",
     "runs",
     "iterations",
     "k",
@@ -60,12 +78,19 @@ LEAKAGE_KEYS = (
 
 @dataclass(frozen=True)
 class LeakageConfig:
-    """Settings of a leakage analysis (see the module docstring for the keys)."""
+    """Settings of a leakage analysis (see the module docstring for the keys).
+
+    ``targets`` empty means "not given": the analysis chooses them
+    (:func:`p2pem.leakage.plan.default_targets`); ``feature`` None means the feature of
+    largest spread.
+    """
 
     adversaries: tuple[str, ...] = ("honest-but-curious",)
     corrupt: tuple[int, ...] = ()
     server_corrupt: bool = True
     targets: tuple[int, ...] = ()
+    inputs: str = "data"
+    feature: int | None = None
     runs: int = 10_000
     iterations: int = 20
     k: int = 3
@@ -119,14 +144,23 @@ def parse_leakage(scenario: Scenario) -> LeakageConfig:
     if not isinstance(server_corrupt, bool):
         t.fail_key("server_corrupt", f"must be true or false, got {server_corrupt!r}")
 
-    targets = t.node_list("targets", n)
-    if targets is None:
-        targets = tuple(i for i in range(n) if i not in corrupt)
-    if not targets:
-        t.fail_key("targets", "must name at least one node")
+    raw_targets = raw.get("targets")
+    if isinstance(raw_targets, str):
+        if raw_targets != "all":
+            t.fail_key("targets", f"must be an array of node ids or \"all\", got {raw_targets!r}")
+        targets: tuple[int, ...] = tuple(i for i in range(n) if i not in corrupt)
+    else:
+        targets = t.node_list("targets", n) or ()
+        if "targets" in raw and not targets:
+            t.fail_key("targets", "must name at least one node")
     for i in targets:
         if i in corrupt:
             t.fail_key("targets", f"names corrupt node {i}: leakage is measured about honest nodes")
+
+    inputs = t.choice("inputs", INPUTS, default="data")
+    feature = t.integer("feature", default=None, minimum=0)
+    if feature is not None and inputs != "data":
+        t.fail_key("feature", f"needs inputs = \"data\" (the {inputs!r} inputs have one feature)")
 
     k = t.integer("k", default=3, minimum=1)
     n_batches = t.integer("n_batches", default=10, minimum=2)
@@ -161,6 +195,8 @@ def parse_leakage(scenario: Scenario) -> LeakageConfig:
         corrupt=corrupt,
         server_corrupt=server_corrupt,
         targets=targets,
+        inputs=inputs,
+        feature=feature,
         runs=runs,
         iterations=iterations,
         k=k,
@@ -171,3 +207,27 @@ def parse_leakage(scenario: Scenario) -> LeakageConfig:
         sweep_std=tuple(sorted(float(v) for v in sweep)),
         perturbation=perturbation,
     )
+
+
+def parse_targets(text: str, config: LeakageConfig, n_nodes: int) -> tuple[int, ...]:
+    """The ``--targets`` option: ``"all"`` or comma-separated node ids, checked like the key.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the option: not ids, an id out of range or repeated, a corrupt node.
+    """
+    if text.strip() == "all":
+        return tuple(i for i in range(n_nodes) if i not in config.corrupt)
+    try:
+        ids = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--targets must be 'all' or comma-separated node ids, got {text!r}") from None
+    for i in ids:
+        if not 0 <= i < n_nodes:
+            raise ConfigError(f"--targets holds {i}, not a node id 0..{n_nodes - 1}")
+        if i in config.corrupt:
+            raise ConfigError(f"--targets names corrupt node {i}: leakage is measured about honest nodes")
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"--targets repeats a node: {text!r}")
+    return tuple(sorted(ids))

@@ -1,4 +1,4 @@
-"""Mutual-information estimators and Gaussian closed forms for the leakage analysis.
+"""Mutual-information estimators for the leakage analysis: KSG, its interval, its ceiling.
 
 Every leakage number p2pem reports is a mutual information in bits between an honest
 node's private input ``X`` and what an adversary sees, its *view* ``V``:
@@ -10,18 +10,17 @@ node's private input ``X`` and what an adversary sees, its *view* ``V``:
   corrected for its bias, with a confidence interval from disjoint batches;
 * :func:`full_disclosure_ceiling` and :func:`normalized_mutual_information` -- the
   largest value the estimator can return at a given sample size, and the estimate
-  divided by it (1 means the view discloses the input completely);
-* :func:`gaussian_mi`, :func:`gaussian_mi_linear`, :func:`sum_leakage_bits` and
-  :func:`mask_leakage_bits` -- exact values for Gaussian inputs seen through linear
-  maps plus Gaussian noise, the cross-check for the estimator;
-* :func:`best_linear_estimate` -- reduces a high-dimensional view to the adversary's
-  least-squares estimate of the target, where kNN estimation is accurate again.
+  divided by it (1 means the view discloses the input completely).
+
+The exact values the estimates are checked against (Gaussian inputs seen through linear
+maps plus Gaussian noise) are in :mod:`p2pem.leakage.closed_forms`; the reductions of a
+high-dimensional view to what KSG handles well in :mod:`p2pem.leakage.reduce`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,20 +28,16 @@ import numpy.typing as npt
 from scipy import special
 
 from p2pem.errors import ConfigError, DataError
+from p2pem.leakage.checks import as_samples, check_int, check_k, check_rng
 
 __all__ = [
-    "LinearEstimate",
     "MIInterval",
-    "best_linear_estimate",
     "full_disclosure_ceiling",
-    "gaussian_mi",
-    "gaussian_mi_linear",
-    "mask_leakage_bits",
     "mi_interval",
     "mi_with_ci",
     "mutual_information",
     "normalized_mutual_information",
-    "sum_leakage_bits",
+    "standardise",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -60,61 +55,9 @@ RATE_MIN = 0.25
 _CONSTANT_RTOL = 1e-12
 
 
-
-# ---------------------------------------------------------------------------
-# Validation helpers
-# ---------------------------------------------------------------------------
-
-
-def _check_rng(rng: object) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise ConfigError(
-            f"rng must be a numpy.random.Generator (e.g. numpy.random.default_rng(seed)), "
-            f"got {type(rng).__name__}"
-        )
-    return rng
-
-
-def _check_int(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_k(k: object) -> int:
-    return _check_int(k, "k", 1)
-
-
-def _as_real(a: npt.ArrayLike, name: str) -> FloatArray:
-    """Return ``a`` as a finite float64 array of any shape."""
-    try:
-        arr = np.asarray(a)
-    except (TypeError, ValueError) as exc:  # ragged nested sequences
-        raise DataError(f"{name} is not a rectangular numeric array: {exc}") from exc
-    if arr.dtype.kind not in "biuf":
-        raise DataError(f"{name} must be real numeric, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64, copy=False)
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        raise DataError(f"{name} has {int(bad.sum())} non-finite values (NaN or inf)")
-    return arr
-
-
-def _as_samples(a: npt.ArrayLike, name: str) -> FloatArray:
-    """Return ``a`` as a finite float64 array of shape (n_samples, n_features)."""
-    arr = _as_real(a, name)
-    if arr.ndim == 1:
-        arr = arr.reshape(-1, 1)
-    elif arr.ndim != 2:
-        raise DataError(f"{name} must be 1-D or 2-D (n_samples, n_features), got {arr.ndim}-D")
-    if arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise DataError(f"{name} is empty (shape {arr.shape})")
-    return arr
-
-
 def _check_pair(x: npt.ArrayLike, y: npt.ArrayLike, k: int) -> tuple[FloatArray, FloatArray]:
-    xs = _as_samples(x, "x")
-    ys = _as_samples(y, "y")
+    xs = as_samples(x, "x")
+    ys = as_samples(y, "y")
     if xs.shape[0] != ys.shape[0]:
         raise DataError(
             f"x and y must have the same number of samples, got {xs.shape[0]} and {ys.shape[0]}"
@@ -159,7 +102,7 @@ def _ksg_bits(x: FloatArray, y: FloatArray, k: int, rng: np.random.Generator) ->
     scipy's k-d trees and the tie-breaking jitter drawn from ``rng`` alone (no global
     random state is read or written).
     """
-    from scipy.spatial import cKDTree
+    from scipy.spatial import cKDTree  # start-up time: scipy.spatial is loaded on the first estimate only
 
     xs = standardise(x)
     ys = standardise(y)
@@ -236,7 +179,7 @@ def mutual_information(
     about 0.5 s, and more dimensions cost more.  KSG is also strongly biased downwards in high
     dimension: for X against ten copies X + N(0, 1) (exact 1.73 bits) it returns
     about 1.29 bits at 1e4 samples, while 1-D vs 3-D is still within 0.02 bits.
-    Reduce such views with :func:`best_linear_estimate` first.
+    Reduce such views with :func:`~p2pem.leakage.reduce.best_linear_estimate` first.
 
     References
     ----------
@@ -254,8 +197,8 @@ def mutual_information(
     >>> round(mutual_information(x, v, rng=rng), 1)  # exact: 0.5 bits
     0.5
     """
-    k = _check_k(k)
-    rng = _check_rng(rng)
+    k = check_k(k)
+    rng = check_rng(rng)
     xs, ys = _check_pair(x, y, k)
     return max(_ksg_bits(xs, ys, k, rng), 0.0)
 
@@ -362,9 +305,9 @@ def mi_interval(
     Cost: the batches and half-batches together cost about two more full estimates (plus
     ``reduce`` on each).
     """
-    k = _check_k(k)
-    rng = _check_rng(rng)
-    n_batches = _check_int(n_batches, "n_batches", 2)
+    k = check_k(k)
+    rng = check_rng(rng)
+    n_batches = check_int(n_batches, "n_batches", 2)
     if not (isinstance(level, (int, float, np.floating)) and 0.0 < level < 1.0):
         raise ConfigError(f"level must be in (0, 1), got {level!r}")
     xs, ys = _check_pair(x, y, k)
@@ -468,9 +411,9 @@ def full_disclosure_ceiling(n_samples: int, *, k: int = 3, rng: np.random.Genera
     estimator, so it tracks the implementation; the test suite checks it against
     the closed form above.
     """
-    k = _check_k(k)
-    rng = _check_rng(rng)
-    n_samples = _check_int(n_samples, "n_samples", k + 1)
+    k = check_k(k)
+    rng = check_rng(rng)
+    n_samples = check_int(n_samples, "n_samples", k + 1)
     x = rng.standard_normal((n_samples, 1))
     return mutual_information(x, x, k=k, rng=rng)
 
@@ -517,403 +460,9 @@ def normalized_mutual_information(
     same ``n_samples`` and ``k``; for a sample-size-free scale of partial leakage
     report bits.
     """
-    k = _check_k(k)
-    rng = _check_rng(rng)
+    k = check_k(k)
+    rng = check_rng(rng)
     xs, ys = _check_pair(x, y, k)
     value = max(_ksg_bits(xs, ys, k, rng), 0.0)
     ceiling = full_disclosure_ceiling(xs.shape[0], k=k, rng=rng)
     return min(value / ceiling, 1.0)
-
-
-# ---------------------------------------------------------------------------
-# Gaussian closed forms
-# ---------------------------------------------------------------------------
-
-
-def _as_index(idx: int | Sequence[int], dim: int, name: str) -> npt.NDArray[np.intp]:
-    arr = np.atleast_1d(np.asarray(idx))
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.intp)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise DataError(f"{name} must be an integer or a 1-D sequence of integers, got {idx!r}")
-    if arr.min() < 0 or arr.max() >= dim:
-        raise DataError(f"{name} has indices outside 0..{dim - 1}: {arr.tolist()}")
-    if len(np.unique(arr)) != len(arr):
-        raise DataError(f"{name} repeats an index: {arr.tolist()}")
-    return arr.astype(np.intp)
-
-
-def _check_covariance(cov: npt.ArrayLike, name: str = "cov") -> FloatArray:
-    arr = _as_real(cov, name)
-    if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
-        raise DataError(f"{name} must be a non-empty square matrix, got shape {arr.shape}")
-    scale = max(float(np.abs(arr).max()), np.finfo(float).tiny)
-    if not np.allclose(arr, arr.T, rtol=0.0, atol=1e-10 * scale):
-        raise DataError(f"{name} is not symmetric")
-    arr = (arr + arr.T) / 2.0
-    if np.linalg.eigvalsh(arr)[0] < -1e-10 * scale:
-        raise DataError(f"{name} is not positive semi-definite")
-    return arr
-
-
-def _support(cov: FloatArray, rtol: float) -> tuple[FloatArray, FloatArray]:
-    """Eigenvalues above ``rtol * largest`` and their eigenvectors (columns)."""
-    vals, vecs = np.linalg.eigh(cov)
-    if vals.size == 0 or vals[-1] <= 0.0:
-        return vals[:0], vecs[:, :0]
-    keep = vals > rtol * vals[-1]
-    return vals[keep], vecs[:, keep]
-
-
-def gaussian_mi(
-    cov: npt.ArrayLike,
-    idx_x: int | Sequence[int],
-    idx_v: int | Sequence[int],
-    *,
-    rtol: float = 1e-10,
-) -> float:
-    """Exact I(X; V) in bits for jointly Gaussian X and V.
-
-    Parameters
-    ----------
-    cov : array_like, shape (d, d)
-        Covariance of a Gaussian vector that contains X and V among its components.
-        Must be symmetric positive semi-definite; it may be singular.
-    idx_x, idx_v : int or sequence of int
-        Components of the vector that form X and V.  They may overlap (the
-        information is then infinite).
-    rtol : float, default 1e-10
-        Eigenvalues below ``rtol`` times the largest count as zero, and canonical
-        correlations within ``rtol`` of 1 count as exact disclosure.
-
-    Returns
-    -------
-    float
-        ``1/2 log2(det S_xx det S_vv / det S)`` with ``S`` the joint covariance of
-        (X, V), generalised to singular covariances; ``math.inf`` if some linear
-        function of X is a linear function of V; 0 if either side is empty or
-        constant.
-
-    Raises
-    ------
-    DataError
-        If ``cov`` is not a finite symmetric positive semi-definite matrix or an
-        index is out of range or repeated.
-    ConfigError
-        If ``rtol`` is not in (0, 1).
-
-    Notes
-    -----
-    A Gaussian vector lives on the range of its covariance; the other directions are
-    constants that neither carry nor receive information.  X and V are therefore
-    first restricted to their supports (eigenvectors of S_xx and S_vv above the
-    tolerance), which handles views with redundant or duplicated components.  On
-    the supports both are whitened and the singular values of the whitened
-    cross-covariance are the canonical correlations rho_i; then
-
-        I(X; V) = -1/2 sum_i log2(1 - rho_i^2),
-
-    which equals the determinant formula whenever S is non-singular, because the
-    canonical pairs are independent Gaussian pairs (Gelfand & Yaglom 1957).
-    ``1 - rho^2`` is computed as ``(1 - rho)(1 + rho)`` to keep precision near full
-    disclosure.
-
-    References
-    ----------
-    .. [1] I. M. Gelfand, A. M. Yaglom, "Calculation of the amount of information
-       about a random function contained in another such function", Uspekhi
-       Mat. Nauk 12 (1957); AMS Transl. Ser. 2, 12 (1959).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> cov = np.array([[1.0, 1.0], [1.0, 3.0]])  # X1 and X1 + X2 + X3
-    >>> round(gaussian_mi(cov, 0, 1), 4)
-    0.2925
-    """
-    if not (isinstance(rtol, (int, float, np.floating)) and 0.0 < rtol < 1.0):
-        raise ConfigError(f"rtol must be in (0, 1), got {rtol!r}")
-    c = _check_covariance(cov)
-    ix = _as_index(idx_x, c.shape[0], "idx_x")
-    iv = _as_index(idx_v, c.shape[0], "idx_v")
-    if ix.size == 0 or iv.size == 0:
-        return 0.0
-    lam_x, u_x = _support(c[np.ix_(ix, ix)], rtol)
-    lam_v, u_v = _support(c[np.ix_(iv, iv)], rtol)
-    if lam_x.size == 0 or lam_v.size == 0:
-        return 0.0
-    cross = (u_x / np.sqrt(lam_x)).T @ c[np.ix_(ix, iv)] @ (u_v / np.sqrt(lam_v))
-    rho = np.clip(np.linalg.svd(cross, compute_uv=False), 0.0, 1.0)
-    if np.any(1.0 - rho <= rtol):
-        return math.inf
-    return float(-0.5 * np.sum(np.log2((1.0 - rho) * (1.0 + rho))))
-
-
-def gaussian_mi_linear(
-    cov_xx: npt.ArrayLike,
-    A: npt.ArrayLike,
-    noise_cov: npt.ArrayLike,
-    *,
-    target: int | Sequence[int] | None = None,
-    rtol: float = 1e-10,
-) -> float:
-    """Exact I(X_target; A X + N) in bits for X ~ N(0, cov_xx), N ~ N(0, noise_cov).
-
-    Parameters
-    ----------
-    cov_xx : array_like, shape (d, d)
-        Covariance of the inputs X (e.g. the identity for i.i.d. unit inputs).
-    A : array_like, shape (m, d)
-        Linear map from the inputs to the view.
-    noise_cov : float or array_like, shape (m,) or (m, m)
-        Covariance of the noise N, independent of X: a scalar means
-        ``noise_cov * I``, a vector a diagonal.  Zero (no noise) is allowed.
-    target : int or sequence of int, optional
-        Components of X whose leakage is wanted (default: all of X).
-    rtol : float, default 1e-10
-        As in :func:`gaussian_mi`.
-
-    Returns
-    -------
-    float
-        The mutual information in bits (``math.inf`` for exact disclosure).
-
-    Raises
-    ------
-    DataError
-        If the shapes do not fit or a covariance is not symmetric PSD.
-
-    Notes
-    -----
-    Builds the joint covariance of (X, V) with V = A X + N,
-    ``[[S, S A^T], [A S, A S A^T + S_N]]``, and calls :func:`gaussian_mi`.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> round(gaussian_mi_linear(np.eye(3), [[1.0, 1.0, 1.0]], 0.0, target=0), 4)
-    0.2925
-    """
-    s = _check_covariance(cov_xx, "cov_xx")
-    d = s.shape[0]
-    a = _as_real(A, "A")
-    if a.ndim == 1:
-        a = a.reshape(1, -1)
-    if a.ndim != 2 or a.shape[0] == 0 or a.shape[1] != d:
-        raise DataError(f"A must have shape (m, {d}) to act on X, got shape {a.shape}")
-    m = a.shape[0]
-    nc = _as_real(noise_cov, "noise_cov")
-    if nc.ndim == 0:
-        nc = float(nc) * np.eye(m)
-    elif nc.ndim == 1:
-        if nc.shape[0] != m:
-            raise DataError(f"noise_cov must have {m} diagonal entries, got {nc.shape[0]}")
-        nc = np.diag(nc)
-    if nc.shape != (m, m):
-        raise DataError(f"noise_cov must be a scalar, ({m},) or ({m}, {m}), got shape {nc.shape}")
-    nc = _check_covariance(nc, "noise_cov")
-    joint = np.block([[s, s @ a.T], [a @ s, a @ s @ a.T + nc]])
-    joint = (joint + joint.T) / 2.0
-    ix = np.arange(d) if target is None else _as_index(target, d, "target")
-    return gaussian_mi(joint, [int(i) for i in ix], list(range(d, d + m)), rtol=rtol)
-
-
-def sum_leakage_bits(n_h: int) -> float:
-    """Bits that the sum of ``n_h`` i.i.d. Gaussian inputs reveals about one of them.
-
-    Parameters
-    ----------
-    n_h : int
-        Number of honest inputs in the sum, at least 1.
-
-    Returns
-    -------
-    float
-        ``I(X_1; X_1 + ... + X_nh) = 1/2 log2(n_h / (n_h - 1))`` bits, and
-        ``math.inf`` for ``n_h = 1`` (the sum is the input).
-
-    Raises
-    ------
-    ConfigError
-        If ``n_h`` is not an integer >= 1.
-
-    Notes
-    -----
-    The correlation between X_1 and the sum is 1/sqrt(n_h), and for a Gaussian pair
-    I = -1/2 log2(1 - rho^2).  The value is the same for any common variance.
-    It is the unavoidable leakage of any exact secure-sum protocol whose output an
-    adversary sees, once it has subtracted the inputs of corrupted nodes.
-
-    Examples
-    --------
-    >>> round(sum_leakage_bits(2), 3)
-    0.5
-    """
-    n_h = _check_int(n_h, "n_h", 1)
-    if n_h == 1:
-        return math.inf
-    return 0.5 * math.log2(n_h / (n_h - 1))
-
-
-def mask_leakage_bits(sigma_z: float) -> float:
-    """Bits that X + Z reveals about X ~ N(0, 1) when Z ~ N(0, sigma_z^2).
-
-    Parameters
-    ----------
-    sigma_z : float
-        Standard deviation of the additive Gaussian mask, >= 0 (``math.inf``
-        allowed).
-
-    Returns
-    -------
-    float
-        ``1/2 log2(1 + 1/sigma_z^2)`` bits (the Gaussian channel capacity at SNR
-        ``1/sigma_z^2``); ``math.inf`` for ``sigma_z = 0`` and 0 for an infinite mask.
-
-    Raises
-    ------
-    ConfigError
-        If ``sigma_z`` is negative, NaN or not a number.
-
-    Notes
-    -----
-    For an input of variance ``s^2`` use ``sigma_z / s``: only the ratio matters.
-
-    Examples
-    --------
-    >>> mask_leakage_bits(1.0)
-    0.5
-    """
-    if isinstance(sigma_z, bool) or not isinstance(sigma_z, (int, float, np.integer, np.floating)):
-        raise ConfigError(f"sigma_z must be a number, got {sigma_z!r}")
-    sigma = float(sigma_z)
-    if math.isnan(sigma) or sigma < 0.0:
-        raise ConfigError(f"sigma_z must be >= 0, got {sigma_z!r}")
-    if sigma == 0.0:
-        return math.inf
-    # log1p keeps precision for wide masks, where 1/sigma^2 is tiny.
-    return 0.5 * math.log1p(1.0 / (sigma * sigma)) / math.log(2.0)
-
-
-# ---------------------------------------------------------------------------
-# Reduction of high-dimensional views
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LinearEstimate:
-    """The adversary's least-squares estimate of the target, on held-out samples.
-
-    Attributes
-    ----------
-    target : numpy.ndarray, shape (n_test,) or (n_test, n_targets)
-        The target on the held-out samples (same dimensionality as given).
-    estimate : numpy.ndarray, same shape as ``target``
-        ``view[test] @ coef + intercept``: the adversary's estimate of ``target``.
-    coef : numpy.ndarray, shape (n_view_features, n_targets)
-        Least-squares coefficients fitted on the training samples.
-    intercept : numpy.ndarray, shape (n_targets,)
-        Fitted intercept.
-    test_index : numpy.ndarray of int, shape (n_test,)
-        Rows of the input arrays that form the held-out samples.
-    """
-
-    target: FloatArray
-    estimate: FloatArray
-    coef: FloatArray
-    intercept: FloatArray
-    test_index: npt.NDArray[np.intp]
-
-
-def best_linear_estimate(
-    target: npt.ArrayLike,
-    view: npt.ArrayLike,
-    train_fraction: float = 0.5,
-    *,
-    rng: np.random.Generator,
-) -> LinearEstimate:
-    """Reduce a view to the least-squares estimate of the target, fitted out of sample.
-
-    Parameters
-    ----------
-    target : array_like, shape (n_samples,) or (n_samples, n_targets)
-        Monte Carlo samples of the private input(s).
-    view : array_like, shape (n_samples,) or (n_samples, n_view_features)
-        The adversary's view in the same runs.
-    train_fraction : float, default 0.5
-        Share of the samples, chosen at random, used to fit the coefficients; the
-        rest are returned for estimating the mutual information.
-    rng : numpy.random.Generator
-        Source of the random train/test split.
-
-    Returns
-    -------
-    LinearEstimate
-        Held-out targets, the adversary's estimates of them, and the fitted map.
-        Pass ``result.target`` and ``result.estimate`` to
-        :func:`mutual_information`.
-
-    Raises
-    ------
-    DataError
-        On non-finite or mismatched arrays, or too few training samples to fit
-        ``n_view_features + 1`` coefficients.
-    ConfigError
-        If ``train_fraction`` is not in (0, 1) or ``rng`` is not a Generator.
-
-    Notes
-    -----
-    The map ``v -> coef^T v + intercept`` is fitted by ordinary least squares
-    (with intercept) on the training samples only, so on the held-out samples it
-    is a fixed function of the view.  By the data-processing inequality
-    I(T; f(V)) <= I(T; V) for any fixed f, so the mutual information of the
-    held-out pairs is a *lower bound* on the leakage of the full view, in any
-    protocol.  Fitting and evaluating on the same samples would void that
-    guarantee, which is why the split exists.
-
-    For Gaussian linear protocols (Gaussian inputs and noise, views linear in
-    them) the bound is tight: T given V is Gaussian with mean E[T | V], which is
-    linear in V, and covariance that does not depend on V, so E[T | V] is a
-    sufficient statistic and I(T; E[T | V]) = I(T; V).  The exact value is then
-    :func:`gaussian_mi` on the linear combinations the adversary can form; this
-    reduction reaches it up to the fitting error of the coefficients (of order
-    n_view_features / n_train) and the estimator's error.  Its practical point
-    is dimension: KSG on a 1-D target against a 10-D view is biased low by most of
-    a bit at 1e4 samples, against the 1-D estimate it is accurate.
-
-    Cost is one least-squares solve, O(n (n_view_features + 1)^2).
-    """
-    rng = _check_rng(rng)
-    if not (isinstance(train_fraction, (int, float, np.floating)) and 0.0 < train_fraction < 1.0):
-        raise ConfigError(f"train_fraction must be in (0, 1), got {train_fraction!r}")
-    t = _as_samples(target, "target")
-    v = _as_samples(view, "view")
-    n = t.shape[0]
-    if v.shape[0] != n:
-        raise DataError(
-            f"target and view must have the same number of samples, got {n} and {v.shape[0]}"
-        )
-    n_train = int(round(train_fraction * n))
-    n_coef = v.shape[1] + 1
-    if n_train < n_coef or n - n_train < 2:
-        raise DataError(
-            f"{n} samples with train_fraction={train_fraction} give {n_train} to fit "
-            f"{n_coef} coefficients and {n - n_train} to evaluate; need at least "
-            f"{n_coef} and 2"
-        )
-    order = rng.permutation(n)
-    train, test = order[:n_train], np.sort(order[n_train:])
-    design = np.hstack([np.ones((n_train, 1)), v[train]])
-    solution, *_ = np.linalg.lstsq(design, t[train], rcond=None)
-    intercept, coef = solution[0], solution[1:]
-    estimate = v[test] @ coef + intercept
-    t_test = t[test]
-    if np.ndim(target) == 1:
-        t_test, estimate = t_test[:, 0], estimate[:, 0]
-    return LinearEstimate(
-        target=t_test,
-        estimate=estimate,
-        coef=np.asarray(coef, dtype=np.float64),
-        intercept=intercept,
-        test_index=test,
-    )

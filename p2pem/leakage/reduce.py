@@ -7,7 +7,7 @@ handful of dimensions only.  Two reductions, with different guarantees:
   numerical rank by principal components (:func:`principal_components`: an invertible linear
   map on the view's support, computed without looking at the target), then the adversary's
   least-squares estimate of the target is fitted on some runs and evaluated on the others
-  (cross-fitting, as :func:`~p2pem.leakage.estimators.best_linear_estimate` does with one
+  (cross-fitting, as :func:`best_linear_estimate` does with one
   split).  On held-out runs the reduction is a fixed function of the view, so by the
   data-processing inequality I(X; f(V)) <= I(X; V): the estimate of the reduced view is a
   **lower bound** on the leakage, for any protocol.  For linear protocols with Gaussian inputs E[X | V] is
@@ -19,7 +19,7 @@ handful of dimensions only.  Two reductions, with different guarantees:
   the latent Gaussian variables.  W is recovered from the Monte Carlo runs by least squares
   (exactly, up to rounding, since the relation is deterministic), and the information of V
   equals the information of the projections of L on the range of W.  The mutual information
-  then follows from :func:`~p2pem.leakage.estimators.gaussian_mi_linear`: the **exact**
+  then follows from :func:`~p2pem.leakage.closed_forms.gaussian_mi_linear`: the **exact**
   value under exact arithmetic, neither a lower nor an upper bound.  Rounding in the real
   protocol only adds noise, so the exact value is an upper bound on what the floating-point
   run can reveal.  If the view is not linear in the latents (the residual of the fit is not
@@ -30,14 +30,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from p2pem.errors import DataError
-from p2pem.leakage.estimators import gaussian_mi_linear, standardise
+from p2pem.errors import ConfigError, DataError
+from p2pem.leakage.checks import as_samples, check_rng
+from p2pem.leakage.closed_forms import gaussian_mi_linear
+from p2pem.leakage.estimators import standardise
 
-__all__ = ["estimate_reduction", "exact_linear_mi", "principal_components"]
+__all__ = ["LinearEstimate", "best_linear_estimate", "estimate_reduction", "exact_linear_mi", "principal_components"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -83,6 +86,125 @@ def principal_components(view: npt.ArrayLike, *, rtol: float = RANK_RTOL) -> Flo
     return v @ vt[:rank].T
 
 
+@dataclass(frozen=True)
+class LinearEstimate:
+    """The adversary's least-squares estimate of the target, on held-out samples.
+
+    Attributes
+    ----------
+    target : numpy.ndarray, shape (n_test,) or (n_test, n_targets)
+        The target on the held-out samples (same dimensionality as given).
+    estimate : numpy.ndarray, same shape as ``target``
+        ``view[test] @ coef + intercept``: the adversary's estimate of ``target``.
+    coef : numpy.ndarray, shape (n_view_features, n_targets)
+        Least-squares coefficients fitted on the training samples.
+    intercept : numpy.ndarray, shape (n_targets,)
+        Fitted intercept.
+    test_index : numpy.ndarray of int, shape (n_test,)
+        Rows of the input arrays that form the held-out samples.
+    """
+
+    target: FloatArray
+    estimate: FloatArray
+    coef: FloatArray
+    intercept: FloatArray
+    test_index: npt.NDArray[np.intp]
+
+
+def best_linear_estimate(
+    target: npt.ArrayLike,
+    view: npt.ArrayLike,
+    train_fraction: float = 0.5,
+    *,
+    rng: np.random.Generator,
+) -> LinearEstimate:
+    """Reduce a view to the least-squares estimate of the target, fitted out of sample.
+
+    Parameters
+    ----------
+    target : array_like, shape (n_samples,) or (n_samples, n_targets)
+        Monte Carlo samples of the private input(s).
+    view : array_like, shape (n_samples,) or (n_samples, n_view_features)
+        The adversary's view in the same runs.
+    train_fraction : float, default 0.5
+        Share of the samples, chosen at random, used to fit the coefficients; the
+        rest are returned for estimating the mutual information.
+    rng : numpy.random.Generator
+        Source of the random train/test split.
+
+    Returns
+    -------
+    LinearEstimate
+        Held-out targets, the adversary's estimates of them, and the fitted map.
+        Pass ``result.target`` and ``result.estimate`` to
+        :func:`~p2pem.leakage.estimators.mutual_information`.
+
+    Raises
+    ------
+    DataError
+        On non-finite or mismatched arrays, or too few training samples to fit
+        ``n_view_features + 1`` coefficients.
+    ConfigError
+        If ``train_fraction`` is not in (0, 1) or ``rng`` is not a Generator.
+
+    Notes
+    -----
+    The map ``v -> coef^T v + intercept`` is fitted by ordinary least squares
+    (with intercept) on the training samples only, so on the held-out samples it
+    is a fixed function of the view.  By the data-processing inequality
+    I(T; f(V)) <= I(T; V) for any fixed f, so the mutual information of the
+    held-out pairs is a *lower bound* on the leakage of the full view, in any
+    protocol.  Fitting and evaluating on the same samples would void that
+    guarantee, which is why the split exists.
+
+    For Gaussian linear protocols (Gaussian inputs and noise, views linear in
+    them) the bound is tight: T given V is Gaussian with mean E[T | V], which is
+    linear in V, and covariance that does not depend on V, so E[T | V] is a
+    sufficient statistic and I(T; E[T | V]) = I(T; V).  The exact value is then
+    :func:`~p2pem.leakage.closed_forms.gaussian_mi` on the linear combinations the adversary can form; this
+    reduction reaches it up to the fitting error of the coefficients (of order
+    n_view_features / n_train) and the estimator's error.  Its practical point
+    is dimension: KSG on a 1-D target against a 10-D view is biased low by most of
+    a bit at 1e4 samples, against the 1-D estimate it is accurate.
+
+    Cost is one least-squares solve, O(n (n_view_features + 1)^2).
+    """
+    rng = check_rng(rng)
+    if not (isinstance(train_fraction, (int, float, np.floating)) and 0.0 < train_fraction < 1.0):
+        raise ConfigError(f"train_fraction must be in (0, 1), got {train_fraction!r}")
+    t = as_samples(target, "target")
+    v = as_samples(view, "view")
+    n = t.shape[0]
+    if v.shape[0] != n:
+        raise DataError(
+            f"target and view must have the same number of samples, got {n} and {v.shape[0]}"
+        )
+    n_train = int(round(train_fraction * n))
+    n_coef = v.shape[1] + 1
+    if n_train < n_coef or n - n_train < 2:
+        raise DataError(
+            f"{n} samples with train_fraction={train_fraction} give {n_train} to fit "
+            f"{n_coef} coefficients and {n - n_train} to evaluate; need at least "
+            f"{n_coef} and 2"
+        )
+    order = rng.permutation(n)
+    train, test = order[:n_train], np.sort(order[n_train:])
+    design = np.hstack([np.ones((n_train, 1)), v[train]])
+    solution, *_ = np.linalg.lstsq(design, t[train], rcond=None)
+    intercept, coef = solution[0], solution[1:]
+    estimate = v[test] @ coef + intercept
+    t_test = t[test]
+    if np.ndim(target) == 1:
+        t_test, estimate = t_test[:, 0], estimate[:, 0]
+    return LinearEstimate(
+        target=t_test,
+        estimate=estimate,
+        coef=np.asarray(coef, dtype=np.float64),
+        intercept=intercept,
+        test_index=test,
+    )
+
+
 def estimate_reduction(
     target: npt.ArrayLike,
     components: npt.ArrayLike,
@@ -117,7 +239,7 @@ def estimate_reduction(
 
     Notes
     -----
-    This is :func:`~p2pem.leakage.estimators.best_linear_estimate` with every run held
+    This is :func:`best_linear_estimate` with every run held
     out once, so the estimator sees all runs instead of a test half (at 1e4 runs that cuts
     the KSG standard deviation from about 0.023 to 0.015 bits near 0.3 bits).  It is still
     a lower bound on I(X; V): given the fitted maps f_1 .. f_F, the estimate is f_J(V) with

@@ -7,7 +7,7 @@ computes these sums exactly discloses (pdmm-sp at a finite perturbation can leak
 the analysis reports beside it).  :func:`disclosed_groups` names those groups,
 :func:`disclosure_messages` says them in words per protocol, and :func:`closed_form_bits`
 turns the group of a node into bits with
-:func:`~p2pem.leakage.estimators.sum_leakage_bits`: I(X_i; sum of its group of n_g inputs)
+:func:`~p2pem.leakage.closed_forms.sum_leakage_bits`: I(X_i; sum of its group of n_g inputs)
 = 1/2 log2(n_g / (n_g - 1)).
 
 ``federated``
@@ -39,8 +39,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
+import numpy as np
+import numpy.typing as npt
 
-from p2pem.leakage.estimators import sum_leakage_bits
+from p2pem.leakage.closed_forms import group_sum_leakage_bits, sum_leakage_bits
 from p2pem.leakage.views import Adversary
 from p2pem.messages import SERVER
 from p2pem.protocols import Federated, PdmmSP, ProtocolSpec, SecureSum, Topology
@@ -175,13 +177,21 @@ def disclosed_groups(
     return None
 
 
-def closed_form_bits(groups: list[tuple[int, ...]] | None, node: int) -> float | None:
-    """I(X_node; sum of its group) in bits, ``math.inf`` if disclosed, 0 if in no group."""
+def closed_form_bits(groups: list[tuple[int, ...]] | None, node: int, variances: Sequence[float] | npt.ArrayLike | None = None) -> float | None:
+    """I(X_node; sum of its group) in bits, ``math.inf`` if disclosed, 0 if in no group.
+
+    For i.i.d. Gaussian inputs (``variances`` None) :func:`~p2pem.leakage.closed_forms.sum_leakage_bits`;
+    for independent Gaussian inputs of the given per-node variances
+    :func:`~p2pem.leakage.closed_forms.group_sum_leakage_bits`.
+    """
     if groups is None:
         return None
     for g in groups:
         if node in g:
-            return sum_leakage_bits(len(g))
+            if variances is None:
+                return sum_leakage_bits(len(g))
+            v = np.asarray(variances, dtype=np.float64)
+            return group_sum_leakage_bits([float(v[j]) for j in g], g.index(node))
     return 0.0
 
 

@@ -3,7 +3,7 @@
 A *view* is everything an adversary can see, as a matrix with one row per Monte Carlo run
 and one column (a *feature*) per scalar it holds.  Views are built from the recorded message
 trace of a run (:class:`p2pem.messages.Message` objects whose payloads are vectors over the
-runs, see :func:`p2pem.leakage.analysis.monte_carlo`), never from a re-derivation of what the
+runs, see :func:`p2pem.leakage.montecarlo.monte_carlo`), never from a re-derivation of what the
 protocol would send, so a change to a protocol shows up in the leakage untouched.
 
 Three adversaries (:data:`ADVERSARIES`):

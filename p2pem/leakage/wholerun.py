@@ -61,9 +61,10 @@ from p2pem.em import EMSettings, EMState
 from p2pem.errors import ConfigError, DataError
 from p2pem.gmm import GMMParams
 from p2pem.leakage.attack import Observation
+from p2pem.leakage.montecarlo import monte_carlo, monte_carlo_spec
 from p2pem.leakage.private import bind_for_whole_run
 from p2pem.leakage.theory import disclosed_groups
-from p2pem.leakage.views import Adversary
+from p2pem.leakage.views import Adversary, build_view
 from p2pem.messages import Message
 from p2pem.protocols import Centralized, Federated, PdmmSP, ProtocolSpec, SecureSum, Topology
 from p2pem.protocols.exact import MODULUS, decode_fixed
@@ -583,16 +584,13 @@ def disclosure_rank(
     -----
     The protocol is linear in the inputs and its Gaussian randomness, and acts on every
     payload coordinate alike, so one aggregation over L + 40 random coordinates (L latents:
-    inputs and initial duals) recorded by :func:`p2pem.leakage.analysis.monte_carlo` gives
+    inputs and initial duals) recorded by :func:`p2pem.leakage.montecarlo.monte_carlo` gives
     the whole linear map W from standardised latents to the view of
     :func:`p2pem.leakage.views.build_view` (least squares, exact up to rounding).  The view
     determines U^T z with U an orthonormal basis of range(W); the singular values of U's
     honest-input rows are the cosines.  Cost: O((L + 40) L f) for f view features; meant for
     graphs of a few dozen nodes.
     """
-    from p2pem.leakage.analysis import monte_carlo, monte_carlo_spec
-    from p2pem.leakage.views import build_view
-
     n = graph.number_of_nodes()
     mc_spec = monte_carlo_spec(spec, rounds)
     n_latents = n + (2 * graph.number_of_edges() if isinstance(spec, PdmmSP) else 0)

@@ -15,6 +15,8 @@ Usage::
 
     .venv/bin/python sim/bench_tradeoff.py                 # 2 worker processes
     .venv/bin/python sim/bench_tradeoff.py --jobs 1 --classify --json /tmp/tradeoff_bench.json
+    .venv/bin/python sim/bench_tradeoff.py --classify --figure docs/tradeoff_parkinsons.png   # the docs' figures
+    .venv/bin/python sim/bench_tradeoff.py --scenario scenarios/tradeoff_ais.toml --figure docs/tradeoff_ais.png
 
 Not a test: nothing is asserted, the numbers depend on the machine and its load (the load
 average is printed next to them).  BLAS is limited to one thread per process.
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=None, help="seeds per (protocol, epsilon) (default: the scenario's)")
     parser.add_argument("--classify", action="store_true", help="also fit the Bayes classifier of the scenario")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to this JSON file")
+    parser.add_argument("--figure", metavar="PATH", help="also draw the sweep's figure (as p2pem tradeoff does) here")
     args = parser.parse_args(argv)
 
     from threadpoolctl import threadpool_limits
@@ -64,7 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         doc = run_tradeoff(scenario, jobs=args.jobs)
         wall = time.perf_counter() - t0
 
-    from p2pem.dp.tradeoff import summarize
+    from p2pem.dp.tradeoff import summarize, tradeoff_figure
+
+    if args.figure:
+        tradeoff_figure(doc, Path(args.figure))
+        print(f"wrote {args.figure}")
 
     print("\nmedians over seeds (the numbers the README quotes; tradeoff.json has every run); epsilon against an")
     print("outsider and against t colluding nodes under each protocol's accountant")

@@ -107,3 +107,32 @@ def test_the_defence_scenario_cuts_off_the_components_its_docs_name():
         assert len(corrupt) <= scenario.graph.n_nodes // 2
     assert {2, 3, 8} <= sizes and max(sizes) >= 60
     assert {p.params.get("tolerate") for p in scenario.protocols if p.name == "dp-distributed"} == {None}
+
+
+def test_leakage_whole_run_command_takes_private_protocols(tmp_path):
+    """p2pem leakage --whole-run on a scenario with dp-distributed: one record per honest node,
+    the protocol's parameters in the report, a null final log-likelihood, a valid document."""
+    import json
+    from pathlib import Path
+
+    from test_schemas import validate
+
+    from p2pem.cli import main
+
+    text = (Path(__file__).resolve().parents[1] / "scenarios" / "fig1_wholerun.toml").read_text()
+    text = text.replace("max_iter = 10", "max_iter = 3\ntol = 0.0")
+    head, _, rest = text.partition("[[protocols]]")
+    protocols = '[[protocols]]\nname = "dp-distributed"\naggregation = "pdmm-sp"\nbound = 4.0\n\n'
+    text = head + protocols + rest[rest.index("[leakage]"):]
+    text = text.replace('iterations_seen = [0, 1, 2, 5, 11]', 'iterations_seen = [0, 4]')
+    text = text.replace('adversary = ["honest-but-curious", "eavesdropper", "both"]', 'adversary = ["honest-but-curious"]')
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    assert main(["leakage", str(path), "--whole-run", "--out", str(tmp_path / "out"), "-q"]) == 0
+    doc = json.loads((tmp_path / "out" / "whole_run.json").read_text())
+    validate(doc)
+    (proto,) = doc["protocols"]
+    assert proto["protocol"] == "dp-pdmm-sp-gaussian" and proto["final_loglik"] is None
+    assert proto["protocol_params"]["epsilon"] == 1.0 and proto["protocol_params"]["tolerate"] is None
+    hbc = [r for r in doc["runs"] if r["adversary"] == "honest-but-curious"]
+    assert sorted(r["node"] for r in hbc) == [0, 2, 4]

@@ -85,6 +85,15 @@ def main(argv: list[str] | None = None) -> int:
             acc_rows.append([row["protocol"], eps, outsider, colluders, f"{row['heldout_loglik_median']:.2f}", f"{row['param_error_median']:.2g}", err])
     print_table(["protocol", "epsilon", "outsider", "colluders (t)", "held-out ll", "param err", "class err"], acc_rows)
 
+    print("\nepsilon_spent at epsilon = 1 under every accountant (the slack of basic composition), outsider / colluders:")
+    for proto in sorted({r["protocol"] for r in doc["runs"] if r["epsilon"] == 1.0}):
+        spent = next(r for r in doc["runs"] if r["protocol"] == proto and r["epsilon"] == 1.0)["epsilon_spent"]
+        def text(v: float | None) -> str:
+            return "unbounded" if v is None else f"{v:.3g}"
+
+        cells = ", ".join(f"{acc} {text(spent['outsider'][acc])} / {text(spent['colluders'][acc])}" for acc in spent["outsider"])
+        print(f"  {proto}: {cells}")
+
     print("\ntimes")
     per: dict[str, list[float]] = {}
     for r in doc["runs"]:

@@ -329,6 +329,10 @@ def test_missing_bound_is_read_off_the_data_with_a_warning(problem):
     with pytest.warns(DataBoundWarning, match="NOT differentially private"):
         run = run_protocol(parts, g, make_protocol("dp-central", {"epsilon": 1.0}), s)
     assert run.protocol_params["bound_from_data"] is True
+    # no finite epsilon for a run that is not differentially private
+    assert run.protocol_params["privacy"]["epsilon"] == {"outsider": None, "colluders": None, "aggregator": None}
+    assert set(run.protocol_params["epsilon_spent"]["colluders"].values()) == {None}
+    assert "NOT differentially private" in run.protocol_params["privacy"]["excluded"][0]
 
 
 def test_bound_clips_the_data(problem):

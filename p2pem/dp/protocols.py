@@ -341,9 +341,12 @@ class DPProtocol(ProtocolSpec):
         """Epsilon at this run's delta under every accountant against ``colluders`` colluding nodes.
 
         0 is an outsider; None (default) the run's ``colluders`` (:class:`NoisePlan`).  None
-        in the result: no guarantee (see :mod:`p2pem.dp.guarantees`).
+        in the result: no guarantee (see :mod:`p2pem.dp.guarantees`), for every adversary when
+        the bound was read off the data (the run is then not differentially private at all).
         """
         plan = self._plan()
+        if plan.bound_from_data:
+            return dict.fromkeys(accounting.ACCOUNTANTS)
         c = plan.colluders if colluders is None else colluders
         unknown = self._unknown_shares(plan.n_nodes, c)
         return guarantees.epsilon_left(self.mechanism, float(self.delta), plan.releases, plan.scales, shares=plan.shares, unknown=unknown)

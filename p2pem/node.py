@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -23,11 +24,6 @@ from p2pem.messages import Message
 from p2pem.protocols.base import Aggregation, NodeContext, ProtocolSpec, ProtocolViolation
 
 log = logging.getLogger(__name__)
-
-
-#: Messages of the next aggregation a neighbour may send before this node begins it
-#: (pdmm-sp: a dual-init and a first primal).
-MAX_AHEAD = 4
 
 
 class OutOfRound(ProtocolError):
@@ -66,6 +62,10 @@ class Node:
         self.sent_bytes = 0
         #: Check queued messages of the next aggregation when it begins (set by a deployment).
         self.validate = False
+        # after a restart over the survivors of a dropout (see restart): the node ids, as
+        # messages name them, of the nodes of ctx.topology, and the inverse map
+        self._members: tuple[int, ...] | None = None
+        self._index: dict[int, int] | None = None
 
     @property
     def done(self) -> bool:
@@ -84,21 +84,21 @@ class Node:
         if self._previous is not None and msg.iteration == self._previous.iteration:
             # asynchronous consensus: a neighbour's last broadcast of an aggregation this node
             # already left; the finished state machine discards it
-            return self._count(self._previous.receive(msg))
+            return self._count(self._fold(self._previous, msg))
         if self.done or msg.iteration < self.iteration:
             raise OutOfRound(
                 f"node {self.node_id}: stale {msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}"
             )
-        if msg.iteration > self.iteration:
+        if msg.iteration > self.iteration or self.agg is None:  # ahead, or before start()
             if msg.iteration > self.iteration + 1:
                 raise OutOfRound(f"node {self.node_id}: message from node {msg.sender} is {msg.iteration - self.iteration} EM iterations ahead")
             pending = self._pending[msg.iteration]
-            if self.validate and sum(m.sender == msg.sender for m in pending) >= MAX_AHEAD:
-                raise ProtocolViolation(msg.sender, msg.iteration, msg.round, "ahead", f"more than {MAX_AHEAD} messages for the next aggregation")
+            limit = self.protocol.max_ahead
+            if self.validate and sum(m.sender == msg.sender for m in pending) >= limit:
+                raise ProtocolViolation(msg.sender, msg.iteration, msg.round, "ahead", f"more than {limit} messages for an aggregation this node has not begun")
             pending.append(msg)
             return []
-        assert self.agg is not None  # not done and in the current iteration: an aggregation runs
-        return self._count(self.agg.receive(msg)) + self._maybe_advance()
+        return self._count(self._fold(self.agg, msg)) + self._maybe_advance()
 
     def check(self, msg: Message) -> None:
         """Raise :class:`~p2pem.protocols.base.ProtocolViolation` if ``msg`` cannot come from an honest peer.
@@ -110,23 +110,52 @@ class Node:
         (:class:`OutOfRound`, harmless).
         """
         if self.agg is not None and not self.done and msg.iteration == self.iteration:
-            self.agg.check(msg)
+            self._check(self.agg, msg)
 
-    def restart(self, ctx: NodeContext) -> list[Message]:
+    def restart(self, ctx: NodeContext, members: Sequence[int] | None = None) -> list[Message]:
         """Run the current aggregation again from its start, over ``ctx``'s topology.
 
         For a deployment that drops a node that fell silent: the survivors re-run the EM
         iteration in progress among themselves (the EM state has not absorbed it yet, so
         its contribution is recomputed unchanged).  Queued messages belong to the abandoned
         attempt and are discarded.
+
+        Parameters
+        ----------
+        ctx : NodeContext
+            This node in the survivors' topology, whose nodes are numbered ``0..n'-1``.
+        members : sequence of int, optional
+            ``members[k]`` is the id node ``k`` of that topology has in the messages (its id
+            in the full graph); the Node translates in both directions, so its messages keep
+            their ids.  Default: the topology's own numbering.
         """
         if self.done:
             raise ProtocolError(f"node {self.node_id}: cannot restart an aggregation after EM finished")
+        if members is None:
+            self._members = self._index = None
+            self.node_id = ctx.node_id
+        else:
+            self._members = tuple(int(g) for g in members)
+            self._index = {g: k for k, g in enumerate(self._members)}
+            if self._members[ctx.node_id] != self.node_id:
+                raise ProtocolError(f"node {self.node_id} is not member {ctx.node_id} of the new topology")
         self.ctx = ctx
-        self.node_id = ctx.node_id
         self._pending.clear()
         self._previous = None
         return self._begin()
+
+    def awaiting(self) -> tuple[int, ...]:
+        """The nodes whose message the running aggregation waits for (see :meth:`Aggregation.awaiting`)."""
+        if self.agg is None or self.done:
+            return ()
+        waited = self.agg.awaiting()
+        members = self._members
+        return waited if members is None else tuple(members[k] for k in waited)
+
+    @property
+    def round(self) -> int:
+        """The protocol round of the running aggregation (0 when none runs)."""
+        return 0 if self.agg is None else self.agg.round
 
     def wake(self) -> list[Message]:
         """One asynchronous activation (pdmm-sp in async mode)."""
@@ -140,14 +169,52 @@ class Node:
 
     def waiting_for(self) -> str:
         """What the node is waiting for, for timeout messages."""
-        return f"EM iteration {self.iteration}, protocol round {getattr(self.agg, 'round', '?')}"
+        return f"EM iteration {self.iteration}, protocol round {self.round}"
 
     # -------------------------------------------------------------------------------------------
 
     def _count(self, out: list[Message]) -> list[Message]:
         self.sent_messages += len(out)
         self.sent_bytes += sum(m.nbytes for m in out)
-        return out
+        members = self._members
+        if members is None:
+            return out
+        return [Message(members[m.sender], tuple(members[r] for r in m.receivers), m.iteration, m.round, m.kind, m.payload, m.encrypted, m.meta) for m in out]
+
+    def _local(self, msg: Message) -> Message:
+        """``msg`` with the ids of the running topology (the same unless restarted over survivors)."""
+        index = self._index
+        if index is None:
+            return msg
+        try:
+            return Message(index[msg.sender], tuple(index[r] for r in msg.receivers), msg.iteration, msg.round, msg.kind, msg.payload, msg.encrypted, msg.meta)
+        except KeyError:
+            raise ProtocolViolation(msg.sender, msg.iteration, msg.round, "receivers", f"{msg.kind} message addressed to a node that dropped out") from None
+
+    def _blame(self, exc: ProtocolViolation) -> ProtocolViolation:
+        """``exc`` naming its sender by the id messages use."""
+        if self._members is None:
+            return exc
+        return ProtocolViolation(self._members[exc.sender], exc.iteration, exc.round, exc.check, exc.detail)
+
+    def _check(self, agg: Aggregation, msg: Message) -> None:
+        if self._index is None:
+            agg.check(msg)
+            return
+        local = self._local(msg)
+        try:
+            agg.check(local)
+        except ProtocolViolation as exc:
+            raise self._blame(exc) from None
+
+    def _fold(self, agg: Aggregation, msg: Message) -> list[Message]:
+        if self._index is None:
+            return agg.receive(msg)
+        local = self._local(msg)
+        try:
+            return agg.receive(local)
+        except ProtocolViolation as exc:
+            raise self._blame(exc) from None
 
     def _begin(self) -> list[Message]:
         value = self.em.contribution()[0]
@@ -156,10 +223,10 @@ class Node:
         pending = self._pending.pop(self.em.iteration, [])
         if self.validate:
             for msg in pending:
-                agg.check(msg)
+                self._check(agg, msg)
         for msg in pending:
             try:
-                out += self._count(agg.receive(msg))
+                out += self._count(self._fold(agg, msg))
             except ProtocolViolation:
                 raise
             except ProtocolError as exc:

@@ -1,7 +1,7 @@
 """Validation of TOML tables with one-line errors naming the file and the dotted key.
 
 Shared by scenario files (:mod:`p2pem.scenario`) and deployment rosters and node configs
-(:mod:`p2pem.deploy.config`), so every config file p2pem reads fails the same way:
+(:mod:`p2pem.deploy.roster`, :mod:`p2pem.deploy.config`), so every config file p2pem reads fails the same way:
 ``scenarios/x.toml: 'graph.n_nodes' must be an integer, got "80" (a string)``.
 """
 

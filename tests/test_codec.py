@@ -14,12 +14,12 @@ from p2pem.deploy.codec import (
     MalformedMessage,
     NotAddressed,
     ReplayedMessage,
-    ReplayGuard,
     TamperedMessage,
     UnknownSender,
     WrongRun,
     validate_run_id,
 )
+from p2pem.deploy.admission import ReplayGuard
 from p2pem.deploy.crypto import MAC_SIZE, Identity, derive_edge_key, mac
 from p2pem.errors import ConfigError, ProtocolError
 from p2pem.messages import SERVER, Message

@@ -13,20 +13,11 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from p2pem.deploy.broker import find_mosquitto
 from p2pem.cli import main
 from p2pem.deploy.crypto import Identity
 from p2pem.scenario import parse_broker_address
-from p2pem.deploy.config import (
-    BrokerConfig,
-    NodeConfig,
-    Roster,
-    Timeouts,
-    check_deployable,
-    load_node_data,
-    toml_dumps,
-    write_node_data,
-)
+from p2pem.deploy.config import BrokerConfig, NodeConfig, Timeouts, load_node_data, toml_dumps, write_node_data
+from p2pem.deploy.roster import Roster, check_deployable
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError
 from p2pem.protocols import Topology, make_protocol
@@ -291,25 +282,22 @@ def test_keys_new_show_and_roster(tmp_path, capsys):
         '[[protocols]]\nname = "pdmm-sp"\n'
     )
     roster_path = tmp_path / "roster.toml"
-    argv = ["keys", "roster", str(scenario), "--public", str(pubs), "--out", str(roster_path), "--run-id", "study-1"]
-    if find_mosquitto("mosquitto_passwd") is not None:
-        argv += ["--broker-dir", str(tmp_path / "broker")]
+    argv = ["keys", "roster", str(scenario), "--public", str(pubs), "--out", str(roster_path), "--run-id", "study-1", "--broker-dir", str(tmp_path / "broker")]
     assert main(argv) == 0
     roster = Roster.load(roster_path)
     assert roster.run_id == "study-1" and roster.neighbours == ((1, 2, 3), (0, 2), (0, 1, 3), (0, 2))
     assert roster.keys[2] == Identity.load(tmp_path / "node2.key").public
-    if "--broker-dir" in argv:
-        acl = (tmp_path / "broker" / "acl").read_text()
-        assert "user node3\ntopic write p2pem/study-1/from/3/#" in acl
-        assert (tmp_path / "broker" / "node3.password").stat().st_mode & 0o077 == 0
+    acl = (tmp_path / "broker" / "acl").read_text()
+    assert "user node3\ntopic write p2pem/study-1/from/3/#" in acl
+    assert (tmp_path / "broker" / "node3.password").stat().st_mode & 0o077 == 0
     (pubs / "node3.pub").unlink()
-    assert main(argv[:-2] if "--broker-dir" in argv else argv) == 2
+    assert main(argv[:-2]) == 2
     assert "no public key for node(s) 3" in capsys.readouterr().err
 
 
 def test_assemble_roster_names_the_public_file_at_fault(tmp_path):
     from p2pem.deploy.keys import public_toml
-    from p2pem.deploy.roster import assemble_roster
+    from p2pem.deploy.assemble import assemble_roster
 
     scenario = tmp_path / "s.toml"
     scenario.write_text(
@@ -378,7 +366,6 @@ def test_kit_templates(tmp_path):
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
 
-@pytest.mark.skipif(find_mosquitto("mosquitto_passwd") is None, reason="prepare_kit needs mosquitto_passwd")
 def test_every_deploy_key_reaches_the_node_configs(tmp_path):
     """[deploy] timeouts (reconnect_timeout included), on_dropout; --timeout overrides keep the rest;
     secrets come from OS entropy unless the insecure seed is asked for."""

@@ -22,12 +22,15 @@ import pytest
 
 from p2pem.deploy.broker import find_mosquitto, free_port
 from p2pem.deploy.codec import Codec
-from p2pem.deploy.config import NodeConfig, Roster, Timeouts
+from p2pem.deploy.config import NodeConfig, Timeouts
+from p2pem.deploy.roster import Roster
 from p2pem.deploy.kit import prepare_kit, start_kit_broker
 from p2pem.deploy.launcher import run_deployment
 from p2pem.deploy.results import collect_results
 from p2pem.deploy.supervise import Deployment, DeploymentFailed
-from p2pem.deploy.runtime import AbortReason, NodeRuntime, run_reported
+from p2pem.deploy.failures import Reason
+from p2pem.deploy.process import run_reported
+from p2pem.deploy.runtime import NodeRuntime
 from p2pem.messages import Message
 from p2pem.scenario import load_scenario
 from p2pem.deploy.transports.base import subscriptions_for
@@ -37,7 +40,7 @@ from test_deploy_memory import INSIDER, Insider
 
 pytestmark = [
     pytest.mark.mqtt,
-    pytest.mark.skipif(find_mosquitto() is None or find_mosquitto("mosquitto_passwd") is None, reason="mosquitto is not installed"),
+    pytest.mark.skipif(find_mosquitto() is None, reason="mosquitto is not installed (apt-get install mosquitto)"),
 ]
 
 
@@ -114,7 +117,7 @@ def test_forged_abort_naming_another_node_is_rejected_and_its_sender_named(small
 
     def forge(m: Message) -> Message:
         # "node <framed> fell silent", in the name of node <origin>, with a made-up signature
-        return Message(INSIDER, m.receivers, -1, 0, "abort", (1, 2), False, (int(AbortReason.SILENT), m.iteration, m.round, origin, framed))
+        return Message(INSIDER, m.receivers, -1, 0, "abort", (1, 2), False, (int(Reason.SILENT), m.iteration, m.round, origin, framed))
 
     codes, reports, insider = run_with_insider(kit, lambda launch: Insider(kit, 3, "primal", forge, launch=launch))
     assert insider.fired

@@ -1,20 +1,25 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import os
 import socket
 import stat
 import struct
+import subprocess
 from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pytest
 
-from p2pem.deploy.broker import acl_rules, find_mosquitto, free_port, username_for, write_mosquitto_config, write_password_file
+from p2pem.deploy.broker import acl_rules, find_mosquitto, free_port, hash_password, username_for, write_mosquitto_config, write_password_file
 from p2pem.deploy.codec import Codec, NotAddressed
 from p2pem.deploy.crypto import Identity
 from p2pem.errors import ConfigError, TransportError
 from p2pem.messages import Message
 from p2pem.deploy.transports.mqtt import (
+    AccessRefused,
     ConnectionLost,
     LinkTimeout,
     MqttLink,
@@ -88,14 +93,63 @@ def test_acl_and_config_text(tmp_path):
         write_mosquitto_config(tmp_path, 1884, acl_file=tmp_path / "a b")
 
 
-@pytest.mark.skipif(find_mosquitto("mosquitto_passwd") is None, reason="mosquitto_passwd is not installed")
-def test_password_file_is_hashed_and_private(tmp_path):
-    path = write_password_file(tmp_path / "pw", {"node1": "s3cret:x", "observer": "pw"})
-    text = path.read_text()
+def pbkdf2_line(line: str, password: str) -> bool:
+    """Does ``user:$7$iterations$salt$hash`` hold ``password``?  (Mosquitto 2's check, written here from its format.)"""
+    _, hashed = line.split(":", 1)
+    empty, seven, iterations, salt, digest = hashed.split("$")
+    assert empty == "" and seven == "7"
+    expected = hashlib.pbkdf2_hmac("sha512", password.encode(), base64.b64decode(salt, validate=True), int(iterations))
+    return base64.b64decode(digest, validate=True) == expected
+
+
+def test_password_file_is_hashed_salted_and_private(tmp_path):
+    users = {"node1": "s3cret:x", "observer": "pw", "admin": "pw"}
+    path = write_password_file(tmp_path / "pw", users)
+    lines = path.read_text().splitlines()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert "s3cret" not in text and text.startswith("node1:$7$")
+    assert [line.split(":", 1)[0] for line in lines] == list(users)
+    assert all(pbkdf2_line(line, pw) for line, pw in zip(lines, users.values(), strict=True))
+    assert not pbkdf2_line(lines[0], "s3cret:y") and "s3cret" not in path.read_text()
+    assert lines[1].split("$")[3] != lines[2].split("$")[3]  # a fresh salt per user: equal passwords, unequal lines
     with pytest.raises(ConfigError):
         write_password_file(tmp_path / "pw2", {"bad:user": "x"})
+    with pytest.raises(ConfigError):
+        write_password_file(tmp_path / "pw3", {"user": "two\nlines"})
+
+
+@mqtt
+def test_password_hash_is_what_mosquitto_passwd_writes(tmp_path):
+    """The same password, salt and iteration count give mosquitto_passwd's line to the byte.
+
+    (Without a ':' in the passwords: ``mosquitto_passwd -U`` hashes only what precedes one,
+    while the broker checks the whole password at login, as write_password_file hashes it.)"""
+    passwd = find_mosquitto("mosquitto_passwd")
+    if passwd is None:
+        pytest.skip("mosquitto is not installed (mosquitto_passwd comes with it)")
+    plain = {"node1": "s3cret x", "observer": "pw ü €"}
+    path = tmp_path / "pw"
+    path.write_text("".join(f"{u}:{p}\n" for u, p in plain.items()))
+    subprocess.run([str(passwd), "-U", str(path)], check=True, capture_output=True, timeout=30)
+    for line, (user, password) in zip(path.read_text().splitlines(), plain.items(), strict=True):
+        _, _, iterations, salt, _ = line.split("$")
+        assert line == f"{user}:{hash_password(password, iterations=int(iterations), salt=base64.b64decode(salt))}"
+
+
+@mqtt
+def test_broker_accepts_the_python_written_passwords_and_refuses_others(mosquitto_broker):
+    """The fixture's password file is write_password_file's: the right password logs in, a
+    wrong one is AccessRefused (the node stops at once instead of retrying)."""
+    broker = mosquitto_broker(passwords={"node1": "pw:1 ü"})
+
+    async def scenario() -> None:
+        async with MqttLink(broker.host, broker.port, username="node1", password="pw:1 ü", timeout=3) as link:
+            assert link.connected
+        for user, password in (("node1", "pw"), ("node2", "pw:1 ü"), (None, None)):
+            with pytest.raises(AccessRefused, match=broker.address):
+                async with MqttLink(broker.host, broker.port, username=user, password=password, timeout=3):
+                    pass
+
+    run(scenario)
 
 
 def test_unreachable_broker_names_the_address():
@@ -151,6 +205,27 @@ def test_broker_answering_fewer_reason_codes_than_filters_is_refused():
 
 
 # ---------------------------------------------------------------- real broker
+def nodelay_of_sockets_to(port: int) -> list[int]:
+    """TCP_NODELAY of each of this process's sockets connected to ``127.0.0.1:port``, read
+    through a duplicate of its file descriptor (the kernel's own view, whoever holds it)."""
+    found = []
+    for fd in range(3, 4096):
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        with sock:
+            try:
+                if sock.type == socket.SOCK_STREAM and sock.getpeername()[:2] == ("127.0.0.1", port):
+                    found.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            except OSError:
+                pass
+    assert found, f"no socket connected to port {port}"
+    return found
+
+
 @mqtt
 def test_link_switches_nagle_off_and_late_subscribers_get_retained_messages(mosquitto_broker):
     broker = mosquitto_broker()
@@ -158,8 +233,7 @@ def test_link_switches_nagle_off_and_late_subscribers_get_retained_messages(mosq
     async def scenario() -> None:
         async with MqttLink(broker.host, broker.port, timeout=3) as early:
             # Nagle's algorithm would add up to 40 ms to every hop of a consensus round.
-            sock = early._client._client.socket()  # type: ignore[union-attr]
-            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            assert all(nodelay_of_sockets_to(broker.port))
             await early.publish("p2pem/t1/from/0/all", b"stopped", retain=True)
             await early.publish("p2pem/t1/from/0/all", b"not kept")
             # ... so that a client subscribing afterwards still learns of the retained one
@@ -241,7 +315,7 @@ def test_acl_stops_publishing_under_another_nodes_name(mosquitto_broker):
             assert await observer.receive(timeout=3) == (f"p2pem/{RUN}/from/1/all", b"by node1")
             with pytest.raises(LinkTimeout):
                 await observer.receive(timeout=0.3)
-        with pytest.raises(TransportError, match="Not authorized"):
+        with pytest.raises(AccessRefused, match="Not authorized"):
             async with MqttLink(broker.host, broker.port, username="node1", password="wrong", timeout=3):
                 pass
 

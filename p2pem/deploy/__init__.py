@@ -3,13 +3,33 @@
 The same :class:`~p2pem.node.Node` state machine that the simulator drives runs here, one
 per process, next to its own data file.  Rooms:
 
-``p2pem.deploy.config``
+``p2pem.deploy.roster``, ``p2pem.deploy.config``
     The two documents a node reads: the *roster* (public, identical at every node: run id,
     topology, EM settings, protocol parameters, every node's pinned public keys) and its own
     *node config* (node id, key file, data file, broker, timeouts).
 ``p2pem.deploy.runtime``
-    The asyncio node process: MQTT link + signed/encrypted codec + replay guard + Node,
-    with the start-up handshake, heartbeats, reconnection and clean failure.
+    One node: :class:`~p2pem.deploy.runtime.NodeRuntime` composes the parts below and runs the
+    loop between them (wait for a message or a timer, admit it, hand it on, send what comes out).
+``p2pem.deploy.bootstrap``
+    Start-up: load the files, connect, the hello exchange (roster and step-parameter digests).
+``p2pem.deploy.admission``
+    What a node accepts from the wire: authentication, topic, neighbour, iteration window,
+    replay guard; a pure verdict, no I/O.
+``p2pem.deploy.control``
+    The runtime's own messages: hello, final (the agreement on the model), bye, signed aborts
+    and drops.
+``p2pem.deploy.outbox``
+    Publishing without waiting, re-publishing, reconnection.
+``p2pem.deploy.watchdog``
+    Silent neighbours and stalled runs, on clock times passed in.
+``p2pem.deploy.failures``
+    Why a node stops: one enum of reasons, one typed failure (node, reason, culprits).
+``p2pem.deploy.report``, ``p2pem.deploy.process``
+    The node's ``result.json``; the process entry (signals, a result file whatever happens).
+``p2pem.deploy.clock``
+    The clock the timeouts read, and a virtual-time event loop for tests.
+``p2pem.deploy.dropout``
+    Going on without a node that dropped out: the survivors' graph, and the matching simulation.
 ``p2pem.deploy.launcher``
     ``p2pem deploy``: chains the four modules below, one job each.
 ``p2pem.deploy.kit``
@@ -21,7 +41,7 @@ per process, next to its own data file.  Rooms:
     Start, watch and stop the node processes.
 ``p2pem.deploy.results``
     Merge the nodes' results into one ``result.json`` and check that they agree.
-``p2pem.deploy.roster``
+``p2pem.deploy.assemble``
     Multi-host set-up: a roster assembled from the nodes' public keys.
 ``p2pem.deploy.cli``
     The ``node``, ``deploy`` and ``keys`` subcommands.

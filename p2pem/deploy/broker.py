@@ -17,9 +17,12 @@ Mosquitto behaviours the callers must know are listed in the Notes of
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import socket
@@ -41,6 +44,7 @@ __all__ = [
     "find_mosquitto",
     "PortInUse",
     "free_port",
+    "hash_password",
     "start_broker",
     "username_for",
     "wait_for_port",
@@ -171,16 +175,29 @@ def write_mosquitto_config(
     return atomic_write(directory / "mosquitto.conf", "\n".join(lines) + "\n")
 
 
-def write_password_file(
-    path: str | os.PathLike[str],
-    users: Mapping[str, str],
-    *,
-    executable: str | os.PathLike[str] | None = None,
-) -> Path:
-    """Write a Mosquitto password file (PBKDF2-SHA512 hashes) with mode 0600.
+#: Mosquitto 2's password hash: ``$7$`` is PBKDF2-SHA512, with its default 101 iterations, a
+#: 12-byte salt and a 64-byte hash, both in standard base64 with padding.
+PBKDF2_ITERATIONS = 101
+_SALT_BYTES = 12
 
-    The plain ``user:password`` lines are written with mode 0600 and hashed in place
-    by ``mosquitto_passwd -U``, so passwords never appear on a command line.
+
+def hash_password(password: str, *, iterations: int = PBKDF2_ITERATIONS, salt: bytes | None = None) -> str:
+    """One password in Mosquitto's password-file form: ``$7$<iterations>$<salt>$<hash>``.
+
+    The form ``mosquitto_passwd`` writes (Mosquitto 2): PBKDF2-HMAC-SHA512 of the UTF-8
+    password with a random salt, salt and hash in base64.  A fresh salt from the OS's entropy
+    unless ``salt`` is given.
+    """
+    salt = secrets.token_bytes(_SALT_BYTES) if salt is None else salt
+    digest = hashlib.pbkdf2_hmac("sha512", password.encode("utf-8"), salt, iterations)
+    return f"$7${iterations}${base64.b64encode(salt).decode('ascii')}${base64.b64encode(digest).decode('ascii')}"
+
+
+def write_password_file(path: str | os.PathLike[str], users: Mapping[str, str]) -> Path:
+    """Write a Mosquitto password file (``user:`` + :func:`hash_password` per line) with mode 0600.
+
+    The hashes are computed here, so no plain password is ever written to disk or put on a
+    command line, and no ``mosquitto_passwd`` is needed.
 
     Parameters
     ----------
@@ -188,14 +205,11 @@ def write_password_file(
         File to (over)write.
     users : mapping of str to str
         User name to password.
-    executable : path-like, optional
-        ``mosquitto_passwd`` to use; found with :func:`find_mosquitto` by default.
 
     Raises
     ------
     ConfigError
-        If a user name contains ``:`` or whitespace, a password contains a line
-        break, or ``mosquitto_passwd`` is missing or fails.
+        If a user name contains ``:`` or whitespace, or a password contains a line break.
     """
     path = Path(path)
     for user, password in users.items():
@@ -203,19 +217,7 @@ def write_password_file(
             raise ConfigError(f"invalid broker user name {user!r}: no ':' or blanks allowed")
         if "\n" in password or "\r" in password:
             raise ConfigError(f"password of broker user {user!r} contains a line break")
-    passwd = Path(executable) if executable is not None else find_mosquitto("mosquitto_passwd")
-    if passwd is None:
-        raise ConfigError("mosquitto_passwd not found; install mosquitto (e.g. apt-get install mosquitto)")
-    atomic_write(path, "".join(f"{user}:{password}\n" for user, password in users.items()), mode=0o600)
-    result = subprocess.run(
-        [str(passwd), "-U", str(path)], capture_output=True, text=True, check=False, timeout=60
-    )
-    if result.returncode != 0:
-        path.unlink(missing_ok=True)
-        reason = (result.stderr or result.stdout).strip().splitlines()
-        raise ConfigError(f"mosquitto_passwd -U {path} failed: {reason[-1] if reason else result.returncode}")
-    os.chmod(path, 0o600)
-    return path
+    return atomic_write(path, "".join(f"{user}:{hash_password(password)}\n" for user, password in users.items()), mode=0o600)
 
 
 def acl_rules(

@@ -1,8 +1,8 @@
 """The ``node``, ``deploy`` and ``keys`` subcommands (registered by :mod:`p2pem.cli`).
 
 Only argument parsing and printing live here; the work is in :mod:`p2pem.deploy.runtime`
-(a node), :mod:`p2pem.deploy.launcher` and the modules it chains (a whole deployment),
-:mod:`p2pem.deploy.keys` and :mod:`p2pem.deploy.roster` (keys), imported when a command runs
+and :mod:`p2pem.deploy.process` (a node), :mod:`p2pem.deploy.launcher` and the modules it chains (a whole deployment),
+:mod:`p2pem.deploy.keys` and :mod:`p2pem.deploy.assemble` (keys), imported when a command runs
 so that ``p2pem --help`` stays fast.
 """
 
@@ -115,7 +115,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_node(args: argparse.Namespace) -> int:
     from p2pem.deploy.config import NodeConfig
-    from p2pem.deploy.runtime import NodeRuntime, run_node, write_failure
+    from p2pem.deploy.process import run_node
+    from p2pem.deploy.report import write_failure
+    from p2pem.deploy.runtime import NodeRuntime
     from p2pem.errors import P2pemError
 
     parent = os.getppid() if args.exit_with_parent else None
@@ -314,7 +316,7 @@ def cmd_keys_show(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_roster(args: argparse.Namespace) -> int:
-    from p2pem.deploy.roster import assemble_roster
+    from p2pem.deploy.assemble import assemble_roster
 
     roster, broker_files = assemble_roster(
         args.scenario, args.public, args.out, run_id=args.run_id, protocol=args.protocol, broker_dir=args.broker_dir

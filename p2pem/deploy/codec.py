@@ -40,7 +40,8 @@ would give beyond it:
   member can always do by staying silent.
 
 Encoding is deterministic (HMAC and the AES-SIV of :func:`crypto.seal` are), so
-re-encoding the same message yields the same bytes; :class:`ReplayGuard` relies on it.
+re-encoding the same message yields the same bytes; :class:`~p2pem.deploy.admission.ReplayGuard`
+relies on it.
 """
 
 from __future__ import annotations
@@ -85,12 +86,10 @@ __all__ = [
     "InvalidMessage",
     "MalformedMessage",
     "NotAddressed",
-    "ReplayGuard",
     "ReplayedMessage",
     "TamperedMessage",
     "UnknownSender",
     "WrongRun",
-    "replay_key",
     "validate_run_id",
 ]
 
@@ -165,15 +164,6 @@ def validate_run_id(run_id: str) -> str:
             f"invalid run id {run_id!r}: use 1-64 characters from A-Z a-z 0-9 . _ - starting with a letter or digit"
         )
     return run_id
-
-
-def replay_key(msg: Message) -> tuple[int, int, int, str, tuple[int, ...]]:
-    """The identity of a message: ``(sender, iteration, round, kind, receivers)``.
-
-    An honest sender emits at most one message per key, which is what lets
-    :class:`ReplayGuard` tell an MQTT duplicate from an equivocation.
-    """
-    return (msg.sender, msg.iteration, msg.round, msg.kind, tuple(msg.receivers))
 
 
 @dataclass(frozen=True)
@@ -538,81 +528,6 @@ class Codec:
             key = derive_edge_key(self.identity, self.node_id, public, peer_id, self.run_id)
             self._edge_keys[peer_id] = key
         return key
-
-
-class ReplayGuard:
-    """Tell MQTT duplicates from replays and equivocations among verified messages.
-
-    MQTT QoS 1 delivers at least once, so the same envelope may arrive twice; that is
-    harmless and :meth:`admit` says "ignore".  A *different* envelope under an already
-    accepted :func:`replay_key` is either an old message replayed by an attacker into
-    a new context or a sender equivocating (saying different things to the same
-    audience); both are rejected.
-
-    Feed it only messages that passed :meth:`Codec.decode`; otherwise a forger could
-    poison a key before the honest message arrives.
-
-    Examples
-    --------
-    >>> guard = ReplayGuard()
-    >>> msg = Message(0, (1,), 0, 0, "primal", (5,))
-    >>> guard.admit(msg, b"envelope-bytes"), guard.admit(msg, b"envelope-bytes")
-    (True, False)
-    """
-
-    def __init__(self) -> None:
-        self._seen: dict[tuple[int, int, int, str, tuple[int, ...]], bytes] = {}
-
-    def __len__(self) -> int:
-        return len(self._seen)
-
-    def admit(self, msg: Message, data: bytes) -> bool:
-        """Record ``msg`` received as ``data``.
-
-        Parameters
-        ----------
-        msg : Message
-            The decoded message.
-        data : bytes
-            The envelope it was decoded from.
-
-        Returns
-        -------
-        bool
-            True for a new message (process it), False for a byte-identical
-            duplicate (ignore it).
-
-        Raises
-        ------
-        ReplayedMessage
-            If a different envelope was already accepted under the same key.
-        """
-        key = replay_key(msg)
-        # Hash what the tags cover, not the tags: an identical message is identical
-        # whatever its authenticator.
-        digest = hashlib.sha256(memoryview(data)[: len(data) - MAC_SIZE * len(msg.receivers)]).digest()
-        seen = self._seen.get(key)
-        if seen is None:
-            self._seen[key] = digest
-            return True
-        if seen == digest:
-            return False
-        raise ReplayedMessage(
-            f"node {msg.sender} sent two different {msg.kind!r} messages for iteration {msg.iteration} "
-            f"round {msg.round} to {msg.receivers} (replay or equivocation)"
-        )
-
-    def forget_from(self, iteration: int) -> None:
-        """Drop the keys of iterations ``iteration`` and later (their aggregation runs again)."""
-        self._seen = {k: v for k, v in self._seen.items() if not 0 <= iteration <= k[1]}
-
-    def forget_before(self, iteration: int) -> None:
-        """Drop the keys of iterations before ``iteration`` to bound memory in long runs.
-
-        Only safe once no message of those iterations can still be accepted (the
-        caller must reject them by iteration number instead).
-        """
-        self._seen = {k: v for k, v in self._seen.items() if k[1] >= iteration}
 
 
 def _int_in(value: object, bounds: tuple[int, int], name: str, who: str) -> int:

@@ -1,57 +1,21 @@
-"""The roster and the node config: what a deployed node reads before it talks to anyone.
+"""The node config: one node's own settings, and the files it reads and writes.
 
-Two TOML documents describe a node of a deployment:
+``node.toml`` (one per node, partly secret) holds the node id, its key file, its own data
+file, where to write its result, the broker (address, user, password file, TLS), the
+timeouts and ``on_dropout``.  A ``[reproducibility]`` table may fix the seed of the protocol
+noise; that exists for tests and for comparing with ``p2pem simulate`` and must be left out
+of a real deployment (the noise is then drawn from the operating system's entropy, as
+privacy requires).  The public document every node shares is the roster
+(:mod:`p2pem.deploy.roster`).
 
-*roster* (``roster.toml``, public, byte-identical at every node)
-    The run id, the public topology (node count, every node's neighbours, the diameter), the
-    EM settings, the protocol and its parameters, and every node's pinned public keys.  From
-    it each node builds the same :class:`~p2pem.protocols.Topology` the simulator builds from
-    the scenario graph (so ``c = "auto"`` gives the same step size everywhere) and the same
-    :class:`~p2pem.em.EMSettings`.  Nodes exchange a digest of it in their first message and
-    refuse to run with a peer whose roster differs.
-
-*node config* (``node.toml``, one per node, partly secret)
-    The node id, its key file, its own data file, where to write its result, the broker
-    (address, user, password file, TLS) and the timeouts.  A ``[reproducibility]`` table may
-    fix the seed of the protocol noise; that exists for tests and for comparing with
-    ``p2pem simulate`` and must be left out of a real deployment (the noise is then drawn
-    from the operating system's entropy, as privacy requires).
-
-Relative paths inside either file are resolved against the folder of that file.  Every
-error is a one-line :class:`~p2pem.errors.ConfigError` naming the file and the dotted key.
-
-Roster layout::
-
-    format = 1
-    run_id = "parkinsons-20-1f2e3d4c"
-
-    [topology]
-    n_nodes = 20
-    diameter = 3
-
-    [em]
-    n_components = 3
-    max_iter = 30
-    tol = 0.0
-    reg_covar = 1e-06
-    init_seed = 2868129180             # public: seeds the initial means
-
-    [protocol]
-    name = "pdmm-sp"
-    mode = "sync"                      # every parameter written out explicitly
-    ...
-
-    [[nodes]]
-    id = 0
-    neighbours = [2, 5, 9]
-    signing_key = "<64 hex digits>"    # Ed25519, from `p2pem keys new`
-    agreement_key = "<64 hex digits>"  # X25519
+Relative paths are resolved against the folder of the file.  Every error is a one-line
+:class:`~p2pem.errors.ConfigError` naming the file and the dotted key.  Also here: the
+node's data file (CSV, read and written bit for bit) and the TOML writer of the deployment's
+documents.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import ssl
@@ -65,28 +29,21 @@ import numpy.typing as npt
 
 from p2pem.errors import ConfigError, DataError
 from p2pem.files import atomic_write
-from p2pem.gmm import INIT_KEYS
 from p2pem.tomltable import Table, is_number, read_toml
 
 __all__ = [
-    "DEPLOYABLE",
+    "ON_DROPOUT",
     "BrokerConfig",
     "NodeConfig",
-    "Roster",
     "Timeouts",
-    "check_deployable",
     "load_node_data",
     "toml_dumps",
     "write_node_data",
 ]
 
 
-#: Version of the roster layout written by :meth:`Roster.save`.
-ROSTER_FORMAT = 1
 #: What a node may do when a neighbour falls silent (``on_dropout``).
 ON_DROPOUT = ("stop", "continue")
-#: Protocols (and modes) a deployment can run.
-DEPLOYABLE = ("pdmm-sp (mode = 'sync')",)
 
 
 # ------------------------------------------------------------------------------- timeouts
@@ -170,298 +127,6 @@ class Timeouts:
 
     def to_dict(self) -> dict[str, float]:
         return {k: float(getattr(self, k)) for k in self.KEYS}
-
-
-# ------------------------------------------------------------------------------- protocol
-
-
-def check_deployable(spec: Any) -> None:
-    """Raise a one-line ConfigError unless a deployment can run ``spec``.
-
-    Only synchronous ``pdmm-sp`` with encrypted duals runs as separate processes: the
-    asynchronous mode needs a shared wake-up schedule (a simulation device), ``federated``
-    needs a server process, ``secure-sum`` and ``centralized`` are not wired to the
-    deployment, and ``encrypt_duals = false`` is an insecure variant kept only for the
-    leakage comparison.
-    """
-    name = getattr(spec, "name", spec)
-    if name != "pdmm-sp":
-        raise ConfigError(
-            f"protocol {name!r} cannot be deployed (deployable: {', '.join(DEPLOYABLE)}); "
-            "run it with `p2pem simulate`"
-        )
-    if getattr(spec, "asynchronous", False):
-        raise ConfigError("pdmm-sp mode = 'async' cannot be deployed (its wake-up schedule is a simulation device); use mode = 'sync'")
-    if not getattr(spec, "encrypt_duals", True):
-        raise ConfigError("pdmm-sp encrypt_duals = false is an insecure simulation-only variant and cannot be deployed")
-
-
-# --------------------------------------------------------------------------------- roster
-
-
-@dataclass(frozen=True, eq=False)
-class Roster:
-    """Public facts every node of one run must hold identically.
-
-    Parameters
-    ----------
-    run_id : str
-        Bound into every message tag, edge key and MQTT topic of the run.
-    neighbours : tuple of tuple of int
-        Node ``i``'s neighbours, sorted.
-    diameter : int
-        Graph diameter (public; pdmm-sp's stopping rule uses it).
-    em : dict
-        ``n_components``, ``max_iter``, ``tol``, ``reg_covar``, ``init_seed`` and optionally
-        ``init`` (``weights``, ``means``, ``covariances`` as nested lists).
-    protocol : dict
-        ``name`` plus every protocol parameter.
-    keys : tuple of PublicIdentity
-        Node ``i``'s pinned public keys at index ``i``.
-    ring : tuple of int, optional
-        Hamiltonian cycle (only protocols that need one).
-    path : pathlib.Path, optional
-        Where the roster was read from (for error messages).
-    """
-
-    run_id: str
-    neighbours: tuple[tuple[int, ...], ...]
-    diameter: int
-    em: Mapping[str, Any]
-    protocol: Mapping[str, Any]
-    keys: tuple[Any, ...]
-    ring: tuple[int, ...] | None = None
-    path: Path | None = None
-
-    @property
-    def n_nodes(self) -> int:
-        return len(self.neighbours)
-
-    @property
-    def where(self) -> str:
-        return str(self.path) if self.path is not None else "roster"
-
-    @property
-    def n_features(self) -> int | None:
-        """Columns every node's data must have (``em.n_features``; None in rosters written without it)."""
-        value = self.em.get("n_features")
-        return None if value is None else int(value)
-
-    # -- what a node builds from it -----------------------------------------------------
-
-    def topology(self):
-        """The :class:`~p2pem.protocols.Topology` every node builds (equal to ``Topology.from_graph``)."""
-        from p2pem.protocols import Topology
-
-        return Topology(n_nodes=self.n_nodes, neighbours=self.neighbours, diameter=self.diameter, ring=self.ring)
-
-    def em_settings(self):
-        """The public :class:`~p2pem.em.EMSettings` of the run."""
-        from p2pem.em import EMSettings
-        from p2pem.gmm import params_from_dict
-
-        em = self.em
-        try:
-            init = None if em.get("init") is None else params_from_dict(em["init"], int(em["n_components"]), self.n_features)
-            return EMSettings(
-                int(em["n_components"]), int(em["max_iter"]), float(em["tol"]), float(em["reg_covar"]), init, int(em["init_seed"])
-            )
-        except ConfigError as exc:
-            raise ConfigError(f"{self.where}: em: {exc}") from None
-
-    def protocol_spec(self):
-        """The protocol spec, checked to be deployable."""
-        from p2pem.protocols import make_protocol
-
-        params = {k: v for k, v in self.protocol.items() if k != "name"}
-        try:
-            spec = make_protocol(self.protocol["name"], params)
-            check_deployable(spec)
-        except ConfigError as exc:
-            raise ConfigError(f"{self.where}: protocol: {exc}") from None
-        return spec
-
-    def public_keys(self) -> dict[int, Any]:
-        """``{node id: PublicIdentity}`` for :class:`~p2pem.deploy.codec.Codec`."""
-        return dict(enumerate(self.keys))
-
-    def digest(self) -> bytes:
-        """SHA-256 of the roster's canonical JSON form; equal rosters give equal digests."""
-        text = json.dumps(self.to_document(), sort_keys=True, separators=(",", ":"), allow_nan=False)
-        return hashlib.sha256(text.encode("utf-8")).digest()
-
-    # -- building and files --------------------------------------------------------------
-
-    @classmethod
-    def build(
-        cls, run_id: str, graph, settings, spec, keys: Sequence[Any], *, ring: Sequence[int] | None = None, n_features: int | None = None
-    ) -> Roster:
-        """Roster for ``graph`` (nodes ``0..n-1``), EM ``settings``, protocol ``spec`` and public ``keys``.
-
-        ``n_features`` (the data's column count) lets every node check its data file at load.
-
-        Raises
-        ------
-        ConfigError
-            The run id is invalid, the protocol is not deployable, or the number of keys
-            does not match the number of nodes.
-        """
-        from p2pem.deploy.codec import validate_run_id
-        from p2pem.protocols import Topology
-
-        validate_run_id(run_id)
-        check_deployable(spec)
-        topo = Topology.from_graph(graph, ring=None if ring is None else list(ring))
-        if len(keys) != topo.n_nodes:
-            raise ConfigError(f"the graph has {topo.n_nodes} nodes but {len(keys)} public keys were given")
-        em: dict[str, Any] = {
-            "n_components": settings.n_components,
-            "max_iter": settings.max_iter,
-            "tol": float(settings.tol),
-            "reg_covar": float(settings.reg_covar),
-            "init_seed": int(settings.init_seed),
-        }
-        if n_features is not None:
-            em["n_features"] = int(n_features)
-        if settings.init is not None:
-            em["init"] = {k: np.asarray(v).tolist() for k, v in settings.init.as_dict().items()}
-        protocol = {"name": spec.name, **spec.params()}
-        roster = cls(run_id, topo.neighbours, topo.diameter, em, protocol, tuple(keys), topo.ring)
-        return roster
-
-    def to_document(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "format": ROSTER_FORMAT,
-            "run_id": self.run_id,
-            "topology": {"n_nodes": self.n_nodes, "diameter": self.diameter},
-            "em": _plain(self.em),
-            "protocol": _plain(self.protocol),
-            "nodes": [
-                {"id": i, "neighbours": list(nb), **self.keys[i].to_dict()} for i, nb in enumerate(self.neighbours)
-            ],
-        }
-        if self.ring is not None:
-            doc["topology"]["ring"] = list(self.ring)
-        return doc
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the roster as TOML (with a comment header) and return the path."""
-        path = Path(path)
-        header = (
-            f"p2pem roster of run {self.run_id}: public, must be identical at every node.\n"
-            "Written by p2pem; nodes refuse to run with a peer whose roster differs."
-        )
-        atomic_write(path, toml_dumps(self.to_document(), header=header))
-        return path
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Roster:
-        """Read and validate a roster file.
-
-        Raises
-        ------
-        ConfigError
-            Naming the file and key: missing or unknown keys, wrong types, node ids that are
-            not ``0..n-1``, asymmetric or self neighbours, a disconnected graph, a diameter
-            that does not match the neighbour lists, invalid or repeated public keys, or a
-            protocol that cannot be deployed.
-        """
-        path = Path(path)
-        doc = _read_toml(path, "roster")
-        return cls.from_document(doc, path)
-
-    @classmethod
-    def from_document(cls, doc: Mapping[str, Any], path: Path | None = None) -> Roster:
-        from p2pem.deploy.codec import validate_run_id
-        from p2pem.deploy.crypto import PublicIdentity
-
-        where = str(path) if path is not None else "roster"
-        top = Table(where, doc, "", ("format", "run_id", "topology", "em", "protocol", "nodes"))
-        fmt = top.integer("format")
-        if fmt != ROSTER_FORMAT:
-            top.fail(f"'format' is {fmt}, this p2pem reads roster format {ROSTER_FORMAT}")
-        run_id = top.string("run_id")
-        try:
-            validate_run_id(run_id)
-        except ConfigError as exc:
-            top.fail(f"'run_id': {exc}")
-        topo = top.section("topology", ("n_nodes", "diameter", "ring"))
-        n = topo.integer("n_nodes", minimum=2)
-        diameter = topo.integer("diameter", minimum=1)
-        ring = topo.int_list("ring", default=None)
-        em_t = top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "init_seed", "n_features", "init"))
-        em: dict[str, Any] = {
-            "n_components": em_t.integer("n_components", minimum=1),
-            "max_iter": em_t.integer("max_iter", minimum=0),
-            "tol": em_t.number("tol", minimum=0.0),
-            "reg_covar": em_t.number("reg_covar", minimum=0.0),
-            "init_seed": em_t.integer("init_seed", minimum=0),
-        }
-        if "n_features" in em_t.table:
-            em["n_features"] = em_t.integer("n_features", minimum=1)
-        if "init" in em_t.table:
-            init_t = em_t.section("init", INIT_KEYS)
-            from p2pem.scenario import parse_init  # here: a node process never imports networkx
-
-            parse_init(init_t, em["n_components"], em.get("n_features"))  # the same checks as a scenario's
-            em["init"] = {k: init_t.table[k] for k in INIT_KEYS}
-        proto_t = top.section("protocol", None)
-        protocol = dict(proto_t.table)
-        if not isinstance(protocol.get("name"), str):
-            proto_t.fail("missing required key 'protocol.name' (a string)")
-        raw_nodes = top.require("nodes")
-        if not (isinstance(raw_nodes, list) and all(isinstance(t, dict) for t in raw_nodes)):
-            top.fail("'nodes' must be an array of [[nodes]] tables")
-        if len(raw_nodes) != n:
-            top.fail(f"'topology.n_nodes' is {n} but there are {len(raw_nodes)} [[nodes]] entries")
-        neighbours: dict[int, tuple[int, ...]] = {}
-        keys: dict[int, PublicIdentity] = {}
-        for index, entry in enumerate(raw_nodes):
-            node_t = Table(where, entry, f"nodes[{index}]", ("id", "neighbours", "signing_key", "agreement_key", "fingerprint"))
-            i = node_t.integer("id", minimum=0)
-            if i >= n:
-                node_t.fail(f"'nodes[{index}].id' is {i}, but ids run from 0 to {n - 1}")
-            if i in neighbours:
-                node_t.fail(f"node id {i} appears twice in [[nodes]]")
-            nb = node_t.int_list("neighbours")
-            if len(set(nb)) != len(nb):
-                node_t.fail(f"node {i} lists a neighbour twice")
-            if i in nb:
-                node_t.fail(f"node {i} lists itself as a neighbour")
-            if any(not 0 <= j < n for j in nb):
-                node_t.fail(f"node {i} has a neighbour outside 0..{n - 1}")
-            if not nb:
-                node_t.fail(f"node {i} has no neighbours")
-            neighbours[i] = tuple(sorted(nb))
-            try:
-                public = PublicIdentity.from_dict({k: node_t.string(k) for k in ("signing_key", "agreement_key")})
-            except ConfigError as exc:
-                node_t.fail(f"node {i}: {exc}")
-            if "fingerprint" in entry and node_t.string("fingerprint") != public.fingerprint:
-                node_t.fail(f"node {i}: 'fingerprint' does not match its keys (expected {public.fingerprint})")
-            keys[i] = public
-        nbrs = tuple(neighbours[i] for i in range(n))
-        for i, nb in enumerate(nbrs):
-            for j in nb:
-                if i not in nbrs[j]:
-                    top.fail(f"node {i} lists node {j} as a neighbour but node {j} does not list node {i}")
-        seen_keys: dict[str, int] = {}
-        for i, public in keys.items():
-            for hexkey in (public.signing_key, public.agreement_key):
-                if hexkey in seen_keys:
-                    top.fail(f"nodes {seen_keys[hexkey]} and {i} share a public key (each node needs its own `p2pem keys new`)")
-                seen_keys[hexkey] = i
-        from p2pem.protocols.base import diameter_bound
-
-        actual = diameter_bound(nbrs)
-        if actual is None:
-            top.fail("the neighbour lists describe a disconnected graph")
-        if actual != diameter:
-            top.fail(f"'topology.diameter' is {diameter} but the neighbour lists give {actual}")
-        roster = cls(run_id, nbrs, diameter, em, protocol, tuple(keys[i] for i in range(n)), None if ring is None else tuple(ring), path)
-        roster.em_settings()
-        roster.protocol_spec()
-        return roster
 
 
 # ------------------------------------------------------------------------------ node config
@@ -586,7 +251,7 @@ class NodeConfig:
     def load(cls, path: str | os.PathLike[str]) -> NodeConfig:
         """Read and validate ``node.toml``; relative paths are taken from the file's folder."""
         path = Path(path)
-        doc = _read_toml(path, "node config")
+        doc = read_toml(path, "node config")
         where = str(path)
         base = path.parent
         top = Table(where, doc, "", ("node_id", "roster", "key_file", "data", "columns", "result", "broker", "timeouts", "reproducibility", "on_dropout"))
@@ -758,18 +423,3 @@ def _toml_ready(value: Any) -> Any:
     if isinstance(value, (str, Path)):
         return str(value)
     raise ConfigError(f"cannot write {type(value).__name__} to TOML")
-
-
-def _plain(value: Any) -> Any:
-    """Mappings and sequences as plain dicts and lists (for JSON digests and TOML)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def _read_toml(path: Path, what: str) -> dict[str, Any]:
-    return read_toml(path, what)

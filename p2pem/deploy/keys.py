@@ -4,7 +4,7 @@
   (node ``i`` may publish only under its own topics) and one plain password per user;
 * :func:`public_path`, :func:`public_toml` -- the public half of a node's identity as the
   small TOML file a node's owner sends to whoever assembles the roster
-  (:func:`p2pem.deploy.roster.assemble_roster`).
+  (:func:`p2pem.deploy.assemble.assemble_roster`).
 
 The identities themselves (key generation, signing, sealing) live in :mod:`p2pem.deploy.crypto`,
 the only importer of ``cryptography``; this module only lays their files out.
@@ -22,7 +22,7 @@ from p2pem.files import atomic_write
 __all__ = ["public_path", "public_toml", "write_broker_auth"]
 
 
-def write_broker_auth(directory: Path, run_id: str, n_nodes: int, *, executable: Path | None = None) -> dict[str, str]:
+def write_broker_auth(directory: Path, run_id: str, n_nodes: int) -> dict[str, str]:
     """Write the broker's hashed password file, ACL and the plain per-user passwords.
 
     Files in ``directory`` (all mode 0600): ``passwords`` (Mosquitto password file, hashed),
@@ -40,7 +40,7 @@ def write_broker_auth(directory: Path, run_id: str, n_nodes: int, *, executable:
     users = {username_for(i): secrets.token_urlsafe(18) for i in range(n_nodes)}
     users["admin"] = secrets.token_urlsafe(18)
     users["observer"] = secrets.token_urlsafe(18)
-    write_password_file(directory / "passwords", users, executable=executable)
+    write_password_file(directory / "passwords", users)
     atomic_write(directory / "acl", acl_rules(run_id, range(n_nodes)), mode=0o600)
     for i in range(n_nodes):
         atomic_write(directory / f"node{i}.password", users[username_for(i)] + "\n", mode=0o600)

@@ -31,15 +31,9 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from p2pem.deploy.config import (
-    BrokerConfig,
-    NodeConfig,
-    Roster,
-    Timeouts,
-    check_deployable,
-    write_node_data,
-)
+from p2pem.deploy.config import BrokerConfig, NodeConfig, Timeouts, write_node_data
 from p2pem.deploy.keys import public_path, public_toml, write_broker_auth
+from p2pem.deploy.roster import Roster, check_deployable
 from p2pem.errors import ConfigError
 from p2pem.files import atomic_write, write_json
 from p2pem.tomltable import read_toml
@@ -247,10 +241,9 @@ def prepare_kit(
     Raises
     ------
     ConfigError
-        The folder is not empty, the protocol cannot be deployed, or mosquitto_passwd is
-        missing.
+        The folder is not empty, or the protocol cannot be deployed.
     """
-    from p2pem.deploy.broker import find_mosquitto, username_for
+    from p2pem.deploy.broker import username_for
     from p2pem.deploy.crypto import Identity
     from p2pem.runner import build_graph, em_settings
     from p2pem.scenario import load_data
@@ -270,9 +263,6 @@ def prepare_kit(
     settings = em_settings(scenario)
     run_id = run_id or make_run_id(scenario.name)
     n = graph.number_of_nodes()
-    passwd = find_mosquitto("mosquitto_passwd")
-    if passwd is None:
-        raise ConfigError("mosquitto_passwd not found; install mosquitto (e.g. apt-get install mosquitto) to write the broker's password file")
 
     if seeded:
         log.warning(
@@ -286,7 +276,7 @@ def prepare_kit(
     identities = [Identity.generate() for _ in range(n)]
     roster = Roster.build(run_id, graph, settings, spec, [ident.public for ident in identities], n_features=int(parts[0].shape[1]))
     roster.save(root / "roster.toml")
-    write_broker_auth(broker_dir, run_id, n, executable=passwd)
+    write_broker_auth(broker_dir, run_id, n)
     host, port = broker
     protocol_stream = scenario.streams()["protocol"]
     for i in range(n):

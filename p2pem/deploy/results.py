@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import json
-import re
 import signal
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from p2pem.deploy.config import Roster
+from p2pem.deploy.roster import Roster
 from p2pem.deploy.kit import Kit
 from p2pem.deploy.supervise import DeploymentFailed
 from p2pem.errors import ConfigError, ProtocolError
@@ -86,23 +85,30 @@ def _failure_summary(kit: Kit, codes: Sequence[int], reports: Sequence[dict | No
         return f"node {i} exited with code {code}" + (f": {tail}" if tail else "")
 
     reasons = {i: reason(i) for i in failed}
+    kinds = {i: (reports[i] or {}).get("reason") for i in failed}
+
     # Prefer a node that failed by itself (bad data, a violation it caught) over one that only
-    # noticed a neighbour's absence, and that over one told by a neighbour.
+    # noticed a neighbour's absence, and that over one told by a neighbour or stopped by a signal.
     def rank(i: int) -> int:
-        text = reasons[i]
-        if "run stopped" in text or "launcher" in text:
+        if kinds[i] in _TOLD:
             return 2
-        return 1 if any(w in text for w in ("never came online", "fell silent", "no progress", "was killed by")) else 0
+        return 1 if kinds[i] in _ABSENCE or (reports[i] is None and codes[i] < 0) else 0
 
     # Among nodes that noticed a silence, prefer one accusing the node most others accuse: a
     # node that was itself paused (SIGSTOP) wakes up to find every neighbour gone and accuses
     # them all, while its neighbours agree on it.
-    accused = {i: re.findall(r"\bnode (\d+) fell silent", reasons[i]) for i in failed}
+    accused = {i: (reports[i] or {}).get("culprits", []) if kinds[i] == "silent" else [] for i in failed}
     votes = collections.Counter(a for names in accused.values() for a in set(names))
     primary = min(failed, key=lambda i: (rank(i), -max((votes[a] for a in accused[i]), default=0), i))
     others = len(failed) - 1
     more = f"; {others} other node{'s' if others != 1 else ''} stopped too" if others else ""
     return f"deployment failed: {reasons[primary]}{more} (logs: {kit.root / 'nodes'}/node*/node.log)"
+
+
+#: Failure reasons (``result.json``'s ``reason``) of a node that was told to stop, or stopped by a signal.
+_TOLD = frozenset({"aborted", "interrupted"})
+#: Failure reasons of a node that noticed another's absence.
+_ABSENCE = frozenset({"silent", "offline", "stalled", "cannot_continue"})
 
 
 def _last_line(path: Path) -> str:

@@ -369,6 +369,9 @@ class Aggregation(abc.ABC):
 
     #: the EM iteration this aggregation belongs to (set by every subclass)
     iteration: int
+    #: the protocol round this node's part is in, for progress and error messages (0 where a
+    #: protocol counts no rounds)
+    round: int = 0
 
     def __init__(self) -> None:
         self.done = False
@@ -392,6 +395,15 @@ class Aggregation(abc.ABC):
         The default accepts everything (protocols that are not deployed).
         """
 
+    def awaiting(self) -> tuple[int, ...]:
+        """The senders whose next message this state machine needs before it can go on.
+
+        A deployment waits for exactly these: one that sends nothing (not even a heartbeat)
+        for its timeout is named as fallen silent, and a stall names them.  Empty once done,
+        and by default (a protocol that does not say is only watched for stalls).
+        """
+        return ()
+
     def wake(self) -> list[Message]:
         """One asynchronous activation (only asynchronous protocols override this)."""
         raise ProtocolError(f"{type(self).__name__} is not asynchronous")
@@ -409,6 +421,31 @@ class ProtocolSpec(abc.ABC):
     name: str = field(init=False, default="")
     exact: bool = field(init=False, default=True)
     asynchronous: bool = field(init=False, default=False)
+
+    @property
+    def message_kinds(self) -> frozenset[str] | None:
+        """Every kind of message this protocol's nodes send each other; None when not declared.
+
+        A deployment refuses an authenticated message of another kind before it reaches the
+        state machine, naming its sender.
+        """
+        return None
+
+    @property
+    def secret_kinds(self) -> frozenset[str]:
+        """Kinds whose payload is a secret of its sender: they travel sealed per edge, and a
+        deployment refuses to publish one in clear.  None by default."""
+        return frozenset()
+
+    @property
+    def max_ahead(self) -> int:
+        """Most messages one neighbour can send for an aggregation before this node begins it.
+
+        A node keeps them until then (:class:`p2pem.node.Node`); in a deployment a neighbour
+        that sends more is convicted of a violation, so a member cannot make a node queue
+        without limit.  4 unless the protocol knows better.
+        """
+        return 4
 
     def validate(self, g: nx.Graph | Topology) -> None:
         """Raise GraphError when the protocol cannot run on ``g``."""

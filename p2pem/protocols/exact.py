@@ -88,6 +88,15 @@ class SecureSum(ProtocolSpec):
             ring = cache["ring"] = hamiltonian_cycle(g, time_budget=self.ring_search_s)
         return Topology.from_graph(g, ring=ring)
 
+    @property
+    def message_kinds(self) -> frozenset[str]:
+        return frozenset({"ring", "result"})
+
+    @property
+    def secret_kinds(self) -> frozenset[str]:
+        """The masked partial sums: both hops around a node give its value away."""
+        return frozenset({"ring"})
+
     def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
         return RingNode(ctx, iteration)
 
@@ -158,6 +167,10 @@ class RingNode(Aggregation):
             return self._finish(np.asarray(msg.payload), msg.round + 1)
         raise ProtocolError(f"secure-sum: unexpected message kind {msg.kind!r} from node {msg.sender}")
 
+    def awaiting(self) -> tuple[int, ...]:
+        """The ring predecessor (its partial sum, then the result), until done."""
+        return () if self.done else (self.pred,)
+
     def _finish(self, average: np.ndarray, next_round: int) -> list[Message]:
         self.done = True
         self.result = average
@@ -171,6 +184,10 @@ class Federated(ProtocolSpec):
     """``federated``: every node uploads its statistics in the clear; a server averages them."""
 
     name: str = field(init=False, default="federated")
+
+    @property
+    def message_kinds(self) -> frozenset[str]:
+        return frozenset({"upload", "result"})
 
     def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
         return UploadNode(ctx, iteration)
@@ -198,6 +215,10 @@ class UploadNode(Aggregation):
     def start(self, value: np.ndarray) -> list[Message]:
         return [Message(self.ctx.node_id, (SERVER,), self.iteration, 1, "upload", value.copy(), False)]
 
+    def awaiting(self) -> tuple[int, ...]:
+        """The server (its result), until done."""
+        return () if self.done else (SERVER,)
+
     def receive(self, msg: Message) -> list[Message]:
         if msg.sender != SERVER or msg.kind != "result" or self.done:
             raise ProtocolError(f"federated: node {self.ctx.node_id} got an unexpected {msg.kind} from {msg.sender}")
@@ -216,6 +237,10 @@ class ServerNode(Aggregation):
 
     def start(self, value: np.ndarray) -> list[Message]:
         return []
+
+    def awaiting(self) -> tuple[int, ...]:
+        """The nodes whose upload has not arrived."""
+        return () if self.done else tuple(i for i in range(self.n) if i not in self.uploads)
 
     def receive(self, msg: Message) -> list[Message]:
         if msg.kind != "upload" or msg.sender in self.uploads or not 0 <= msg.sender < self.n:

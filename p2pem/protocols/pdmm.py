@@ -740,6 +740,21 @@ class PdmmSP(ProtocolSpec):
     def label(self) -> str:
         return "pdmm-sp" + ("" if self.encrypt_duals else " (INSECURE: plaintext duals)")
 
+    @property
+    def message_kinds(self) -> frozenset[str]:
+        return frozenset({"dual-init", "primal"})
+
+    @property
+    def secret_kinds(self) -> frozenset[str]:
+        """The initial duals: an observer who knew z_{i|j}(0) could undo the subspace perturbation."""
+        return frozenset({"dual-init"})
+
+    @property
+    def max_ahead(self) -> int:
+        """One: a neighbour's dual-init.  Its first primal of an aggregation (in both modes) needs
+        every neighbour's dual-init, this node's included, which this node sends when it begins."""
+        return 1
+
     def validate(self, g: nx.Graph | Topology) -> None:
         from p2pem.graphs import require_cycle
 
@@ -999,6 +1014,16 @@ class PdmmNode(Aggregation):
 
     def _msg(self, rnd: int, meta: tuple[int, ...]) -> Message:
         return Message(self.ctx.node_id, self.nbrs, self.iteration, rnd, "primal", self.x.copy(), False, meta)
+
+    def awaiting(self) -> tuple[int, ...]:
+        """The neighbours whose dual-init has not arrived; then (synchronous mode) those whose
+        primal of the current round has not (an asynchronous node goes on without them)."""
+        if self.done:
+            return ()
+        if len(self._inits) < len(self.nbrs) or self.spec.asynchronous:
+            return tuple(j for j in self.nbrs if j not in self._inits)
+        box = self._round_msgs.get(self.round, {})
+        return tuple(j for j in self.nbrs if j not in box)
 
     def start(self, value: np.ndarray) -> list[Message]:
         self.s = value

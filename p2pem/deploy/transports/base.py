@@ -27,6 +27,7 @@ from p2pem.messages import Message
 
 __all__ = [
     "TOPIC_ROOT",
+    "AccessRefused",
     "ConnectionLost",
     "Inbox",
     "Incoming",
@@ -44,6 +45,10 @@ class LinkTimeout(TransportError):
 
 class ConnectionLost(TransportError):
     """The connection to the broker broke; call :meth:`Link.reconnect`."""
+
+
+class AccessRefused(TransportError):
+    """The broker refused the credentials (bad user name or password, not authorised): retrying cannot help."""
 
 
 class Incoming(NamedTuple):

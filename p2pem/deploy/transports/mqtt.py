@@ -13,7 +13,7 @@ so the broker ACL (:mod:`p2pem.deploy.broker`) can give node ``i`` write access 
 ``p2pem/<run>/from/<i>/#`` only.
 
 Delivery is MQTT QoS 1 (at least once): duplicates are possible and are filtered by
-:class:`p2pem.deploy.codec.ReplayGuard`.  Incoming messages go to an unbounded queue, so the
+:class:`p2pem.deploy.admission.ReplayGuard`.  Incoming messages go to an unbounded queue, so the
 link never drops a message it has received; a lost connection is reported as
 :class:`ConnectionLost` and repaired only when the caller calls :meth:`MqttLink.reconnect`.
 
@@ -41,6 +41,7 @@ import aiomqtt
 from p2pem.errors import ConfigError, TransportError
 from p2pem.deploy.transports.base import (
     TOPIC_ROOT,
+    AccessRefused,
     ConnectionLost,
     Inbox,
     Incoming,
@@ -55,6 +56,7 @@ _paho_logger = logging.getLogger(__name__ + ".paho")
 
 __all__ = [
     "TOPIC_ROOT",
+    "AccessRefused",
     "ConnectionLost",
     "Incoming",
     "LinkTimeout",
@@ -248,7 +250,8 @@ class MqttLink(Inbox):
         try:
             await stack.enter_async_context(client)
         except aiomqtt.MqttError as exc:
-            raise TransportError(f"cannot connect to MQTT broker at {self.address}: {exc}") from None
+            refused = isinstance(exc, aiomqtt.MqttCodeError) and _reason_value(exc.rc) in _REFUSED
+            raise (AccessRefused if refused else TransportError)(f"cannot connect to MQTT broker at {self.address}: {exc}") from None
         self._client, self._stack, self._lost = client, stack, None
         try:
             await self._subscribe(client, self._subscriptions)
@@ -277,7 +280,7 @@ class MqttLink(Inbox):
         Messages received before the loss stay in the queue.  Messages the broker
         held for this client are lost with a broker restart: the caller must
         re-publish what its peers may have missed (envelopes are deterministic, so
-        a re-publish is an identical duplicate to :class:`~p2pem.deploy.codec.ReplayGuard`).
+        a re-publish is an identical duplicate to :class:`~p2pem.deploy.admission.ReplayGuard`).
 
         Parameters
         ----------
@@ -345,10 +348,14 @@ class MqttLink(Inbox):
     async def _subscribe(self, client: aiomqtt.Client, topic_filters: Sequence[str]) -> None:
         if not topic_filters:
             return
+        action = f"subscribing to {len(topic_filters)} filter(s)"
         try:
-            granted = await client.subscribe([(f, self.subscribe_qos) for f in topic_filters], timeout=self.timeout)
+            async with asyncio.timeout(self.timeout):
+                granted = await client.subscribe([(f, self.subscribe_qos) for f in topic_filters], timeout=math.inf)
+        except TimeoutError:
+            raise self._timed_out(action, self.timeout) from None
         except aiomqtt.MqttError as exc:
-            raise self._error(f"subscribing to {len(topic_filters)} filter(s)", exc) from None
+            raise self._error(action, exc) from None
         if len(granted) != len(topic_filters):
             raise TransportError(
                 f"broker at {self.address} answered {len(granted)} reason code(s) to a subscription of {len(topic_filters)} filter(s)"
@@ -394,14 +401,13 @@ class MqttLink(Inbox):
         if any(c in topic for c in "+#") or not topic:
             raise ConfigError(f"cannot publish on {topic!r}: empty or wildcard topic")
         client = self._require_client()
+        limit = self.timeout if timeout is None else timeout
         try:
-            await client.publish(
-                topic,
-                bytes(payload),
-                qos=self.qos if qos is None else qos,
-                retain=retain,
-                timeout=self.timeout if timeout is None else timeout,
-            )
+            # our own deadline (aiomqtt's is told apart from other failures only by its text)
+            async with asyncio.timeout(limit):
+                await client.publish(topic, bytes(payload), qos=self.qos if qos is None else qos, retain=retain, timeout=math.inf)
+        except TimeoutError:
+            raise self._timed_out(f"publishing on {topic!r}", limit) from None
         except aiomqtt.MqttError as exc:
             raise self._error(f"publishing on {topic!r}", exc) from None
 
@@ -486,10 +492,27 @@ class MqttLink(Inbox):
             raise TransportError(f"link to MQTT broker at {self.address} is not connected")
 
     def _error(self, action: str, exc: aiomqtt.MqttError) -> TransportError:
-        # aiomqtt knows of a disconnection before our receive task has run.
-        disconnected = getattr(self._client, "_disconnected", None)
-        if self._lost is not None or (disconnected is not None and disconnected.done()):
+        # paho refuses to send without a connection (its return code says so) before our
+        # watcher task has seen the loss
+        no_connection = isinstance(exc, aiomqtt.MqttCodeError) and _reason_value(exc.rc) in _NO_CONNECTION
+        if self._lost is not None or no_connection:
             return ConnectionLost(f"{action} failed, connection to MQTT broker at {self.address} lost: {exc}")
-        if "timed out" in str(exc):
-            return LinkTimeout(f"{action} on MQTT broker at {self.address} timed out after {self.timeout:g} s")
         return TransportError(f"{action} on MQTT broker at {self.address} failed: {exc}")
+
+    def _timed_out(self, action: str, limit: float) -> TransportError:
+        if self._lost is not None:
+            return ConnectionLost(f"{action} failed, connection to MQTT broker at {self.address} lost: {self._lost}")
+        return LinkTimeout(f"{action} on MQTT broker at {self.address} timed out after {limit:g} s")
+
+
+def _reason_value(rc: object) -> int | None:
+    """The number of a paho return code or MQTT reason code (``ReasonCode.value``, or the int itself)."""
+    value = getattr(rc, "value", rc)
+    return value if isinstance(value, int) else None
+
+
+#: CONNACK codes of refused credentials: MQTT 3.1.1's 4 (bad user name or password) and 5 (not
+#: authorised), and MQTT 5's reason codes 0x86 and 0x87 for the same (paho reports either).
+_REFUSED = frozenset({4, 5, 0x86, 0x87})
+#: paho's return codes for "not connected" and "connection lost" (``MQTT_ERR_NO_CONN``, ``MQTT_ERR_CONN_LOST``).
+_NO_CONNECTION = frozenset({4, 7})

@@ -1,0 +1,268 @@
+"""Start-up of a deployed node: load its files, connect, and meet its neighbours.
+
+:func:`load_node` reads what a node needs before it talks to anyone (roster, keys, data) and
+builds its Node, codec and link; every problem is a one-line ConfigError or DataError naming
+the file.  :func:`connect` reaches the broker, retrying until the start-up timeout unless the
+broker refused the node's credentials.  :class:`Handshake` is the hello exchange:
+
+``hello``   meta ``(epoch,)``, payload the roster digest and a digest of the public step
+            parameters this node derived from the roster's graph (eigenvalues, so another
+            host's linear algebra could differ in the last digits: nodes that disagree would
+            converge to a wrong average together, so they refuse to start; after a dropout the
+            survivors' parameters are bound into the tags instead).  Sent on start-up until
+            every neighbour has answered (a node starts the protocol only once all its
+            neighbours are subscribed, because a broker does not keep messages for absent
+            clients), as a heartbeat when the node has published nothing for ``heartbeat``
+            seconds, and at once after a reconnection with a new epoch.  A neighbour's new
+            epoch means it reconnected and may have missed messages: the node re-publishes its
+            recent envelopes (byte-identical, so duplicates to the receiver's ReplayGuard).
+
+Start-up needs no fast periodic hellos: a node answers every neighbour's first hello at
+once, and a hello is only sent after the node's own subscriptions are acknowledged, so of any
+two neighbours the later one is always heard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from p2pem.deploy.clock import Clock
+from p2pem.deploy.codec import Codec
+from p2pem.deploy.config import NodeConfig, load_node_data
+from p2pem.deploy.control import HELLO, describe_payload, violation
+from p2pem.deploy.admission import CONTROL
+from p2pem.deploy.crypto import Identity
+from p2pem.deploy.failures import NodeFailure, Reason, nodes_text
+from p2pem.deploy.roster import Roster
+from p2pem.deploy.transports.base import AccessRefused, Link, subscriptions_for
+from p2pem.errors import ConfigError, DataError, TransportError
+from p2pem.messages import Message
+from p2pem.node import Node
+from p2pem.protocols import NodeContext
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Handshake", "NodeSetup", "connect", "load_node", "public_parameters_digest"]
+
+#: Pause between attempts to reach the broker at start-up, in seconds.
+CONNECT_PAUSE = 0.25
+
+
+def public_parameters_digest(spec, topology) -> int:
+    """SHA-256 (as an int) of ``spec.public_parameters(topology)``, every float in hex (exact)."""
+    text = ",".join(float(v).hex() for v in spec.public_parameters(topology))
+    return int.from_bytes(hashlib.sha256(text.encode("ascii")).digest(), "big")
+
+
+@dataclass
+class NodeSetup:
+    """What a node builds from its files before it talks to anyone (see :func:`load_node`)."""
+
+    config: NodeConfig
+    roster: Roster
+    identity: Identity
+    codec: Codec
+    node: Node
+    spec: Any
+    link: Link
+    n_rows: int
+
+
+def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b"") -> NodeSetup:
+    """Load the roster, the key file and the data of ``config`` and build the node's parts.
+
+    Parameters
+    ----------
+    config : NodeConfig
+    link : Link, optional
+        The transport; default an :class:`~p2pem.deploy.transports.mqtt.MqttLink` to the
+        configured broker.
+    launch : bytes
+        Nonce of this launch, bound into every envelope.
+
+    Raises
+    ------
+    ConfigError, DataError
+        A file is missing or invalid, the key file does not match the roster entry, the
+        protocol cannot be deployed, or the data does not fit the EM settings.
+    """
+    roster = Roster.load(config.roster)
+    i = config.node_id
+    if not 0 <= i < roster.n_nodes:
+        raise ConfigError(f"{config.path}: node_id {i} is not in the roster ({roster.n_nodes} nodes: 0..{roster.n_nodes - 1})")
+    spec = roster.protocol_spec()
+    topology = roster.topology()
+    settings = roster.em_settings()
+    identity = Identity.load(config.key_file)
+    try:
+        codec = Codec(roster.run_id, roster.public_keys(), identity=identity, node_id=i, launch=launch)
+    except ConfigError as exc:
+        raise ConfigError(f"{config.path}: {exc}") from None
+    X = load_node_data(config.data, config.columns)
+    n_features = roster.n_features
+    if n_features is None and settings.init is not None:
+        n_features = int(settings.init.means.shape[1])
+    if n_features is not None and X.shape[1] != n_features:
+        raise DataError(
+            f"node {i}: {config.data} has {X.shape[1]} columns, but the roster's model has {n_features} features "
+            f"(every node's data must have the same columns)"
+        )
+    if config.seed is not None:
+        log.warning(
+            "node %d: INSECURE REPRODUCIBLE SEED: protocol noise drawn from a fixed seed, so the results "
+            "are reproducible but the subspace perturbation hides nothing from whoever knows the seed",
+            i,
+        )
+    node = Node(NodeContext(i, topology, config.protocol_rng()), X, settings, spec)
+    node.validate = True
+    if link is None:
+        link = mqtt_link(config, roster)
+    return NodeSetup(config, roster, identity, codec, node, spec, link, int(X.shape[0]))
+
+
+def mqtt_link(config: NodeConfig, roster: Roster) -> Link:
+    """The node's link to its configured broker, subscribed to its neighbours' topics."""
+    from p2pem.deploy.transports.mqtt import MqttLink  # aiomqtt: only a node process needs it
+
+    broker, i, timeout = config.broker, config.node_id, config.timeouts.timeout
+    return MqttLink(
+        broker.host,
+        broker.port,
+        subscriptions=subscriptions_for(roster.run_id, i, roster.neighbours[i]),
+        username=broker.username,
+        password=broker.password(),
+        identifier=f"{roster.run_id}-node{i}",
+        tls_context=broker.tls_context(),
+        timeout=min(10.0, max(2.0, timeout)),
+        keepalive=max(5, int(timeout)),
+        subscribe_qos=0,  # see MqttLink: with clean sessions QoS 1 adds nothing on this leg
+    )
+
+
+async def connect(link: Link, node_id: int, username: str | None, startup_timeout: float, clock: Clock) -> None:
+    """Connect ``link``, retrying until ``startup_timeout`` (the broker may start later).
+
+    Raises
+    ------
+    TransportError
+        The broker refused the credentials (at once: retrying cannot help), or stayed
+        unreachable for ``startup_timeout`` seconds.
+    """
+    deadline = clock() + startup_timeout
+    while True:
+        try:
+            await link.connect()
+            return
+        except AccessRefused as exc:
+            raise TransportError(f"node {node_id}: the MQTT broker at {link.address} refused user {username!r}: {exc}") from None
+        except TransportError as exc:
+            if clock() >= deadline:
+                raise TransportError(
+                    f"node {node_id}: cannot reach the MQTT broker at {link.address} within {startup_timeout:g} s: {exc}"
+                ) from None
+            await asyncio.sleep(CONNECT_PAUSE)
+
+
+class Handshake:
+    """The hello exchange of one node: who is online, in which connection epoch.
+
+    Parameters
+    ----------
+    node_id : int
+    roster_digest : bytes
+        :meth:`Roster.digest` of this node's roster.
+    params_digest : int
+        :func:`public_parameters_digest` of the protocol on the roster's graph.
+
+    Attributes
+    ----------
+    heard : dict
+        Neighbour id to the connection epoch of its last hello.
+    hello_due, republish_due, start_due : bool
+        Set when a hello should go out soon, the recent envelopes be re-published, the
+        protocol start (every neighbour heard); the runtime clears them when it acts.
+    """
+
+    def __init__(self, node_id: int, roster_digest: bytes, params_digest: int, counters: Counter[str] | None = None) -> None:
+        self.node_id = node_id
+        self.digest = int.from_bytes(roster_digest, "big")
+        self.params_digest = params_digest
+        self.counters: Counter[str] = Counter() if counters is None else counters
+        self.heard: dict[int, int] = {}
+        self._seq = 0
+        self._seen: dict[int, int] = {}
+        self.hello_due = False
+        self.republish_due = False
+        self.start_due = False
+
+    def hello(self, neighbours: tuple[int, ...], epoch: int) -> Message:
+        """This node's next hello (each has a larger sequence number, so a replay is stale)."""
+        self._seq += 1
+        self.hello_due = False
+        return Message(self.node_id, neighbours, CONTROL, self._seq, HELLO, (self.digest, self.params_digest), False, (epoch,))
+
+    def missing(self, neighbours: tuple[int, ...]) -> list[int]:
+        """Neighbours not heard from yet."""
+        return [j for j in neighbours if j not in self.heard]
+
+    def receive(self, msg: Message, plausible: bool, neighbours: tuple[int, ...], started: bool) -> bool:
+        """Check a neighbour's hello; True if it is new (not a stale sequence number).
+
+        Raises
+        ------
+        ProtocolViolation
+            A malformed hello, or one to receivers that are not the sender's neighbours.
+        NodeFailure
+            :attr:`~p2pem.deploy.failures.Reason.MISMATCH`: the neighbour's roster or step
+            parameters differ from this node's.
+        """
+        j, payload = msg.sender, msg.payload
+        if not (isinstance(payload, tuple) and len(payload) == 2) or len(msg.meta) != 1 or msg.meta[0] < 0 or msg.round < 1:
+            raise violation(msg, "hello", f"payload of {describe_payload(payload)}, meta {msg.meta}, sequence {msg.round}")
+        if not plausible:
+            raise violation(msg, "hello", f"receivers {msg.receivers} are not the sender's neighbours")
+        if payload[0] != self.digest:
+            raise NodeFailure(Reason.MISMATCH, self.node_id, f"neighbour node {j} runs with a different roster (every node needs the same roster.toml)", (j,))
+        if payload[1] != self.params_digest:
+            raise NodeFailure(
+                Reason.MISMATCH,
+                self.node_id,
+                f"neighbour node {j} derived other public step parameters from the same roster (the graph's eigenvalues "
+                f"differ in the last digits between its host's and this host's linear-algebra libraries); run every node "
+                f"with the same NumPy build, or give the protocol's step parameters as numbers in the scenario",
+                (j,),
+            )
+        if msg.round <= self._seen.get(j, -1):
+            self.counters["stale_hellos"] += 1
+            return False
+        self._seen[j] = msg.round
+        epoch, previous = int(msg.meta[0]), self.heard.get(j)
+        if previous is None:
+            self.heard[j] = epoch
+            self.hello_due = True  # let it hear us soon
+            if epoch > 0 and started:
+                self.republish_due = True
+            if not started and all(k in self.heard for k in neighbours):
+                self.start_due = True
+        elif epoch > previous:
+            self.heard[j] = epoch
+            log.info("node %d: node %d reconnected (epoch %d); re-publishing recent messages", self.node_id, j, epoch)
+            self.republish_due = True
+            self.hello_due = True
+        return True
+
+    def check_startup(self, neighbours: tuple[int, ...], waited: float, startup_timeout: float) -> None:
+        """Raise :attr:`~p2pem.deploy.failures.Reason.OFFLINE` when neighbours are still unheard after the start-up timeout."""
+        missing = self.missing(neighbours)
+        if missing and waited > startup_timeout:
+            raise NodeFailure(
+                Reason.OFFLINE,
+                self.node_id,
+                f"{nodes_text(missing)} never came online (no hello within {startup_timeout:g} s of start-up)",
+                missing,
+            )

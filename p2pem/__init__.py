@@ -23,7 +23,7 @@ _LAZY = {
     "SecureSum": "p2pem.protocols",
     "geometric_graph": "p2pem.graphs",
     "graph_from_edges": "p2pem.graphs",
-    "make_protocol": "p2pem.protocols",
+    "make_protocol": "p2pem.registry",
     "run_protocol": "p2pem.simulate",
 }
 
@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from p2pem.gmm import GMMParams
     from p2pem.graphs import geometric_graph, graph_from_edges
     from p2pem.model import DistributedGMM
-    from p2pem.protocols import Centralized, Federated, PdmmSP, SecureSum, make_protocol
+    from p2pem.protocols import Centralized, Federated, PdmmSP, SecureSum
+    from p2pem.registry import make_protocol
     from p2pem.simulate import RunResult, run_protocol
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import logging
 import os
 import sys
@@ -10,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import NoReturn
 
+from p2pem import __version__
 from p2pem.errors import P2pemError
 
 DESCRIPTION = """\
@@ -62,7 +66,7 @@ def _hoist_global_flags(argv: list[str], commands: Sequence[str]) -> list[str]:
 
 
 def _progress_factory(enabled: bool):
-    from tqdm import tqdm
+    from tqdm import tqdm  # here: start-up time (a node process never draws a progress bar)
 
     def factory(spec):
         if not enabled or spec.name == "centralized":
@@ -83,6 +87,7 @@ def _progress_factory(enabled: bool):
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    # here: start-up time (a node process and `p2pem --help` load only what their command needs)
     from p2pem.plots import loglik_figure
     from p2pem.runner import atomic_output, graph_summary, run_scenario, write_json
     from p2pem.scenario import load_scenario
@@ -95,7 +100,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         write_json(tmp / "result.json", result.to_json())
         loglik_figure(result.runs, tmp / "loglik.png", title=f"{scenario.name}: {result.n_rows} rows over {scenario.graph.n_nodes} nodes")
     gs = graph_summary(result.graph)
-    from p2pem.graphs import degree_report
+    from p2pem.graphs import degree_report  # here: start-up time (networkx)
 
     lo, hi = gs["diameter_bounds"]
     diameter = gs["diameter"] if gs["diameter"] is not None else f"{lo}..{hi} (bounds)"
@@ -139,8 +144,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from p2pem import __version__
-
     parser = argparse.ArgumentParser(
         prog="p2pem", description=DESCRIPTION, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -190,10 +193,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import contextlib
-    import io
-    import json
-
     parser = build_parser()
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(_hoist_global_flags(raw, parser.get_default("commands")))
@@ -212,8 +211,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         error, code = "interrupted", 130
         print("p2pem: interrupted", file=sys.stderr)
     if args.json:
-        from p2pem import __version__
-
         doc = {"format": "p2pem-cli-summary", "version": 1, "p2pem": __version__, "command": args.command, "exit_code": code,
                "error": error} | getattr(args, "json_summary", {})
         if "json_summary" not in args:

@@ -5,7 +5,7 @@ arrays, randomness comes only from an explicit ``rng`` keyword, and every proble
 with the input becomes a :class:`~p2pem.errors.DataError` whose one-line message
 says where the problem is (file, line, column, node).
 
-The usual pipeline, as run by :func:`p2pem.scenario.load_data`, is::
+The usual pipeline, as run by :func:`p2pem.builders.load_data`, is::
 
     X, names = load_table(path, drop_columns=("name", "status"))
     X = pca(standardize(X, column_names=names), 2)

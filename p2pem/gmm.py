@@ -215,7 +215,7 @@ def e_step(X: FloatArray, params: GMMParams) -> tuple[FloatArray, FloatArray]:
     log_prob_norm : (n,) array
         log p(x_n) under the mixture.
     """
-    from scipy.special import logsumexp
+    from scipy.special import logsumexp  # here: start-up time (a node process never scores rows, and never loads SciPy)
 
     prec_chol = precision_cholesky(params.covariances)
     k = params.n_components
@@ -242,6 +242,12 @@ def unpack_statistics(stats: FloatArray, n_components: int, n_features: int) -> 
     c[..., iu[0], iu[1]] = tri
     c[..., iu[1], iu[0]] = tri
     return a, b, c, stats[..., -1]
+
+
+def total_count(stats: FloatArray, n_components: int) -> FloatArray:
+    """(N,) sum of the soft counts ``a_k`` of (N, P) statistics, left to right (the rounding
+    order of :func:`batch_m_step`)."""
+    return _sum_last([stats[:, j] for j in range(n_components)])
 
 
 def batch_m_step(stats: FloatArray, means: FloatArray, reg_covar: float, *, iteration: int | None = None):

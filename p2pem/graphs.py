@@ -100,6 +100,7 @@ def geometric_edges(
         raise GraphError(f"radius must be positive, got {radius!r}")
     if rng is None:
         rng = np.random.default_rng(seed)
+    # here: start-up time (SciPy loads only when a graph is drawn)
     import scipy.sparse as sp
     from scipy.sparse.csgraph import connected_components
     from scipy.spatial import cKDTree

@@ -18,11 +18,16 @@ import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
+from p2pem.data import check_parts
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError, NotFittedError
-from p2pem.gmm import FloatArray, GMMParams, e_step, params_from_dict
-from p2pem.protocols import ProtocolSpec, make_protocol
+from p2pem.families import GAUSSIAN
+from p2pem.gmm import FloatArray, GMMParams
+from p2pem.graphs import geometric_graph
+from p2pem.protocols import ProtocolSpec
+from p2pem.registry import make_protocol
 from p2pem.simulate import RunResult, run_protocol
+from p2pem.streams import init_seed, scenario_streams
 
 
 class DistributedGMM:
@@ -157,9 +162,6 @@ class DistributedGMM:
             With a 2-D ``X``: the node id (0..n-1) holding each row.  This is a simulation
             convenience so the estimator fits scikit-learn tooling.
         """
-        from p2pem.data import check_parts
-        from p2pem.scenario import seed_streams
-
         if isinstance(y, nx.Graph) and graph is None:
             graph = y
         parts = _parts(X, groups)
@@ -167,14 +169,12 @@ class DistributedGMM:
         if graph is None:
             graph = self.graph
         if graph is None:
-            from p2pem.graphs import geometric_graph
-
             graph = geometric_graph(len(parts), seed=self.random_state)
         d = int(np.asarray(parts[0]).shape[1])
-        init = None if self.init is None else params_from_dict(dict(self.init), self.n_components, d)
-        streams = seed_streams(self.random_state)
+        init = None if self.init is None else GAUSSIAN.params_from_dict(dict(self.init), self.n_components, d)
+        streams = scenario_streams(self.random_state)
         settings = EMSettings(
-            self.n_components, self.max_iter, self.tol, self.reg_covar, init, int(streams["init"].generate_state(1)[0])
+            self.n_components, self.max_iter, self.tol, self.reg_covar, init, init_seed(streams)
         )
         spec = make_protocol(self.protocol)
         result = run_protocol(parts, graph, spec, settings, seed=streams["protocol"], engine=self.engine, record_trace=self.record_trace)
@@ -214,7 +214,8 @@ class DistributedGMM:
 
     def score_samples(self, X: npt.ArrayLike) -> FloatArray:
         """Log-likelihood log p(x) of every row of ``X`` under the fitted mixture."""
-        return e_step(self._X(X), self.params_)[1]
+        arr = self._X(X)
+        return self.result_.family.score_samples(arr, self.params_)
 
     def score(self, X: npt.ArrayLike, y: Any = None) -> float:
         """Mean log-likelihood per row of ``X`` (scikit-learn's ``score``)."""
@@ -222,11 +223,13 @@ class DistributedGMM:
 
     def predict_proba(self, X: npt.ArrayLike) -> FloatArray:
         """Posterior probability of each component for every row of ``X``, shape (n, K)."""
-        return np.exp(e_step(self._X(X), self.params_)[0])
+        arr = self._X(X)
+        return self.result_.family.predict_proba(arr, self.params_)
 
     def predict(self, X: npt.ArrayLike) -> npt.NDArray[np.intp]:
         """The most probable component of every row of ``X``."""
-        return np.argmax(e_step(self._X(X), self.params_)[0], axis=1)
+        arr = self._X(X)
+        return np.argmax(self.result_.family.log_responsibilities(arr, self.params_)[0], axis=1)
 
     def sample(
         self, n_samples: int = 1, *, rng: np.random.Generator | np.random.RandomState | int | None = None
@@ -247,15 +250,11 @@ class DistributedGMM:
             gen = rng
         else:
             gen = np.random.default_rng(self.random_state if rng is None else rng)
-        counts = gen.multinomial(int(n_samples), self.weights_)
-        X = np.vstack([gen.multivariate_normal(m, c, size=int(k)) for m, c, k in zip(self.means_, self.covariances_, counts, strict=True)])
-        labels = np.repeat(np.arange(self.n_components), counts)
-        return X, labels
+        return self.result_.family.sample(self.params_, int(n_samples), gen)
 
     def _n_parameters(self) -> int:
         """Free parameters of a full-covariance mixture (as scikit-learn counts them)."""
-        k, d = self.n_components, self.n_features_in_
-        return int(k * d * (d + 1) / 2 + k * d + k - 1)
+        return self.result_.family.n_parameters(self.n_components, self.n_features_in_)
 
     def bic(self, X: npt.ArrayLike | None = None) -> float:
         """Bayesian information criterion; lower is better.

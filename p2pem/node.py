@@ -1,12 +1,14 @@
-"""The Node: one party's EM loop composed with one protocol, as a message-driven state machine.
+"""The Node: one party's task composed with one protocol, as a message-driven state machine.
 
 A Node consumes messages and produces messages; it never knows what carries them.  The
 in-memory simulator and the MQTT node process drive the very same class (like a Flower client
-app), which is why a deployment reproduces a simulation exactly.
+app), which is why a deployment reproduces a simulation exactly.  What the node computes
+between aggregations is its *task* (:class:`p2pem.task.Task`): an EM loop
+(:class:`p2pem.em.EMState`, :meth:`Node.for_em`) or any other sequence of aggregations.
 
 Calls: ``start()`` once, then ``receive(msg)`` for every message addressed to the node (and
 ``wake()`` on each activation in asynchronous mode); each returns the messages to send.
-``done`` turns True when the EM loop has finished; the fitted model is in ``em.params``.
+``done`` turns True when the task has finished; an EM node's fitted model is ``task.params()``.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import numpy as np
 
 from p2pem.em import EMSettings, EMState
 from p2pem.errors import ProtocolError
-from p2pem.gmm import FloatArray
+from p2pem.families.base import FloatArray
 from p2pem.messages import Message
 from p2pem.protocols.base import Aggregation, NodeContext, ProtocolSpec, ProtocolViolation
+from p2pem.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -31,28 +34,27 @@ class OutOfRound(ProtocolError):
 
 
 class EMFailed(ProtocolError):
-    """The network average of an aggregation is unusable (not finite, or the M-step fails on it)."""
+    """The network average of an aggregation is unusable (not finite, or the task fails on it,
+    e.g. the M-step)."""
 
 
 class Node:
-    """One party: its private rows, its EM state and the protocol's per-node state machine.
+    """One party: its task (private data and state) and the protocol's per-node state machine.
 
     Parameters
     ----------
     ctx : NodeContext
         Node id, public topology and the node's own random generator.
-    X : (n_rows, d) array
-        The node's private rows.
-    settings : EMSettings
-        The public EM settings every node shares.
+    task : Task
+        What the node computes between aggregations, a batch of one (see :meth:`for_em`).
     protocol : ProtocolSpec
     """
 
-    def __init__(self, ctx: NodeContext, X: FloatArray, settings: EMSettings, protocol: ProtocolSpec) -> None:
+    def __init__(self, ctx: NodeContext, task: Task, protocol: ProtocolSpec) -> None:
         self.ctx = ctx
         self.node_id = ctx.node_id
         self.protocol = protocol
-        self.em = EMState([X], settings, ctx.n_nodes)
+        self.task = task
         self.agg: Aggregation | None = None
         self._previous: Aggregation | None = None
         self._pending: dict[int, list[Message]] = defaultdict(list)
@@ -67,13 +69,25 @@ class Node:
         self._members: tuple[int, ...] | None = None
         self._index: dict[int, int] | None = None
 
+    @classmethod
+    def for_em(cls, ctx: NodeContext, X: FloatArray, settings: EMSettings, protocol: ProtocolSpec) -> Node:
+        """A node that runs EM on its private rows ``X`` with the public ``settings``."""
+        return cls(ctx, EMState([X], settings, ctx.n_nodes), protocol)
+
+    @property
+    def em(self) -> EMState:
+        """The task of an EM node (:meth:`for_em`)."""
+        if not isinstance(self.task, EMState):
+            raise ProtocolError(f"node {self.node_id} runs {type(self.task).__name__}, not EM")
+        return self.task
+
     @property
     def done(self) -> bool:
-        return self.em.finished
+        return self.task.finished
 
     @property
     def iteration(self) -> int:
-        return self.em.iteration
+        return self.task.iteration
 
     def start(self) -> list[Message]:
         return self._begin()
@@ -217,10 +231,10 @@ class Node:
             raise self._blame(exc) from None
 
     def _begin(self) -> list[Message]:
-        value = self.em.contribution()[0]
-        agg = self.agg = self.protocol.node_aggregation(self.ctx, self.em.iteration)
+        value = self.task.contribution()[0]
+        agg = self.agg = self.protocol.node_aggregation(self.ctx, self.task.iteration)
         out = self._count(agg.start(value))
-        pending = self._pending.pop(self.em.iteration, [])
+        pending = self._pending.pop(self.task.iteration, [])
         if self.validate:
             for msg in pending:
                 self._check(agg, msg)
@@ -240,21 +254,22 @@ class Node:
         agg = self.agg
         if agg is None or not agg.done:
             return []
+        it = self.task.iteration
         if self.protocol.asynchronous:
-            agg.iteration = self.em.iteration
+            agg.iteration = it
             self._previous = agg
-        self.rounds[self.em.iteration] = agg.rounds
+        self.rounds[it] = agg.rounds
         if not agg.converged:
-            self.unconverged.append(self.em.iteration)
+            self.unconverged.append(it)
         result = np.asarray(agg.result, dtype=float)
         if not np.all(np.isfinite(result)):
-            raise EMFailed(f"node {self.node_id}: the network average of EM iteration {self.em.iteration} is not finite")
+            raise EMFailed(f"node {self.node_id}: the network average of EM iteration {it} is not finite")
         try:
-            self.em.absorb(result)
+            self.task.absorb(result)
         except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
             # finite but absurd averages (a member lying about its statistics) can break the M-step
-            raise EMFailed(f"node {self.node_id}: EM iteration {self.em.iteration} failed on the network average ({exc})") from None
-        if self.em.finished:
+            raise EMFailed(f"node {self.node_id}: EM iteration {it} failed on the network average ({exc})") from None
+        if self.task.finished:
             self.agg = None
             return []
         return self._begin()

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -33,8 +34,6 @@ def loglik_figure(runs: list[RunResult], path: Path, *, title: str) -> None:
     The top panel is the paper's figure; the curves lie on top of each other, so the bottom
     panel shows each protocol's distance from the centralised reference on a log scale.
     """
-    import numpy as np
-
     ref = next((r for r in runs if r.protocol == "centralized"), None)
     rows = 2 if ref is not None and len(runs) > 1 else 1
     fig, axes = plt.subplots(rows, 1, figsize=(6.4, 3.6 * rows), dpi=120, sharex=True, squeeze=False)

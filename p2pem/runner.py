@@ -9,38 +9,21 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from p2pem.builders import build_graph, build_protocols, em_settings, load_data
+from p2pem.builders import build_protocols as protocols  # re-exported under the name it had here
 from p2pem.dp.guarantees import add_excluded, preprocessing_excluded
-from p2pem.em import EMSettings
 from p2pem.files import atomic_output as atomic_output  # re-exported: the commands import it from here
 from p2pem.files import write_json as write_json
-from p2pem.graphs import degree_report, geometric_graph, graph_from_edges
-from p2pem.protocols import ProtocolSpec, make_protocol
-from p2pem.scenario import Scenario, load_data
+from p2pem.graphs import degree_report
+from p2pem.protocols import ProtocolSpec, Topology
+from p2pem.scenario import Scenario
 from p2pem.simulate import Progress, RunResult, run_protocol
+
+__all__ = ["RESULT_FORMAT", "ScenarioRun", "build_graph", "em_settings", "graph_summary", "output_header", "protocols", "run_scenario"]
 
 
 #: Format name and version of the result.json that ``p2pem simulate`` writes.
 RESULT_FORMAT = ("p2pem-result", 2)
-
-
-def build_graph(scenario: Scenario) -> nx.Graph:
-    """The scenario's communication graph (drawn from its "graph" stream when geometric)."""
-    cfg = scenario.graph
-    if cfg.kind == "edges":
-        assert cfg.edges is not None  # the scenario loader requires edges for kind = "edges"
-        return graph_from_edges(cfg.edges, cfg.n_nodes)
-    return geometric_graph(cfg.n_nodes, radius=cfg.radius, rng=np.random.default_rng(scenario.streams()["graph"]))
-
-
-def em_settings(scenario: Scenario) -> EMSettings:
-    """Public EM settings; the init seed comes from the scenario's "init" stream."""
-    em = scenario.em
-    init_seed = int(scenario.streams()["init"].generate_state(1)[0])
-    return EMSettings(em.n_components, em.max_iter, em.tol, em.reg_covar, em.init, init_seed)
-
-
-def protocols(scenario: Scenario) -> list[ProtocolSpec]:
-    return [make_protocol(p.name, dict(p.params)) for p in scenario.protocols]
 
 
 def graph_summary(g: nx.Graph) -> dict:
@@ -51,8 +34,6 @@ def graph_summary(g: nx.Graph) -> dict:
     n * m), ``diameter`` is None and ``diameter_bounds`` brackets it: a double BFS sweep from
     below, the eccentricity bounds that pdmm-sp's stopping rule uses from above.
     """
-    from p2pem.protocols.base import Topology
-
     rep = degree_report(g)
     topo = Topology.from_graph(g)
     upper = int(topo.diameter)
@@ -109,7 +90,7 @@ def run_scenario(
     parts = load_data(scenario)
     g = build_graph(scenario)
     settings = em_settings(scenario)
-    specs = protocols(scenario)
+    specs = build_protocols(scenario)
     for spec in specs:  # fail before running anything
         if spec.name != "centralized":
             spec.validate(g)

@@ -5,7 +5,9 @@ communication graph, the EM settings, the protocols to run (in order) and the on
 seed from which every random stream is derived.  :func:`load_scenario` turns the
 file into frozen dataclasses and rejects anything it does not understand with a
 one-line :class:`~p2pem.errors.ConfigError` naming the file and the dotted key
-(``scenarios/x.toml: unknown key 'em.max_iters' (known: ...)``).
+(``scenarios/x.toml: unknown key 'em.max_iters' (known: ...)``).  This module only
+*parses*; :mod:`p2pem.builders` builds the data, graph, settings and protocols of a
+scenario.
 
 Schema (keys not listed are errors; ``[leakage]`` is free-form)::
 
@@ -46,9 +48,9 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     covariances = [[[...]], ...]
 
     [[protocols]]                  # one or more, run in order
-    name = "pdmm-sp"               # any name of p2pem.protocols.PROTOCOLS
+    name = "pdmm-sp"               # any name of p2pem.registry.PROTOCOLS
     mode = "sync"                  # every other key is a protocol parameter,
-                                   # checked by p2pem.protocols.make_protocol
+                                   # checked by p2pem.registry.make_protocol
 
     [tradeoff]                     # optional: settings of `p2pem tradeoff`
     epsilons = [0.1, 1.0, 10.0]    #   epsilon grid of the private protocols
@@ -56,7 +58,7 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     test_fraction = 0.2            #   held-out rows (drawn from the "montecarlo" stream)
     classify = "status"            #   optional: label column of the Bayes classifier
     class_components = 2           #   mixture components per class
-                                   #   (see p2pem.dp.tradeoff.TradeoffConfig)
+                                   #   (see TradeoffConfig)
 
     [leakage]                      # optional, free-form
     [deploy]                       # optional: settings of `p2pem deploy`
@@ -75,31 +77,24 @@ Integer keys reject booleans and floats; number keys accept integers and floats
 from __future__ import annotations
 
 import copy
+import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from p2pem.data import (
-    SPLITS,
-    Preprocessing,
-    check_parts,
-    load_table,
-    pca,
-    split_rows,
-    standardize,
-    synthetic_mixture,
-)
-from p2pem.errors import ConfigError, DataError, GraphError, InitError
+from p2pem.data import SPLITS, Preprocessing
+from p2pem.errors import ConfigError, GraphError, InitError
 from p2pem.gmm import INIT_KEYS, GMMParams, params_from_dict
 from p2pem.graphs import default_radius, graph_from_edges
-from p2pem.protocols import PROTOCOLS as _REGISTRY
-from p2pem.protocols import make_protocol
+from p2pem.registry import PROTOCOLS as _REGISTRY
+from p2pem.registry import make_protocol
+from p2pem.streams import STREAMS as _STREAMS
+from p2pem.streams import scenario_streams
 from p2pem.tomltable import Table, is_int, read_toml, show
 
 __all__ = [
@@ -112,11 +107,10 @@ __all__ = [
     "GraphConfig",
     "ProtocolConfig",
     "Scenario",
-    "load_data",
+    "TradeoffConfig",
     "load_scenario",
-    "prepare_rows",
+    "parse_tradeoff",
     "seed_streams",
-    "split_prepared",
 ]
 
 #: Protocol names, as the user types them (the registry's, private ones included).
@@ -125,9 +119,10 @@ PROTOCOLS = tuple(_REGISTRY)
 SOURCES = ("csv", "synthetic")
 #: How the communication graph is given.
 GRAPH_KINDS = ("geometric", "edges")
-#: Names of the random streams derived from the seed, in spawn order.  Append
-#: new streams at the end: a stream's identity is its position.
-STREAMS = ("data", "graph", "init", "protocol", "montecarlo")
+#: The scenario's random streams (see :mod:`p2pem.streams`).
+STREAMS = _STREAMS
+#: The scenario's streams from its seed: :func:`p2pem.streams.scenario_streams`.
+seed_streams = scenario_streams
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -244,6 +239,59 @@ class ProtocolConfig:
     params: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
 
 
+#: epsilon grid of ``[tradeoff]`` when the scenario gives none: 10 values from 0.1 to 100
+DEFAULT_EPSILONS = tuple(float(f"{v:.3g}") for v in np.logspace(-1, 2, 10))
+TRADEOFF_KEYS = ("epsilons", "n_seeds", "test_fraction", "classify", "class_components")
+
+
+@dataclass(frozen=True)
+class TradeoffConfig:
+    """The ``[tradeoff]`` table of a scenario (settings of ``p2pem tradeoff``, :mod:`p2pem.dp.tradeoff`).
+
+    Parameters
+    ----------
+    epsilons : tuple of float
+        The grid (each finite and > 0).
+    n_seeds : int
+        Protocol seeds per (protocol, epsilon).
+    test_fraction : float
+        Share of rows held out, in (0, 1).
+    classify : str or None
+        Label column for the Bayes classifier (CSV data only).
+    class_components : int
+        Mixture components per class.
+    """
+
+    epsilons: tuple[float, ...] = DEFAULT_EPSILONS
+    n_seeds: int = 10
+    test_fraction: float = 0.2
+    classify: str | None = None
+    class_components: int = 2
+
+
+def parse_tradeoff(sec: Table) -> TradeoffConfig:
+    """Validate a ``[tradeoff]`` table (errors name the file and the dotted key)."""
+    sec = Table(sec.where, sec.table, sec.prefix, TRADEOFF_KEYS)
+    epsilons = DEFAULT_EPSILONS
+    if sec.has("epsilons"):
+        raw = sec.require("epsilons")
+        if not (isinstance(raw, list) and raw and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw)):
+            sec.fail(f"{sec.key('epsilons')!r} must be a non-empty array of numbers > 0")
+        if any(not (math.isfinite(v) and v > 0) for v in raw):
+            sec.fail(f"{sec.key('epsilons')!r} must hold finite numbers > 0, got {raw}")
+        epsilons = tuple(sorted(float(v) for v in raw))
+    test_fraction = sec.number("test_fraction", default=0.2, positive=True)
+    if test_fraction >= 1:
+        sec.fail(f"{sec.key('test_fraction')!r} must be < 1, got {test_fraction}")
+    return TradeoffConfig(
+        epsilons=epsilons,
+        n_seeds=sec.integer("n_seeds", default=10, minimum=1),
+        test_fraction=test_fraction,
+        classify=sec.string("classify", default=None),
+        class_components=sec.integer("class_components", default=2, minimum=1),
+    )
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A whole scenario file.
@@ -266,7 +314,7 @@ class Scenario:
     deploy : Mapping
         The ``[deploy]`` table (keys :data:`DEPLOY_KEYS`, validated; read-only at top
         level; empty if absent).
-    tradeoff : p2pem.dp.tradeoff.TradeoffConfig or None
+    tradeoff : TradeoffConfig or None
         The ``[tradeoff]`` table of ``p2pem tradeoff`` (validated), None if absent.
     """
 
@@ -279,48 +327,11 @@ class Scenario:
     protocols: tuple[ProtocolConfig, ...]
     leakage: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     deploy: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-    tradeoff: Any = None  # p2pem.dp.tradeoff.TradeoffConfig or None
+    tradeoff: TradeoffConfig | None = None
 
     def streams(self) -> dict[str, np.random.SeedSequence]:
-        """The independent random streams of this scenario, see :func:`seed_streams`."""
-        return seed_streams(self.seed)
-
-
-# ---------------------------------------------------------------------------- streams
-
-
-def seed_streams(seed: int) -> dict[str, np.random.SeedSequence]:
-    """Derive the scenario's independent random streams from its one seed.
-
-    Parameters
-    ----------
-    seed : int
-        Non-negative integer.
-
-    Returns
-    -------
-    dict of str to numpy.random.SeedSequence
-        Keys ``"data"``, ``"graph"``, ``"init"``, ``"protocol"``, ``"montecarlo"``
-        (:data:`STREAMS`).  Make a generator with
-        ``numpy.random.default_rng(streams["data"])``; split a stream further
-        (e.g. one per node) with ``streams["protocol"].spawn(n_nodes)``.
-
-    Raises
-    ------
-    ConfigError
-        ``seed`` is not a non-negative integer.
-
-    Notes
-    -----
-    Stream ``i`` of :data:`STREAMS` is ``SeedSequence(seed, spawn_key=(i,))``,
-    which is exactly ``SeedSequence(seed).spawn(5)[i]``.  Building it from the
-    spawn key keeps it stable: it depends only on ``seed`` and the stream's
-    position, not on how many streams were spawned before, and NumPy
-    guarantees that children with different spawn keys are independent.
-    """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
-    return {name: np.random.SeedSequence(int(seed), spawn_key=(i,)) for i, name in enumerate(STREAMS)}
+        """The independent random streams of this scenario, see :func:`p2pem.streams.scenario_streams`."""
+        return scenario_streams(self.seed)
 
 
 # ---------------------------------------------------------------------------- loading
@@ -371,11 +382,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     protocols = _parse_protocols(top)
     leakage = top.free_table("leakage")
     deploy = _parse_deploy(top)
-    tradeoff = None
-    if top.has("tradeoff"):
-        from p2pem.dp.tradeoff import parse_tradeoff
-
-        tradeoff = parse_tradeoff(top.section("tradeoff", None))
+    tradeoff = parse_tradeoff(top.section("tradeoff", None)) if top.has("tradeoff") else None
     return Scenario(
         name=name,
         seed=seed,
@@ -388,108 +395,6 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         deploy=deploy,
         tradeoff=tradeoff,
     )
-
-
-def load_data(scenario: Scenario) -> list[npt.NDArray[np.float64]]:
-    """Build the per-node data of a scenario.
-
-    Reads the CSV file (or draws the synthetic mixture from the ``"data"``
-    stream), standardises, projects on principal components, splits the rows
-    over ``scenario.graph.n_nodes`` nodes with the same ``"data"`` stream and
-    validates the parts with :func:`p2pem.data.check_parts`.  The result depends
-    only on the scenario (and the data file).
-
-    Parameters
-    ----------
-    scenario : Scenario
-
-    Returns
-    -------
-    list of numpy.ndarray
-        Node ``i``'s rows at index ``i``, each of shape (n_i, n_features).
-
-    Raises
-    ------
-    DataError
-        The data cannot be read or prepared, or a node ends up without rows
-        (prefixed with the scenario file unless it already names the data file).
-    ConfigError
-        ``em.init`` does not match the width of the prepared data.
-    """
-    rng = np.random.default_rng(scenario.streams()["data"])
-    X, _ = prepare_rows(scenario, rng=rng)
-    return split_prepared(scenario, X, rng)
-
-
-def prepare_rows(
-    scenario: Scenario, *, label_column: str | None = None, rng: np.random.Generator | None = None
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64] | None]:
-    """The scenario's rows, read (or drawn) and prepared, before they are split over nodes.
-
-    Parameters
-    ----------
-    scenario : Scenario
-    label_column : str, optional
-        Also return this CSV column (e.g. a class label), row-aligned with the features.
-    rng : numpy.random.Generator, optional
-        The ``"data"`` stream's generator (synthetic data is drawn from it); a fresh one
-        from the scenario when omitted.
-
-    Returns
-    -------
-    X : (n_samples, n_features) array
-    labels : (n_samples,) array or None
-    """
-    cfg = scenario.data
-    if rng is None:
-        rng = np.random.default_rng(scenario.streams()["data"])
-    names: Sequence[str] | None = None
-    labels = None
-    if cfg.source == "csv":
-        assert cfg.path is not None
-        X, names = load_table(cfg.path, columns=cfg.columns, drop_columns=cfg.drop_columns)
-        if label_column is not None:
-            labels = load_table(cfg.path, columns=[label_column])[0][:, 0]
-    else:
-        if label_column is not None:
-            raise ConfigError(f"{scenario.path}: a label column needs csv data")
-        assert cfg.n_samples is not None and cfg.n_features is not None and cfg.n_components is not None
-        assert cfg.separation is not None
-        X, _, _ = synthetic_mixture(
-            cfg.n_samples,
-            n_features=cfg.n_features,
-            n_components=cfg.n_components,
-            separation=cfg.separation,
-            rng=rng,
-        )
-    try:
-        if cfg.public is not None:
-            X = cfg.public.apply(X)
-        else:
-            if cfg.standardize:
-                X = standardize(X, column_names=names)
-            if cfg.pca is not None:
-                X = pca(X, cfg.pca)
-    except DataError as exc:
-        where = "'data.public': " if cfg.public is not None else ""
-        raise DataError(f"{scenario.path}: {where}{exc}") from exc
-    return X, labels
-
-
-def split_prepared(scenario: Scenario, X: npt.NDArray[np.float64], rng: np.random.Generator) -> list[npt.NDArray[np.float64]]:
-    """Split prepared rows over the scenario's nodes and validate them (see :func:`load_data`)."""
-    try:
-        parts = split_rows(X, scenario.graph.n_nodes, how=scenario.data.split, rng=rng)
-        check_parts(parts, scenario.em.n_components)
-    except DataError as exc:
-        raise DataError(f"{scenario.path}: {exc}") from exc
-    init = scenario.em.init
-    if init is not None and init.means.shape[1] != X.shape[1]:
-        raise ConfigError(
-            f"{scenario.path}: 'em.init.means' has {init.means.shape[1]} columns "
-            f"but the prepared data has {X.shape[1]} features"
-        )
-    return parts
 
 
 # ------------------------------------------------------------------ section parsers
@@ -663,7 +568,7 @@ def _parse_protocols(top: Table) -> tuple[ProtocolConfig, ...]:
     for index, table in enumerate(raw):
         prefix = f"protocols[{index}]"
         sec = Table(top.where, table, prefix, None)
-        name = sec.choice("name", PROTOCOLS)
+        name = sec.choice("name", tuple(_REGISTRY))  # read now: a protocol registered later is known too
         params = {key: copy.deepcopy(value) for key, value in table.items() if key != "name"}
         _validate_protocol(top.where, prefix, params, name)
         protocols.append(ProtocolConfig(name=name, params=MappingProxyType(params)))

@@ -10,14 +10,13 @@
     always runs here (one node per tick leaves nothing to vectorise).
 
 Both engines draw every random number from the same per-node generators, derived from one
-protocol seed with ``SeedSequence(seed).spawn(n + 1)`` (the last stream schedules the
+protocol seed by :func:`p2pem.streams.protocol_streams` (the last stream schedules the
 asynchronous wake-ups), so for the same seed they produce identical parameters, logs and
 message traces.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import time
@@ -31,12 +30,16 @@ import numpy as np
 
 from p2pem.em import EMSettings, EMState, fit_centralized
 from p2pem.errors import ConfigError, ProtocolError
-from p2pem.gmm import FloatArray, GMMParams, relative_error
+from p2pem.graphs import check_connected
+from p2pem.families import GAUSSIAN, MixtureFamily
+from p2pem.gmm import FloatArray, relative_error
 from p2pem.messages import SERVER, Message
 from p2pem.node import Node, Server
 from p2pem.protocols import Centralized, NodeContext, ProtocolSpec
 from p2pem.protocols.base import Topology
 from p2pem.data import check_parts
+from p2pem.streams import protocol_streams as protocol_streams  # re-exported: callers import it from here
+from p2pem.task import drive
 
 Progress = Callable[[int, int], None]
 
@@ -47,9 +50,8 @@ class RunResult:
 
     protocol: str
     protocol_params: dict
-    weights: FloatArray
-    means: FloatArray
-    covariances: FloatArray
+    #: the fitted model as node 0 holds it (the family's single parameters, e.g. GMMParams)
+    params: Any
     loglik: list[float]
     n_iter: int
     converged: bool
@@ -65,10 +67,21 @@ class RunResult:
     resolved_params: dict = field(default_factory=dict)
     #: the total soft count of the last EM aggregation as node 0 received it (noisy when private)
     released_rows: float = math.nan
+    #: the model family of ``params``
+    family: MixtureFamily = GAUSSIAN
+
+    # the Gaussian family's arrays, by their names (other families: ``params`` itself)
+    @property
+    def weights(self) -> FloatArray:
+        return self.params.weights
 
     @property
-    def params(self) -> GMMParams:
-        return GMMParams(self.weights, self.means, self.covariances)
+    def means(self) -> FloatArray:
+        return self.params.means
+
+    @property
+    def covariances(self) -> FloatArray:
+        return self.params.covariances
 
     def to_json(self) -> dict:
         return {
@@ -76,9 +89,7 @@ class RunResult:
             "protocol_params": self.protocol_params,
             "resolved_params": self.resolved_params,
             "loglik": [None if v != v else v for v in self.loglik],  # NaN (not released: private runs) -> null
-            "weights": self.weights.tolist(),
-            "means": self.means.tolist(),
-            "covariances": self.covariances.tolist(),
+            **self.family.to_dict(self.params),
             "n_iter": self.n_iter,
             "converged": self.converged,
             "consensus_iterations": list(self.consensus_iterations),
@@ -91,26 +102,13 @@ class RunResult:
         }
 
 
-def max_relative_difference(run, ref) -> float:
-    """Largest relative difference of weights, means and covariances (each relative to ``ref``'s max)."""
-    return max(
-        relative_error(a, b) for a, b in ((run.weights, ref.weights), (run.means, ref.means), (run.covariances, ref.covariances))
-    )
+def max_relative_difference(run, ref, family: MixtureFamily = GAUSSIAN) -> float:
+    """Largest relative difference of the model's arrays (each relative to ``ref``'s max).
 
-
-def protocol_streams(seed: int | np.random.SeedSequence, n_nodes: int) -> list[np.random.Generator]:
-    """Per-node protocol generators plus, last, the asynchronous schedule generator.
-
-    Child i is ``SeedSequence(entropy, spawn_key=parent.spawn_key + (i,))``: what the first
-    ``parent.spawn()`` would give, but without advancing ``parent``, so the same seed object
-    gives the same streams however often it is used (and a node process can rebuild its own
-    stream from the seed and its id alone).
+    ``run`` and ``ref`` are models of ``family`` (or anything with its arrays as attributes,
+    such as a :class:`RunResult` of the Gaussian family).
     """
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    return [
-        np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, i), pool_size=ss.pool_size))
-        for i in range(n_nodes + 1)
-    ]
+    return max(relative_error(getattr(run, key), getattr(ref, key)) for key, _ in family.param_keys)
 
 
 def run_protocol(
@@ -137,7 +135,7 @@ def run_protocol(
         :func:`p2pem.graphs.geometric_edges` and ``Topology.from_edges``): a networkx graph
         costs about 1 KB per edge.  ``secure-sum`` needs a Topology with a ``ring``.
     protocol : ProtocolSpec
-        See :func:`p2pem.protocols.make_protocol`.
+        See :func:`p2pem.registry.make_protocol`.
     settings : EMSettings
     seed : int or SeedSequence
         Protocol randomness (initial duals, ring masks, wake-up schedule).
@@ -155,9 +153,7 @@ def run_protocol(
     """
     check_parts(parts, settings.n_components)
     parts = [np.ascontiguousarray(part, dtype=float) for part in parts]
-    prepare = getattr(protocol, "prepare", None)
-    if prepare is not None:  # a private protocol binds to the run: clipped data, calibrated noise, EM hook
-        protocol, settings, parts = prepare(settings, parts, seed=seed)
+    protocol, settings, parts = protocol.bind(settings, parts, seed=seed)  # e.g. a private protocol's noise and EM hook
     if engine not in ("vectorised", "messages"):
         raise ConfigError(f"engine must be 'vectorised' or 'messages', got {engine!r}")
     if device is not None and hasattr(protocol, "device"):
@@ -165,7 +161,7 @@ def run_protocol(
     t0 = time.perf_counter()
     if isinstance(protocol, Centralized):
         state = fit_centralized(np.vstack(parts), settings)
-        return _result(protocol, state, {}, [], 0, 0, time.perf_counter() - t0, None)
+        return _result(protocol, state, state.flat_models(), {}, [], 0, 0, time.perf_counter() - t0, None)
     _check_graph(graph, len(parts))
     protocol.validate(graph)
     topology = protocol.topology(graph)
@@ -179,8 +175,6 @@ def run_protocol(
 
 
 def _check_graph(graph: nx.Graph | Topology, n_parts: int) -> None:
-    from p2pem.graphs import check_connected
-
     if isinstance(graph, Topology):  # 0..n-1 and connected by construction
         if graph.n_nodes != n_parts:
             raise ConfigError(f"the topology has {graph.n_nodes} nodes but the data is split over {n_parts}")
@@ -195,31 +189,33 @@ def _check_graph(graph: nx.Graph | Topology, n_parts: int) -> None:
 
 
 def _run_vectorised(parts, topology, protocol, settings, rngs, record, progress, t0) -> RunResult:
-    n = len(parts)
-    state = EMState(parts, settings, n)
     rounds: dict[int, float] = {}
     unconverged: list[int] = []
-    messages = nbytes = 0
+    counts = [0, 0]  # messages, bytes
     trace: list[Message] | None = [] if record else None
-    while not state.finished:
-        it = state.iteration
-        out = protocol.aggregate(state.contribution(), topology, rngs, it, record=record)
-        state.absorb(out.results)
+
+    def aggregate(it: int, values: FloatArray) -> FloatArray:
+        out = protocol.aggregate(values, topology, rngs, it, record=record)
         rounds[it] = out.rounds
-        messages += out.messages
-        nbytes += out.nbytes
+        counts[0] += out.messages
+        counts[1] += out.nbytes
         if not out.converged:
             unconverged.append(it)
         if trace is not None and out.trace is not None:
             trace.extend(out.trace)
+        return out.results
+
+    def report(it: int, values: FloatArray, averages: FloatArray) -> None:
         if progress is not None and it > 0:
             progress(it, settings.max_iter)
-    return _result(protocol, state, rounds, unconverged, messages, nbytes, time.perf_counter() - t0, trace)
+
+    state = drive(EMState(parts, settings, len(parts)), aggregate, after=report)
+    return _result(protocol, state, state.flat_models(), rounds, unconverged, counts[0], counts[1], time.perf_counter() - t0, trace)
 
 
 def _run_messages(parts, topology, protocol, settings, rngs, record, progress, t0) -> RunResult:
     n = len(parts)
-    nodes = [Node(NodeContext(i, topology, rngs[i]), X, settings, protocol) for i, X in enumerate(parts)]
+    nodes = [Node.for_em(NodeContext(i, topology, rngs[i]), X, settings, protocol) for i, X in enumerate(parts)]
     server = Server(protocol, topology) if protocol.server_aggregation(topology, 0) is not None else None
     schedule = rngs[n]
     queue: deque[tuple[int, Message]] = deque()
@@ -255,34 +251,21 @@ def _run_messages(parts, topology, protocol, settings, rngs, record, progress, t
     unconverged = sorted(set().union(*(node.unconverged for node in nodes)))
     messages = sum(node.sent_messages for node in nodes) + (server.sent_messages if server else 0)
     nbytes = sum(node.sent_bytes for node in nodes) + (server.sent_bytes if server else 0)
-    return _result(protocol, _collect([node.em for node in nodes]), rounds, unconverged, messages, nbytes, time.perf_counter() - t0, trace)
-
-
-def _collect(states: list[EMState]) -> EMState:
-    """One batch state holding the final parameters of n single-node states (for the summary)."""
+    states = [node.em for node in nodes]
     if any(s.n_iter != states[0].n_iter for s in states):
         raise ProtocolError("nodes ended after different numbers of EM iterations (internal error)")
-    if len(states) == 1:
-        return states[0]
-    out = copy.copy(states[0])
-    out.weights = np.concatenate([s.weights for s in states])
-    out.means = np.concatenate([s.means for s in states])
-    out.covariances = np.concatenate([s.covariances for s in states])
-    return out
+    flat = np.concatenate([s.flat_models() for s in states])
+    return _result(protocol, states[0], flat, rounds, unconverged, messages, nbytes, time.perf_counter() - t0, trace)
 
 
-def _result(protocol, state: EMState, rounds, unconverged, messages, nbytes, wall, trace) -> RunResult:
-    n = len(state.weights)
-    flat = np.concatenate([state.weights.reshape(n, -1), state.means.reshape(n, -1), state.covariances.reshape(n, -1)], axis=1)
-    spread = relative_error(flat, flat[0])
-    p = state.params(0)
+def _result(protocol, state: EMState, flat: FloatArray, rounds, unconverged, messages, nbytes, wall, trace) -> RunResult:
+    """The run's summary from node 0's state and every node's flattened model ``flat``."""
     its = sorted(k for k in rounds if k > 0)
     return RunResult(
         protocol=getattr(protocol, "label", protocol.name),
         protocol_params=protocol.params(),
-        weights=p.weights,
-        means=p.means,
-        covariances=p.covariances,
+        params=state.params(0),
+        family=state.family,
         loglik=state.node_loglik(0),
         n_iter=state.n_iter,
         converged=state.converged,
@@ -291,7 +274,7 @@ def _result(protocol, state: EMState, rounds, unconverged, messages, nbytes, wal
         messages=messages,
         bytes=nbytes,
         wall_s=wall,
-        node_spread=spread,
+        node_spread=relative_error(flat, flat[0]),
         unconverged_iterations=list(unconverged),
         trace=trace,
         released_rows=float(state.released_rows[0]),

@@ -121,15 +121,14 @@ _PLANS: dict = {}
 def _group_epsilon(scenario, label, eps, h, shares, epsilon_left) -> float | None:
     """Epsilon (under the run's accountant) for the rows of a disclosed group of h honest nodes."""
     from p2pem.dp.protocols import DPProtocol
-    from p2pem.runner import em_settings, protocols
-    from p2pem.scenario import load_data
+    from p2pem.builders import build_protocols, em_settings, load_data
 
     key = (label, eps)
     if key not in _PLANS:
-        spec = next(s for s in protocols(scenario) if getattr(s, "label", s.name) == label)
+        spec = next(s for s in build_protocols(scenario) if getattr(s, "label", s.name) == label)
         spec = dataclasses.replace(spec, epsilon=eps)
         assert isinstance(spec, DPProtocol)
-        bound, _, _ = spec.prepare(em_settings(scenario), load_data(scenario))
+        bound, _, _ = spec.bind(em_settings(scenario), load_data(scenario))
         _PLANS[key] = bound
     bound = _PLANS[key]
     plan = bound.plan
@@ -157,7 +156,7 @@ def frontier(path: Path, epsilons: tuple[float, ...], seeds: int) -> dict:
     from p2pem.leakage.wholerun_analysis import attack_group
     from p2pem.leakage.views import Adversary
     from p2pem.messages import SERVER
-    from p2pem.protocols import make_protocol
+    from p2pem.registry import make_protocol
     from p2pem.scenario import load_scenario
 
     scenario = load_scenario(path)

@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     from p2pem.deploy.kit import prepare_kit, start_kit_broker
     from p2pem.deploy.launcher import run_deployment
     from p2pem.deploy.results import write_result
-    from p2pem.runner import build_graph, em_settings, protocols
-    from p2pem.scenario import load_data, load_scenario
+    from p2pem.builders import build_graph, em_settings, build_protocols as protocols
+    from p2pem.builders import load_data
+    from p2pem.scenario import load_scenario
     from p2pem.simulate import relative_error, run_protocol
 
     with tempfile.TemporaryDirectory(prefix="p2pem-bench-") as tmp:

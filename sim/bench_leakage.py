@@ -96,7 +96,7 @@ def coverage(scenario, config, repeats: int) -> None:
     from p2pem.leakage.reduce import exact_linear_mi, principal_components
     from p2pem.leakage.views import build_view
     from p2pem.protocols import PdmmSP
-    from p2pem.runner import build_graph, protocols
+    from p2pem.builders import build_graph, build_protocols as protocols
 
     graph = build_graph(scenario)
     spec = monte_carlo_spec(next(s for s in protocols(scenario) if isinstance(s, PdmmSP)), config.iterations)

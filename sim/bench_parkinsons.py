@@ -53,8 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     from threadpoolctl import threadpool_limits
 
     from p2pem.protocols import PdmmSP
-    from p2pem.runner import build_graph, em_settings, run_scenario
-    from p2pem.scenario import load_data, load_scenario
+    from p2pem.builders import build_graph, em_settings
+    from p2pem.runner import run_scenario
+    from p2pem.builders import load_data
+    from p2pem.scenario import load_scenario
     from p2pem.simulate import max_relative_difference, run_protocol
 
     import_s = time.perf_counter() - t_import

@@ -53,8 +53,9 @@ from p2pem.gmm import init_statistics
 from p2pem.graphs import geometric_graph
 from p2pem.protocols import Centralized, PdmmSP
 from p2pem.protocols.base import Topology
-from p2pem.runner import build_graph, em_settings
-from p2pem.scenario import load_data, load_scenario
+from p2pem.builders import build_graph, em_settings
+from p2pem.builders import load_data
+from p2pem.scenario import load_scenario
 from p2pem.simulate import max_relative_difference, protocol_streams, relative_error, run_protocol
 from _common import print_table
 

@@ -57,6 +57,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -139,15 +140,15 @@ def setup_size(n: int, args) -> dict:
     return out
 
 
+@dataclass(frozen=True)
 class Recording(PdmmSP):
     """pdmm-sp that keeps, per aggregation, the relative error of its result against the true
     mean of its inputs (and the inputs of the first two), optionally on a given topology."""
 
-    def __init__(self, *args, topology_override=None, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        object.__setattr__(self, "errors", [])
-        object.__setattr__(self, "inputs", [])
-        object.__setattr__(self, "topology_override", topology_override)
+    # not protocol parameters (metadata "bound": left out of params()), shared by dataclasses.replace
+    topology_override: Topology | None = field(default=None, repr=False, compare=False, metadata={"bound": True})
+    errors: list = field(default_factory=list, repr=False, compare=False, metadata={"bound": True})
+    inputs: list = field(default_factory=list, repr=False, compare=False, metadata={"bound": True})
 
     def topology(self, g):
         return self.topology_override if self.topology_override is not None else super().topology(g)
@@ -228,7 +229,7 @@ def host_size(n: int, args) -> dict:
     _, per_row_s, _ = timed(lambda: [gmm.init_from_global(row, 3, 0) for row in sample])
     per_row_s *= n / len(sample)
     stats, stats_s, _ = timed(state.contribution)
-    args_ = (state.X, state.offsets, state.weights, state.means, state._prec_chol)
+    args_ = (state.X, state.offsets, state.model.weights, state.model.means, state.model.prec_chol)
     _, whole_s, _ = timed(lambda: gmm._batch_statistics_block(*args_))
     _, m_step_s, _ = timed(lambda: state.absorb(np.broadcast_to(stats.mean(axis=0), stats.shape).copy()))
     print(f"  host n = {n:,} done", flush=True)

@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from threadpoolctl import threadpool_limits
 
-    from p2pem.dp.tradeoff import TradeoffConfig, run_tradeoff
+    from p2pem.dp.tradeoff import run_tradeoff
+    from p2pem.scenario import TradeoffConfig
     from p2pem.scenario import load_scenario
 
     with threadpool_limits(limits=1):

@@ -92,7 +92,7 @@ def _fig3_mi(runs: int) -> None:
 
     from p2pem.leakage.multi_mi import multi_iteration_leakage
     from p2pem.leakage.views import Adversary
-    from p2pem.protocols import make_protocol
+    from p2pem.registry import make_protocol
 
     fig1 = nx.Graph([(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 2), (2, 4)])
     adv = Adversary("honest-but-curious", {1, 3})

@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from p2pem.dp.tradeoff import held_out_split, training_preprocessing
-    from p2pem.scenario import load_scenario, prepare_rows
+    from p2pem.builders import prepare_rows
+    from p2pem.scenario import load_scenario
 
     scenario = load_scenario(args.scenario)
     if scenario.data.public is not None:

@@ -32,8 +32,9 @@ from p2pem.deploy.results import collect_results
 from p2pem.deploy.supervise import Deployment, DeploymentFailed
 from p2pem.errors import TransportError
 from p2pem.messages import Message
-from p2pem.runner import build_graph, em_settings, protocols
-from p2pem.scenario import load_data, load_scenario
+from p2pem.builders import build_graph, em_settings, build_protocols as protocols
+from p2pem.builders import load_data
+from p2pem.scenario import load_scenario
 from p2pem.simulate import run_protocol
 from p2pem.deploy.transports.mqtt import LinkTimeout, MqttLink, topic_for
 

@@ -20,9 +20,10 @@ from p2pem.deploy.config import BrokerConfig, NodeConfig, Timeouts, load_node_da
 from p2pem.deploy.roster import Roster, check_deployable
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError
-from p2pem.protocols import Topology, make_protocol
+from p2pem.protocols import Topology
+from p2pem.registry import make_protocol
 from p2pem.protocols.pdmm import auto_c
-from p2pem.runner import build_graph, em_settings
+from p2pem.builders import build_graph, em_settings
 from p2pem.scenario import load_scenario
 from p2pem.simulate import protocol_streams
 

@@ -36,8 +36,9 @@ from p2pem.deploy.process import run_reported
 from p2pem.deploy.runtime import NodeRuntime
 from p2pem.messages import Message
 from p2pem.protocols.pdmm import NEVER
-from p2pem.runner import build_graph, em_settings, protocols
-from p2pem.scenario import load_data, load_scenario
+from p2pem.builders import build_graph, em_settings, build_protocols as protocols
+from p2pem.builders import load_data
+from p2pem.scenario import load_scenario
 from p2pem.simulate import run_protocol
 from p2pem.deploy.transports.base import subscriptions_for, topic_for
 from p2pem.deploy.transports.memory import Faults, MemoryBroker

@@ -357,7 +357,7 @@ def em_node(node_id: int, topology: Topology, seed: int = 0):
     from p2pem.node import Node
 
     X = np.random.default_rng(seed + node_id).normal(size=(6, 2))
-    node = Node(NodeContext(node_id, topology, np.random.default_rng(seed)), X, EMSettings(n_components=2, max_iter=2, init_seed=1), PdmmSP())
+    node = Node.for_em(NodeContext(node_id, topology, np.random.default_rng(seed)), X, EMSettings(n_components=2, max_iter=2, init_seed=1), PdmmSP())
     node.validate = True
     return node
 

@@ -13,10 +13,11 @@ import pytest
 from p2pem.data import split_rows, synthetic_mixture
 from p2pem.dp import accounting, mechanisms, postprocess
 from p2pem.dp.protocols import DataBoundWarning, PrivateEM
+from p2pem.families import GAUSSIAN
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError
 from p2pem.gmm import GMMParams, batch_statistics, init_from_global, init_statistics, precision_cholesky
-from p2pem.protocols import make_protocol
+from p2pem.registry import make_protocol
 from p2pem.simulate import max_relative_difference, protocol_streams, run_protocol
 
 N_NODES = 8
@@ -119,7 +120,7 @@ def test_private_runs_release_no_log_likelihood(problem):
 
 def _bound_spec(problem, name, **params):
     parts, g, s, bound = problem
-    spec, settings, parts = make_protocol(name, dict(params, bound=bound)).prepare(s, parts)
+    spec, settings, parts = make_protocol(name, dict(params, bound=bound)).bind(s, parts)
     return spec, spec.topology(g), settings
 
 
@@ -190,7 +191,7 @@ def test_sensitivity_bounds_hold_and_are_attained_by_brute_force():
     def released(rows):
         prec = precision_cholesky(params.covariances)
         stats = batch_statistics(rows, np.zeros(1, dtype=np.intp), params.weights[None], params.means[None], prec[None])
-        return hook.encode(stats, params.means[None])[0]
+        return hook.encode(stats, GAUSSIAN.broadcast(params, 1))[0]
 
     base = released(X)
     grid = np.linspace(-B, B, 7)

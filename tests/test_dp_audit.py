@@ -36,7 +36,8 @@ from scipy.stats import beta
 from p2pem.dp import accounting
 from p2pem.em import EMSettings
 from p2pem.gmm import GMMParams
-from p2pem.protocols import Topology, make_protocol
+from p2pem.protocols import Topology
+from p2pem.registry import make_protocol
 from p2pem.simulate import protocol_streams, run_protocol
 
 BOUND = 1.0
@@ -219,7 +220,7 @@ def test_colluders_residual_noise_is_what_the_accounting_assumes(mechanism):
     spec = _spec("dp-distributed-secure-sum", params)
     topology, settings = _setting(n, max_iter=5)
     parts = [ROWS.copy() for _ in range(n)]
-    bound_spec, _, _ = spec.prepare(settings, parts)
+    bound_spec, _, _ = spec.bind(settings, parts)
     run = run_protocol(parts, topology, spec, settings)
     assert run.protocol_params["privacy"]["colluders"] == 3
     reported = run.protocol_params["epsilon_spent"]

@@ -23,7 +23,7 @@ from p2pem.leakage.reduce import estimate_reduction, exact_linear_mi, principal_
 from p2pem.leakage.theory import closed_form_bits, disclosed_groups
 from p2pem.leakage.views import Adversary, build_view
 from p2pem.messages import SERVER
-from p2pem.protocols import make_protocol
+from p2pem.registry import make_protocol
 
 FIG1_EDGES = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 2), (2, 4)]
 RUNS = 10_000

@@ -98,7 +98,7 @@ def test_interval_covers_through_the_whole_pipeline() -> None:
     from p2pem.leakage.montecarlo import make_adversary, monte_carlo, monte_carlo_spec
     from p2pem.leakage.config import parse_leakage
     from p2pem.leakage.views import build_view
-    from p2pem.runner import build_graph
+    from p2pem.builders import build_graph
     from p2pem.scenario import load_scenario
 
     scenario = load_scenario(Path(__file__).parent.parent / "scenarios" / "fig1.toml")

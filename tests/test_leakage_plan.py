@@ -25,7 +25,8 @@ from p2pem.leakage.montecarlo import make_adversary, monte_carlo, monte_carlo_sp
 from p2pem.leakage.plan import _prefix_ranks, default_targets, plan_analysis, prepare_protocols
 from p2pem.leakage.reduce import principal_components
 from p2pem.leakage.views import build_view
-from p2pem.scenario import load_data, load_scenario
+from p2pem.builders import load_data
+from p2pem.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 

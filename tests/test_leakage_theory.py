@@ -12,7 +12,7 @@ from p2pem.leakage.closed_forms import sum_leakage_bits
 from p2pem.leakage.theory import closed_form_bits, describe_group, disclosed_groups, topology_report
 from p2pem.leakage.views import Adversary
 from p2pem.messages import SERVER
-from p2pem.protocols import make_protocol
+from p2pem.registry import make_protocol
 
 FIG1_EDGES = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 2), (2, 4)]
 

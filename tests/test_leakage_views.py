@@ -11,7 +11,7 @@ from p2pem.errors import ConfigError, DataError
 from p2pem.graphs import graph_from_edges
 from p2pem.leakage.views import Adversary, build_view
 from p2pem.messages import SERVER, Message
-from p2pem.protocols import make_protocol
+from p2pem.registry import make_protocol
 from p2pem.simulate import protocol_streams
 
 # The graph of the paper's Fig. 1 with ids 0..4 (paper's node k is id k-1).

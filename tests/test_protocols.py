@@ -10,7 +10,8 @@ import pytest
 
 from p2pem.errors import ConfigError
 from p2pem.graphs import geometric_graph
-from p2pem.protocols import Federated, PdmmSP, SecureSum, Topology, make_protocol
+from p2pem.protocols import Federated, PdmmSP, SecureSum, Topology
+from p2pem.registry import make_protocol
 from p2pem.protocols.exact import MODULUS, decode_fixed, encode_fixed, fsum_average
 from p2pem.simulate import protocol_streams
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from p2pem.errors import ConfigError, DataError, GraphError
+from p2pem.builders import load_data
 from p2pem.scenario import (
     STREAMS,
     Scenario,
-    load_data,
     load_scenario,
     seed_streams,
 )

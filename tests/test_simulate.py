@@ -12,8 +12,9 @@ from p2pem import DistributedGMM, PdmmSP, geometric_graph, make_protocol, run_pr
 from p2pem.data import synthetic_mixture
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError, GraphError
-from p2pem.runner import build_graph, em_settings
-from p2pem.scenario import load_data, load_scenario
+from p2pem.builders import build_graph, em_settings
+from p2pem.builders import load_data
+from p2pem.scenario import load_scenario
 from p2pem.simulate import max_relative_difference, relative_error
 
 ROOT = Path(__file__).resolve().parents[1]

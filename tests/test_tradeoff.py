@@ -188,7 +188,7 @@ def test_private_runs_of_the_sweep_start_from_the_private_initialisation(tmp_pat
     work = _workload(tmp_path, SCENARIO.replace("[tradeoff]", init + "[tradeoff]"))
     assert work.settings_for(True).init is not None
     spec = load_scenario(tmp_path / "s.toml").protocols[0]
-    from p2pem.protocols import make_protocol
+    from p2pem.registry import make_protocol
 
     record = run_one(work, make_protocol(spec.name, dict(spec.params)), 1.0, 0)
     assert any("the initial model: public" in e for e in record["excluded"])
@@ -204,7 +204,7 @@ def test_bayes_classifier_is_the_gaussian_bayes_rule():
     from p2pem.em import EMSettings
     from p2pem.gmm import init_from_global, init_statistics
     from p2pem.graphs import graph_from_edges
-    from p2pem.protocols import make_protocol
+    from p2pem.registry import make_protocol
 
     rng = np.random.default_rng(2)
     y = rng.integers(0, 3, 150)
@@ -232,7 +232,7 @@ def test_private_bayes_priors_are_the_released_noisy_counts():
     from p2pem.dp.bayes import fit_bayes
     from p2pem.em import EMSettings
     from p2pem.graphs import graph_from_edges
-    from p2pem.protocols import make_protocol
+    from p2pem.registry import make_protocol
 
     rng = np.random.default_rng(4)
     y = np.repeat([0, 1], [40, 20])

@@ -14,7 +14,7 @@ from p2pem.leakage.attack import init_row_statistics, match_rows, reconstruct_ro
 from p2pem.leakage.views import Adversary
 from p2pem.leakage.wholerun import disclosure_rank, record_whole_run
 from p2pem.messages import SERVER
-from p2pem.protocols import make_protocol
+from p2pem.registry import make_protocol
 
 #: The graph of Fig. 1 of Li et al. (ICASSP 2022), ids 0..4 for the paper's nodes 1..5.
 FIG1 = nx.Graph([(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 2), (2, 4)])

@@ -15,7 +15,7 @@ from p2pem.leakage.attack import _Equations, match_rows, reconstruct_rows
 from p2pem.leakage.views import Adversary
 from p2pem.leakage.wholerun import record_whole_run
 from p2pem.messages import SERVER
-from p2pem.protocols import make_protocol
+from p2pem.registry import make_protocol
 from p2pem.simulate import run_protocol
 
 BOUND = 4.0
@@ -95,7 +95,7 @@ def test_the_defence_scenario_cuts_off_the_components_its_docs_name():
     from pathlib import Path
 
     from p2pem.leakage.wholerun_analysis import parse_whole_run
-    from p2pem.runner import build_graph
+    from p2pem.builders import build_graph
     from p2pem.scenario import load_scenario
 
     scenario = load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "parkinsons_defence.toml")

@@ -11,7 +11,7 @@ import pytest
 from p2pem.leakage.estimators import mi_with_ci
 from p2pem.leakage.multi_mi import init_sum_leakage_bits, multi_iteration_leakage
 from p2pem.leakage.views import Adversary
-from p2pem.protocols import make_protocol
+from p2pem.registry import make_protocol
 
 FIG1 = nx.Graph([(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 2), (2, 4)])
 

@@ -52,7 +52,7 @@ def assemble_roster(
         or the protocol cannot be deployed.
     """
     from p2pem.deploy.crypto import PublicIdentity
-    from p2pem.runner import build_graph, em_settings
+    from p2pem.builders import build_graph, em_settings
     from p2pem.scenario import load_scenario
 
     scenario = load_scenario(scenario_path)

@@ -118,7 +118,7 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
             "are reproducible but the subspace perturbation hides nothing from whoever knows the seed",
             i,
         )
-    node = Node(NodeContext(i, topology, config.protocol_rng()), X, settings, spec)
+    node = Node.for_em(NodeContext(i, topology, config.protocol_rng()), X, settings, spec)
     node.validate = True
     if link is None:
         link = mqtt_link(config, roster)

@@ -19,6 +19,7 @@ from p2pem.em import EMSettings, EMState
 from p2pem.errors import ProtocolError
 from p2pem.gmm import GMMParams
 from p2pem.protocols.base import ProtocolSpec, Topology, diameter_bound
+from p2pem.task import drive
 
 __all__ = ["simulate_with_dropouts", "survivor_topology"]
 
@@ -90,17 +91,17 @@ def simulate_with_dropouts(
     (GMMParams, int)
         The survivors' model and the number of EM iterations.
     """
-    n = len(parts)
-    state = EMState([np.asarray(p, dtype=float) for p in parts], settings, n)
     dropped: set[int] = set()
-    while not state.finished:
-        it = state.iteration
-        dropped |= {k for k, at in schedule.items() if at <= it}
-        survivors, topology = survivor_topology(neighbours, dropped)
-        values = state.contribution()
+    survivors: list[int] = list(range(len(parts)))
+
+    def aggregate(it: int, values: np.ndarray) -> np.ndarray:
+        dropped.update(k for k, at in schedule.items() if at <= it)
+        survivors[:], topology = survivor_topology(neighbours, dropped)
         out = protocol.aggregate(values[survivors], topology, [rngs[g] for g in survivors], it)
         averages = np.empty_like(values)
         averages[:] = out.results[0]  # the dropped nodes' rows are never read again
         averages[survivors] = out.results
-        state.absorb(averages)
+        return averages
+
+    state = drive(EMState([np.asarray(p, dtype=float) for p in parts], settings, len(parts)), aggregate)
     return state.params(survivors[0]), state.n_iter

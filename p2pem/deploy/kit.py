@@ -36,6 +36,7 @@ from p2pem.deploy.keys import public_path, public_toml, write_broker_auth
 from p2pem.deploy.roster import Roster, check_deployable
 from p2pem.errors import ConfigError
 from p2pem.files import atomic_write, write_json
+from p2pem.streams import node_stream_key
 from p2pem.tomltable import read_toml
 
 log = logging.getLogger(__name__)
@@ -159,9 +160,9 @@ def make_run_id(name: str) -> str:
 
 def pick_protocol(scenario, protocol: str | None):
     """The scenario's protocol named ``protocol`` (default its first), checked to be deployable."""
-    from p2pem.runner import protocols
+    from p2pem.builders import build_protocols
 
-    specs = protocols(scenario)
+    specs = build_protocols(scenario)
     if protocol is None:
         spec = specs[0]
     else:
@@ -245,8 +246,7 @@ def prepare_kit(
     """
     from p2pem.deploy.broker import username_for
     from p2pem.deploy.crypto import Identity
-    from p2pem.runner import build_graph, em_settings
-    from p2pem.scenario import load_data
+    from p2pem.builders import build_graph, em_settings, load_data
 
     root = Path(out)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
@@ -287,6 +287,7 @@ def prepare_kit(
         pw = d / "broker.password"
         os.replace(broker_dir / f"node{i}.password", pw)
         write_node_data(d / "data.csv", parts[i])
+        key = node_stream_key(protocol_stream, i) if seeded else None
         config = NodeConfig(
             node_id=i,
             roster=root / "roster.toml",
@@ -295,8 +296,8 @@ def prepare_kit(
             result=d / "result.json",
             broker=BrokerConfig(host=host, port=int(port), username=username_for(i), password_file=pw),
             timeouts=timeouts,
-            seed=int(protocol_stream.entropy) if seeded else None,
-            spawn_key=(*protocol_stream.spawn_key, i) if seeded else (),
+            seed=key[0] if key is not None else None,
+            spawn_key=key[1] if key is not None else (),
             on_dropout=str(scenario.deploy.get("on_dropout", "stop")) if on_dropout is None else on_dropout,
         )
         config.save(d / "node.toml")

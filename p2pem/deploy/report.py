@@ -25,7 +25,7 @@ from p2pem.files import write_json
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WIRE_COUNTERS", "flat_model", "model_size", "node_model", "node_report", "write_failure", "write_report"]
+__all__ = ["WIRE_COUNTERS", "node_model", "node_report", "write_failure", "write_report"]
 
 #: Counters of the runtime reported under ``wire`` (besides ``rejected``).
 WIRE_COUNTERS = ("published", "wire_bytes", "control_sent", "republished", "received", "duplicates", "not_addressed", "reconnects")
@@ -91,7 +91,7 @@ def node_report(
         "heavy_modules": sorted(m for m in ("scipy", "networkx") if m in sys.modules),
     }
     if params is not None:
-        out.update(weights=params.weights.tolist(), means=params.means.tolist(), covariances=params.covariances.tolist())
+        out.update(em.family.to_dict(params))
     return out
 
 
@@ -167,14 +167,3 @@ def node_model(em: Any) -> tuple[Any, list[float]]:
         loglik = [float(np.ravel(v)[0]) for v in em.loglik]
     return params, loglik
 
-
-def flat_model(em: Any) -> np.ndarray:
-    """The fitted weights, means and covariances as one float64 vector (what neighbours compare)."""
-    params, _ = node_model(em)
-    return np.concatenate([np.ravel(params.weights), np.ravel(params.means), np.ravel(params.covariances)]).astype(np.float64)
-
-
-def model_size(em: Any) -> int:
-    """Length of :func:`flat_model`."""
-    k, d = em.settings.n_components, em.X.shape[1]
-    return k + k * d + k * d * d

@@ -119,10 +119,6 @@ def _last_line(path: Path) -> str:
     return lines[-1].strip()[:300] if lines else ""
 
 
-def _flat(rep: dict[str, Any]) -> np.ndarray:
-    return np.concatenate([np.ravel(rep["weights"]), np.ravel(rep["means"]), np.ravel(rep["covariances"])])
-
-
 def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: dict[int, float], launched_unix: float | None) -> dict[str, Any]:
     from p2pem.simulate import RunResult, relative_error
 
@@ -130,21 +126,21 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
     n_iters = {r["n_iter"] for r in reports}
     if len(n_iters) != 1:
         raise ProtocolError(f"nodes disagree on the number of EM iterations: {sorted(n_iters)}")
-    flat0 = _flat(ref)
-    spread = max((relative_error(_flat(r), flat0) for r in reports[1:]), default=0.0)
+    roster = Roster.load(kit.roster_path)
+    family = roster.em_settings().family
+    flat0 = family.flatten(ref)
+    spread = max((relative_error(family.flatten(r), flat0) for r in reports[1:]), default=0.0)
     if not spread <= kit.max_node_spread:
         raise ProtocolError(f"nodes ended with different models: relative spread {spread:.3g} > {kit.max_node_spread:g}")
     iterations = sorted({int(k) for r in reports for k in r["rounds"]})
     rounds = {it: float(np.mean([r["rounds"][str(it)] for r in reports])) for it in iterations}
-    roster = Roster.load(kit.roster_path)
     spec = roster.protocol_spec()
     run = RunResult(
         protocol=getattr(spec, "label", spec.name),
         protocol_params=spec.params(),
         resolved_params=spec.resolved_params(roster.topology()),
-        weights=np.asarray(ref["weights"]),
-        means=np.asarray(ref["means"]),
-        covariances=np.asarray(ref["covariances"]),
+        params=GMMParams(np.asarray(ref["weights"]), np.asarray(ref["means"]), np.asarray(ref["covariances"])),
+        family=family,
         loglik=list(ref["loglik"]),
         n_iter=int(ref["n_iter"]),
         converged=bool(ref["converged"]),
@@ -182,7 +178,8 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
                 "exit_s": exit_times.get(r["node_id"]),
             }
         )
-    from p2pem.runner import RESULT_FORMAT, build_graph, graph_summary, output_header
+    from p2pem.builders import build_graph
+    from p2pem.runner import RESULT_FORMAT, graph_summary, output_header
 
     if kit.scenario_file is not None and kit.scenario_file.exists():
         from p2pem.scenario import load_scenario
@@ -231,8 +228,8 @@ def write_result(kit: Kit, doc: dict[str, Any]) -> Path:
 
 def compare_with_simulate(kit: Kit, doc: dict[str, Any]) -> float:
     """Largest relative difference of weights, means, covariances to ``p2pem simulate`` (vectorised)."""
-    from p2pem.runner import build_graph, em_settings
-    from p2pem.scenario import load_data, load_scenario
+    from p2pem.builders import build_graph, em_settings, load_data
+    from p2pem.scenario import load_scenario
     from p2pem.simulate import max_relative_difference, run_protocol
 
     if kit.scenario_file is None:

@@ -165,7 +165,7 @@ class Roster:
 
     def protocol_spec(self):
         """The protocol spec, checked to be deployable."""
-        from p2pem.protocols import make_protocol
+        from p2pem.registry import make_protocol
 
         params = {k: v for k, v in self.protocol.items() if k != "name"}
         try:

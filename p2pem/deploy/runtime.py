@@ -45,7 +45,7 @@ from p2pem.deploy.control import ABORT, BYE, DROP, FINAL, HELLO, Agreement, Sign
 from p2pem.deploy.dropout import survivor_topology
 from p2pem.deploy.failures import NodeFailure, Reason, describe_abort, nodes_text
 from p2pem.deploy.outbox import Outbox
-from p2pem.deploy.report import flat_model, model_size, node_report, write_report
+from p2pem.deploy.report import node_report, write_report
 from p2pem.deploy.transports.base import ConnectionLost, Incoming, Link, LinkTimeout
 from p2pem.deploy.watchdog import Watchdog
 from p2pem.errors import P2pemError, ProtocolError, TransportError
@@ -131,7 +131,7 @@ class NodeRuntime:
         self.admission = Admission(self.run_id, self.codec, i, kinds=self.spec.message_kinds)
         self.outbox = Outbox(self.link, self.codec, self.run_id, i, self.clock, self.timeouts.reconnect_s, self.counters)
         self.signer = Signer(setup.identity, roster.keys, self.run_id, launch, roster.neighbours)
-        self.agreement = Agreement(i, model_size(self.node.em))
+        self.agreement = Agreement(i, self.node.task.summary_size())
         self.watchdog = Watchdog(i, self.timeouts)
         # the run's state
         self.started = False
@@ -294,7 +294,7 @@ class NodeRuntime:
         Neighbours still computing keep the heartbeats going; the usual silence and stall
         timeouts apply (see :class:`~p2pem.deploy.control.Agreement`).
         """
-        await self._send([self.agreement.message(self.neighbours, flat_model(self.node.em), self.node.em.n_iter)])
+        await self._send([self.agreement.message(self.neighbours, self.node.task.summary(), self.node.em.n_iter)])
         self.agreement.settle()
         self.watchdog.progressed(self.clock())
         while not self.agreement.done(self._nbr_set):

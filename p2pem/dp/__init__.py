@@ -6,12 +6,8 @@ module                  what it holds
 ``mechanisms``          released statistics, their sensitivities, Laplace/Gaussian noise
 ``accounting``          budget splits and composition over EM iterations (dp-accounting)
 ``postprocess``         weight clipping, covariance repair (eigclamp, diagshift, xi)
-``protocols``           ``dp-central`` and ``dp-distributed``, usable wherever a protocol is named
+``protocols``           ``dp-central`` and ``dp-distributed`` (named in :mod:`p2pem.registry`)
 ``tradeoff``            ``p2pem tradeoff``: epsilon sweeps against the non-private protocols
 ``bayes``               the private Bayes classifier (one mixture per class)
 ======================  ===============================================================
 """
-
-# The protocol registry (p2pem.protocols) imports p2pem.dp.protocols; importing the registry
-# first makes either import order work.
-import p2pem.protocols  # noqa: F401

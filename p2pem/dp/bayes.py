@@ -23,6 +23,7 @@ from p2pem.errors import DataError
 from p2pem.gmm import FloatArray, GMMParams, e_step
 from p2pem.protocols import ProtocolSpec
 from p2pem.simulate import RunResult, run_protocol
+from p2pem.streams import child
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,10 +95,8 @@ def fit_bayes(
     """
     if len(class_parts) != len(classes) or len(settings) != len(classes):
         raise DataError("fit_bayes: one list of parts and one EMSettings per class are needed")
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     runs = []
     for c, (parts, s) in enumerate(zip(class_parts, settings, strict=True)):
-        child = np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, c))
-        runs.append(run_protocol(list(parts), graph, protocol, s, seed=child))
+        runs.append(run_protocol(list(parts), graph, protocol, s, seed=child(seed, c)))
     counts = np.maximum(np.array([r.released_rows for r in runs], dtype=float), 1.0)
     return BayesClassifier(np.asarray(classes), counts / counts.sum(), tuple(r.params for r in runs), tuple(runs))

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 
@@ -35,11 +36,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_tradeoff(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from p2pem.dp.tradeoff import TradeoffConfig, run_tradeoff, summarize, tradeoff_figure
+    # here: start-up time (a node process and `p2pem --help` load only what their command needs)
+    from p2pem.dp.tradeoff import run_tradeoff, summarize, tradeoff_figure
     from p2pem.runner import atomic_output, write_json
-    from p2pem.scenario import load_scenario
+    from p2pem.scenario import TradeoffConfig, load_scenario
 
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
@@ -51,7 +51,7 @@ def cmd_tradeoff(args: argparse.Namespace) -> int:
     progress = None
     bar = None
     if not args.quiet:
-        from tqdm import tqdm
+        from tqdm import tqdm  # here: start-up time, as above
 
         # disable=None: no bar when stderr is not a terminal (logs, CI)
         bar = tqdm(desc="tradeoff", unit="run", file=sys.stderr, leave=False, dynamic_ncols=True, disable=None)

@@ -33,23 +33,24 @@ log-likelihood (their ``loglik`` entries are NaN, null in ``result.json``).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Literal, Union
 
 import numpy as np
 
 from p2pem.dp import accounting, guarantees, mechanisms, postprocess
 from p2pem.errors import ConfigError, ProtocolError
+from p2pem.families.gaussian import GaussianBatch, GaussianFamily
 from p2pem.gmm import FloatArray, init_stats_size, unpack_statistics
 from p2pem.messages import Message
-from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology
+from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology, parameter_fields
 from p2pem.protocols.exact import Federated, SecureSum, ServerNode, UploadNode, fsum_average
 from p2pem.protocols.pdmm import PdmmSP
+from p2pem.streams import protocol_streams
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -68,7 +69,7 @@ class DataBoundWarning(UserWarning):
 
 @dataclass(frozen=True, eq=False)
 class PrivateEM:
-    """What a private run changes in the EM loop (the ``privacy`` hook of :class:`EMSettings`).
+    """What a private run changes in the Gaussian EM loop (a :class:`p2pem.em.PrivacyHook`).
 
     ``encode`` turns a node's centred statistics into the uncentred sums that are released
     (and blanks the log-likelihood); ``decode`` turns a noisy network average back into
@@ -87,34 +88,34 @@ class PrivateEM:
     repair_method: str = "eigclamp"
     eig_floor: float = 1e-3
 
-    def encode(self, stats: FloatArray, means: FloatArray) -> FloatArray:
-        """(N, P) centred statistics at ``means`` (N, K, d) -> released uncentred sums, ll = 0."""
+    def encode(self, stats: FloatArray, params: GaussianBatch) -> FloatArray:
+        """(N, P) statistics centred at ``params.means`` (N, K, d) -> released uncentred sums, ll = 0."""
         k, d = self.n_components, self.n_features
         a, b, c, _ = unpack_statistics(stats, k, d)
-        mu = means
+        mu = params.means
         first = b + a[..., None] * mu
         mb = mu[..., :, None] * b[..., None, :]
         second = c + mb + np.swapaxes(mb, -1, -2) + a[..., None, None] * (mu[..., :, None] * mu[..., None, :])
         return self._pack(a, first, second, np.zeros(stats.shape[0]))
 
-    def decode(self, stats: FloatArray, means: FloatArray) -> FloatArray:
-        """Noisy released averages (N, P) -> centred statistics at ``means``, counts >= 1 row."""
+    def decode(self, stats: FloatArray, params: GaussianBatch) -> FloatArray:
+        """Noisy released averages (N, P) -> statistics centred at ``params.means``, counts >= 1 row."""
         k, d = self.n_components, self.n_features
         a, first, second, ll = unpack_statistics(stats, k, d)
         a = np.maximum(a, 1.0 / self.n_nodes)  # averages: one row is 1/n
-        mu = means
+        mu = params.means
         b = first - a[..., None] * mu
         mf = mu[..., :, None] * first[..., None, :]
         c = second - mf - np.swapaxes(mf, -1, -2) + a[..., None, None] * (mu[..., :, None] * mu[..., None, :])
         return self._pack(a, b, c, ll)
 
-    def repair(self, weights: FloatArray, means: FloatArray, covariances: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-        w = postprocess.clip_weights(weights, self.weight_floor, self.smoothing)
-        m = np.clip(means, -self.bound, self.bound)
-        if np.array_equal(m, means):
-            m = means
-        c = postprocess.repair_covariances(covariances, self.repair_method, self.eig_floor)
-        return w, m, c
+    def repair(self, params: GaussianBatch) -> GaussianBatch:
+        w = postprocess.clip_weights(params.weights, self.weight_floor, self.smoothing)
+        m = np.clip(params.means, -self.bound, self.bound)
+        if np.array_equal(m, params.means):
+            m = params.means
+        c = postprocess.repair_covariances(params.covariances, self.repair_method, self.eig_floor)
+        return GaussianBatch(w, m, c)
 
     def decode_init(self, rows: FloatArray) -> FloatArray:
         """Noisy [n, sum x, upper sum x x^T] averages (N, P0) -> consistent ones (PD covariance).
@@ -164,6 +165,9 @@ class NoisePlan:
     single draw, n - t for ``dp-distributed``); ``colluders`` is how many colluding nodes
     the guarantee survives (n - 1 for ``dp-central``: nodes see only the noisy sums; t for
     ``dp-distributed``); ``excluded`` says what epsilon does not cover.
+    ``aggregator_rng`` is ``dp-central``'s trusted aggregator stream for the message-level
+    server: the extra protocol stream (``rngs[n]``, which synchronous protocols leave unused),
+    the one the vectorised engine hands over, so both engines give the same bits.
     """
 
     mechanism: str
@@ -177,6 +181,7 @@ class NoisePlan:
     shares: int = 1
     colluders: int = 0
     excluded: tuple[str, ...] = ()
+    aggregator_rng: np.random.Generator | None = None
 
     def scale(self, iteration: int) -> FloatArray:
         return self.init_scale if iteration == 0 else self.em_scale
@@ -222,7 +227,8 @@ class DPProtocol(ProtocolSpec):
     smoothing: float = 0.0
     covariance_repair: Literal["eigclamp", "diagshift", "xi"] = "eigclamp"
     eig_floor: float = 1e-3
-    plan: Union[NoisePlan, None] = field(init=False, default=None, repr=False, compare=False)
+    #: the run's calibrated noise, set by :meth:`bind` (a bound spec is a new instance)
+    plan: Union[NoisePlan, None] = field(default=None, repr=False, compare=False, metadata={"bound": True})
 
     def __post_init__(self) -> None:
         who = self.name
@@ -242,18 +248,18 @@ class DPProtocol(ProtocolSpec):
 
     # -- binding to a run ----------------------------------------------------------------
 
-    def prepare(
+    def bind(
         self, settings: EMSettings, parts: list[FloatArray], *, seed: int | np.random.SeedSequence = 0
     ) -> tuple[DPProtocol, EMSettings, list[FloatArray]]:
         """Bind to a run: clip the data to the public box, calibrate the noise, hook the EM.
 
-        Called by :func:`p2pem.simulate.run_protocol` (with the run's protocol ``seed``)
-        before anything runs.  The bound spec serves that one run.
+        See :meth:`p2pem.protocols.base.ProtocolSpec.bind`.  The bound spec (a new frozen
+        instance carrying the :class:`NoisePlan`) serves that one run.
 
         Raises
         ------
         ConfigError
-            ``settings.tol`` is not 0, or ``settings.max_iter`` is 0.
+            ``settings.tol`` is not 0, ``settings.max_iter`` is 0, or the family is not Gaussian.
         """
         if settings.tol != 0:
             raise ConfigError(f"{self.label}: a private run has a fixed number of EM iterations: set tol = 0 (em.tol)")
@@ -261,6 +267,9 @@ class DPProtocol(ProtocolSpec):
             # with no M-step the only aggregation after the init would deliver the
             # log-likelihood of the init: statistics the budget has no share for
             raise ConfigError(f"{self.label}: a private run needs at least one EM iteration, got max_iter = {settings.max_iter} (em.max_iter)")
+        if not isinstance(settings.family, GaussianFamily):
+            raise ConfigError(f"{self.label}: the released statistics and their sensitivities are derived for the gaussian family only, "
+                              f"not {settings.family.name!r}")
         d = int(parts[0].shape[1])
         k = settings.n_components
         bound, from_data = self.bound, False
@@ -295,15 +304,10 @@ class DPProtocol(ProtocolSpec):
             shares=shares,
             colluders=colluders,
             excluded=self._excluded(bound, from_data, settings),
+            aggregator_rng=protocol_streams(seed, len(parts))[-1],
         )
-        bound_spec = copy.copy(self)
-        object.__setattr__(bound_spec, "plan", plan)
-        from p2pem.simulate import protocol_streams
-
-        # the aggregator's stream: the one the vectorised engine hands over as rngs[n]
-        object.__setattr__(bound_spec, "aggregator_rng", protocol_streams(seed, len(parts))[-1])
         hook = PrivateEM(k, d, len(parts), bound, self.weight_floor, self.smoothing, self.covariance_repair, self.eig_floor)
-        return bound_spec, dataclasses.replace(settings, privacy=hook), clipped
+        return dataclasses.replace(self, plan=plan), dataclasses.replace(settings, privacy=hook), clipped
 
     def _collusion(self, n_nodes: int) -> tuple[int, int]:
         """(colluding nodes the guarantee survives, shares per calibrated draw): one trusted draw."""
@@ -334,7 +338,7 @@ class DPProtocol(ProtocolSpec):
 
     def _plan(self) -> NoisePlan:
         if self.plan is None:
-            raise ProtocolError(f"{self.label}: not bound to a run (call prepare(); run_protocol does)")
+            raise ProtocolError(f"{self.label}: not bound to a run (call bind(); run_protocol does)")
         return self.plan
 
     def accounting(self, colluders: int | None = None) -> dict[str, float | None]:
@@ -367,7 +371,7 @@ class DPProtocol(ProtocolSpec):
         }
 
     def params(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        out = {f.name: getattr(self, f.name) for f in parameter_fields(self)}
         if out["epsilon"] == math.inf:
             out["epsilon"] = None  # JSON has no infinity; null = no noise
         if self.plan is not None:
@@ -389,7 +393,6 @@ class DPCentral(DPProtocol):
     """
 
     name: str = field(init=False, default="dp-central")
-    aggregator_rng: Union[np.random.Generator, None] = field(init=False, default=None, repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -431,7 +434,6 @@ class DPDistributed(DPProtocol):
     aggregation: Literal["secure-sum", "pdmm-sp"] = "secure-sum"
     tolerate: Union[int, None] = None
     name: str = field(init=False, default="dp-distributed")
-    inner: Any = field(init=False, default=None, repr=False, compare=False)  # the ProtocolSpec that sums, set in __post_init__
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -439,9 +441,15 @@ class DPDistributed(DPProtocol):
             raise ConfigError(f"dp-distributed: aggregation must be 'secure-sum' or 'pdmm-sp', got {self.aggregation!r}")
         if self.tolerate is not None and not (isinstance(self.tolerate, int) and not isinstance(self.tolerate, bool) and self.tolerate >= 0):
             raise ConfigError(f"dp-distributed: 'tolerate' must be an integer >= 0 (colluding nodes), got {self.tolerate!r}")
-        inner = SecureSum() if self.aggregation == "secure-sum" else PdmmSP()
-        object.__setattr__(self, "inner", inner)
-        object.__setattr__(self, "exact", inner.exact)
+
+    @property
+    def inner(self) -> ProtocolSpec:
+        """The protocol that sums the noisy statistics (with its default parameters)."""
+        return SecureSum() if self.aggregation == "secure-sum" else PdmmSP()
+
+    @property  # type: ignore[misc]  # ProtocolSpec's field, derived here from the inner protocol
+    def exact(self) -> bool:
+        return self.inner.exact
 
     @property
     def label(self) -> str:
@@ -499,9 +507,9 @@ class NoisyServer(ServerNode):
         if not self.done:
             return out
         plan = self.spec._plan()
-        rng = self.spec.aggregator_rng
+        rng = plan.aggregator_rng
         if rng is None:
-            raise ProtocolError(f"{self.spec.label}: the aggregator has no random stream (call prepare())")
+            raise ProtocolError(f"{self.spec.label}: the aggregator has no random stream (call bind())")
         assert self.result is not None  # done: the exact average is in
         self.result = self.result + mechanisms.noise(rng, plan.scale(self.iteration), plan.mechanism) / self.n
         return [dataclasses.replace(m, payload=self.result.copy()) for m in out]

@@ -25,15 +25,18 @@ parameters, so the only differences are the protocol and its noise.
   ``epsilon_spent`` under every accountant, and ``excluded``: what epsilon does not cover
   (:mod:`p2pem.dp.guarantees`).
 
-Seed s of a protocol run is ``SeedSequence(seed, spawn_key=(4, 1, s))`` (a child of the
+Seed s of a protocol run is ``p2pem.streams.montecarlo_child(seed, 1, s)`` (a child of the
 ``"montecarlo"`` stream), the same for every protocol and epsilon (common random numbers).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import multiprocessing
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,64 +44,25 @@ from typing import Any, cast
 
 import numpy as np
 
+from p2pem.builders import build_graph, build_protocols, em_settings, prepare_rows, split_prepared
+from p2pem.data import Preprocessing, fit_preprocessing, split_rows
+from p2pem.dp.bayes import fit_bayes
+from p2pem.dp.guarantees import preprocessing_excluded
+from p2pem.dp.protocols import DPProtocol
 from p2pem.em import EMSettings
+from p2pem.errors import ConfigError, DataError
 from p2pem.gmm import FloatArray, GMMParams, init_from_global, init_statistics, mean_loglik
 from p2pem.protocols import ProtocolSpec
-from p2pem.tomltable import Table
+from p2pem.registry import make_protocol
+from p2pem.runner import output_header
+from p2pem.scenario import Scenario, TradeoffConfig
+from p2pem.simulate import max_relative_difference, run_protocol
+from p2pem.streams import montecarlo_child
+
+__all__ = ["FORMAT", "VERSION", "TradeoffConfig", "Workload", "build_workload", "run_tradeoff", "summarize", "tradeoff_figure"]
 
 FORMAT = "p2pem-tradeoff"
 VERSION = 2
-#: epsilon grid when the scenario gives none: 10 values from 0.1 to 100
-DEFAULT_EPSILONS = tuple(float(f"{v:.3g}") for v in np.logspace(-1, 2, 10))
-KEYS = ("epsilons", "n_seeds", "test_fraction", "classify", "class_components")
-
-
-@dataclass(frozen=True)
-class TradeoffConfig:
-    """The ``[tradeoff]`` table of a scenario.
-
-    Parameters
-    ----------
-    epsilons : tuple of float
-        The grid (each finite and > 0).
-    n_seeds : int
-        Protocol seeds per (protocol, epsilon).
-    test_fraction : float
-        Share of rows held out, in (0, 1).
-    classify : str or None
-        Label column for the Bayes classifier (CSV data only).
-    class_components : int
-        Mixture components per class.
-    """
-
-    epsilons: tuple[float, ...] = DEFAULT_EPSILONS
-    n_seeds: int = 10
-    test_fraction: float = 0.2
-    classify: str | None = None
-    class_components: int = 2
-
-
-def parse_tradeoff(sec: Table) -> TradeoffConfig:
-    """Validate a ``[tradeoff]`` table (errors name the file and the dotted key)."""
-    sec = Table(sec.where, sec.table, sec.prefix, KEYS)
-    epsilons = DEFAULT_EPSILONS
-    if sec.has("epsilons"):
-        raw = sec.require("epsilons")
-        if not (isinstance(raw, list) and raw and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw)):
-            sec.fail(f"{sec.key('epsilons')!r} must be a non-empty array of numbers > 0")
-        if any(not (math.isfinite(v) and v > 0) for v in raw):
-            sec.fail(f"{sec.key('epsilons')!r} must hold finite numbers > 0, got {raw}")
-        epsilons = tuple(sorted(float(v) for v in raw))
-    test_fraction = sec.number("test_fraction", default=0.2, positive=True)
-    if test_fraction >= 1:
-        sec.fail(f"{sec.key('test_fraction')!r} must be < 1, got {test_fraction}")
-    return TradeoffConfig(
-        epsilons=epsilons,
-        n_seeds=sec.integer("n_seeds", default=10, minimum=1),
-        test_fraction=test_fraction,
-        classify=sec.string("classify", default=None),
-        class_components=sec.integer("class_components", default=2, minimum=1),
-    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,21 +93,9 @@ class Workload:
         return self.private_class_settings if private and self.private_class_settings is not None else self.class_settings
 
 
-def _stream(seed: int, *key: int) -> np.random.SeedSequence:
-    return np.random.SeedSequence(seed, spawn_key=(4, *key))
-
-
-def build_workload(scenario) -> Workload:
+def build_workload(scenario: Scenario) -> Workload:
     """Held-out split, node split, graph, common init and the centralized reference."""
-    from p2pem.data import split_rows
-    from p2pem.dp.guarantees import preprocessing_excluded
-    from p2pem.errors import ConfigError
-    from p2pem.runner import build_graph, em_settings
-    from p2pem.scenario import prepare_rows, split_prepared
-    from p2pem.simulate import run_protocol
-    from p2pem.protocols import make_protocol
-
-    cfg: TradeoffConfig = scenario.tradeoff or TradeoffConfig()
+    cfg = scenario.tradeoff or TradeoffConfig()
     if scenario.em.tol != 0:
         raise ConfigError(f"{scenario.path}: 'em.tol' must be 0 for a trade-off (private runs have a fixed number of iterations)")
     data_rng = np.random.default_rng(scenario.streams()["data"])
@@ -167,7 +119,7 @@ def build_workload(scenario) -> Workload:
     if labels is None:
         return work
     classes = np.unique(labels[train])
-    class_rng = np.random.default_rng(_stream(scenario.seed, 2))
+    class_rng = np.random.default_rng(montecarlo_child(scenario.seed, 2))
     class_parts, class_settings, private_class_settings = [], [], []
     for c in classes:
         Xc = X[train][labels[train] == c]
@@ -188,7 +140,7 @@ def build_workload(scenario) -> Workload:
     )
 
 
-def held_out_split(scenario, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+def held_out_split(scenario: Scenario, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
     """(held-out, training) row indices of the sweep, sorted: a ``test_fraction`` drawn once.
 
     Raises
@@ -196,10 +148,8 @@ def held_out_split(scenario, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
     ConfigError
         Too few held-out or training rows for the nodes.
     """
-    from p2pem.errors import ConfigError
-
-    cfg: TradeoffConfig = scenario.tradeoff or TradeoffConfig()
-    order = np.random.default_rng(_stream(scenario.seed, 0)).permutation(n_rows)
+    cfg = scenario.tradeoff or TradeoffConfig()
+    order = np.random.default_rng(montecarlo_child(scenario.seed, 0)).permutation(n_rows)
     n_test = int(round(cfg.test_fraction * n_rows))
     if n_test < 1 or n_rows - n_test < scenario.graph.n_nodes:
         raise ConfigError(
@@ -209,15 +159,12 @@ def held_out_split(scenario, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(order[:n_test]), np.sort(order[n_test:])
 
 
-def training_preprocessing(scenario, X_train: FloatArray):
+def training_preprocessing(scenario: Scenario, X_train: FloatArray) -> Preprocessing:
     """The scenario's standardisation / PCA fitted on the training rows (:func:`p2pem.data.fit_preprocessing`).
 
     What a sweep without public constants applies to every row; ``sim/public_preprocessing.py``
     prints it as a ``[data.public]`` table to declare it public instead.
     """
-    from p2pem.data import fit_preprocessing
-    from p2pem.errors import DataError
-
     try:
         return fit_preprocessing(X_train, standardize=scenario.data.standardize, pca=scenario.data.pca)
     except DataError as exc:
@@ -225,21 +172,16 @@ def training_preprocessing(scenario, X_train: FloatArray):
 
 
 def is_private(spec: ProtocolSpec) -> bool:
-    from p2pem.dp.protocols import DPProtocol
-
     return isinstance(spec, DPProtocol)
 
 
 def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_index: int) -> dict:
     """One record of ``tradeoff.json``: ``spec`` at ``epsilon`` (None: non-private) with seed s."""
-    from p2pem.dp.bayes import fit_bayes
-    from p2pem.simulate import run_protocol
-
     t0 = time.perf_counter()
     private = epsilon is not None
     if private:
         spec = dataclasses.replace(cast(Any, spec), epsilon=epsilon)  # a DP protocol: it has epsilon
-    seed = _stream(work.seed, 1, seed_index)
+    seed = montecarlo_child(work.seed, 1, seed_index)
     run = run_protocol(work.parts, work.graph, spec, work.settings_for(private), seed=seed)
     privacy = run.protocol_params.get("privacy")
     excluded = None if privacy is None else [*privacy["excluded"], *work.excluded]
@@ -260,7 +202,7 @@ def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_inde
         assert work.classes is not None and work.X_test is not None and work.y_test is not None
         class_settings = work.class_settings_for(private)
         assert class_settings is not None
-        model = fit_bayes(work.class_parts, work.classes, work.graph, spec, class_settings, seed=_stream(work.seed, 3, seed_index))
+        model = fit_bayes(work.class_parts, work.classes, work.graph, spec, class_settings, seed=montecarlo_child(work.seed, 3, seed_index))
         record["heldout_error"] = model.error(work.X_test, work.y_test)
         if excluded is not None:
             excluded += model.excluded
@@ -274,10 +216,6 @@ def matched_error(params: GMMParams, reference: GMMParams) -> float:
     Noise can make a private run end with its components in another order than the
     reference; the error is taken over the permutation of components that minimises it.
     """
-    import itertools
-
-    from p2pem.simulate import max_relative_difference
-
     best = math.inf
     for perm in itertools.permutations(range(params.n_components)):
         p = list(perm)
@@ -289,15 +227,13 @@ _WORK: Workload | None = None  # the worker processes' copy (inherited by fork)
 
 
 def _task(args: tuple[ProtocolSpec, float | None, int]) -> dict:
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=UserWarning)  # reported once by the parent
         assert _WORK is not None  # set by the parent before the pool forks
         return run_one(_WORK, *args)
 
 
-def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None] | None = None) -> dict:
+def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, int], None] | None = None) -> dict:
     """Run the sweep of a scenario and return the ``tradeoff.json`` document.
 
     Parameters
@@ -319,14 +255,10 @@ def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None
         delta), ``excluded`` (what epsilon does not cover; these five null for
         non-private runs) and ``wall_s``.
     """
-    from p2pem.runner import protocols
-
     global _WORK
-    cfg: TradeoffConfig = scenario.tradeoff or TradeoffConfig()
-    specs = protocols(scenario)
+    cfg = scenario.tradeoff or TradeoffConfig()
+    specs = build_protocols(scenario)
     if not any(is_private(s) for s in specs):
-        from p2pem.errors import ConfigError
-
         raise ConfigError(f"{scenario.path}: no private protocol to sweep: add a [[protocols]] entry named dp-central or dp-distributed")
     work = build_workload(scenario)
     tasks: list[tuple[ProtocolSpec, float | None, int]] = []
@@ -335,8 +267,7 @@ def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None
         n_seeds = 1 if spec.name == "centralized" else cfg.n_seeds
         tasks += [(spec, eps, s) for eps in grid for s in range(n_seeds)]
     for spec in specs:  # fail (and warn) before the sweep: bound, tol, graph
-        if is_private(spec):
-            cast(Any, spec).prepare(work.settings_for(True), work.parts)
+        spec.bind(work.settings_for(is_private(spec)), work.parts)
         if spec.name != "centralized":
             spec.validate(work.graph)
     t0 = time.perf_counter()
@@ -347,8 +278,6 @@ def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None
             if progress is not None:
                 progress(i + 1, len(tasks))
     else:
-        import multiprocessing
-
         _WORK = work
         try:
             with multiprocessing.get_context("fork").Pool(jobs) as pool:
@@ -358,8 +287,6 @@ def run_tradeoff(scenario, *, jobs: int = 1, progress: Callable[[int, int], None
                         progress(i + 1, len(tasks))
         finally:
             _WORK = None
-    from p2pem.runner import output_header
-
     return {
         **output_header((FORMAT, VERSION), scenario),
         "n_train": int(sum(len(p) for p in work.parts)),
@@ -412,10 +339,10 @@ def tradeoff_figure(doc: dict, path: Path) -> None:
     Private protocols: the median over seeds with the interquartile range as a band; the
     non-private ones: flat reference lines at their median.
     """
-    import matplotlib
+    import matplotlib  # here: start-up time (matplotlib loads only for a figure)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # here: after choosing the non-interactive backend
 
     rows = summarize(doc)
     keys = [("heldout_loglik", "held-out log-likelihood per row", False), ("param_error", "max relative parameter error", True)]

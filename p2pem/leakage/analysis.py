@@ -62,8 +62,8 @@ from p2pem.leakage.theory import closed_form_bits, describe_group, disclosed_gro
 from p2pem.leakage.views import build_view
 from p2pem.messages import SERVER
 from p2pem.protocols import Centralized, PdmmSP, ProtocolSpec
-from p2pem.runner import em_settings
-from p2pem.scenario import Scenario, load_data
+from p2pem.builders import em_settings, load_data
+from p2pem.scenario import Scenario
 from p2pem.simulate import max_relative_difference, run_protocol
 
 __all__ = ["FLOOR_SLACK_BITS", "ProgressFactory", "analyse_scenario", "run_plan"]

@@ -34,7 +34,8 @@ import numpy.typing as npt
 
 from p2pem.errors import DataError
 from p2pem.leakage.config import LeakageConfig
-from p2pem.scenario import Scenario, load_data
+from p2pem.builders import load_data
+from p2pem.scenario import Scenario
 
 __all__ = ["Inputs", "draw_inputs"]
 

@@ -39,11 +39,14 @@ from scipy import special, stats
 
 from p2pem.em import EMSettings, EMState
 from p2pem.errors import ConfigError
+from p2pem.gmm import GMMParams
 from p2pem.leakage.attack import Observation, match_rows, reconstruct_rows
 from p2pem.leakage.estimators import mi_with_ci
 from p2pem.leakage.theory import disclosed_groups
 from p2pem.leakage.views import Adversary
 from p2pem.protocols import ProtocolSpec
+from p2pem.streams import as_seed_sequence
+from p2pem.task import drive
 
 __all__ = ["MultiIterationLeakage", "init_sum_leakage_bits", "multi_iteration_leakage"]
 
@@ -148,24 +151,30 @@ def multi_iteration_leakage(
     if groups is None:
         raise ConfigError(f"{spec.name}: no closed-form disclosure groups")
     group = next(g for g in groups if target in g)
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    data_ss, init_ss, est_ss, attack_ss = ss.spawn(4)
+    data_ss, init_ss, est_ss, attack_ss = as_seed_sequence(seed).spawn(4)
     X = np.random.default_rng(data_ss).standard_normal((runs, n))
     t_max = max(iterations_seen)
-    settings = EMSettings(n_components, max_iter=max(t_max, 1), tol=0.0, init_seed=int(init_ss.generate_state(1)[0]))
-    # one EMState "node" per (run, node): the real per-node EM code, averaged per run
+    settings = EMSettings(n_components, max_iter=t_max, tol=0.0, init_seed=int(init_ss.generate_state(1)[0]))
+    # one EMState "node" per (run, node): the real per-node EM code, averaged per run; the
+    # last aggregation (after M-step t_max) only delivers the final log-likelihood
     state = EMState([X[r, i : i + 1, None] for r in range(runs) for i in range(n)], settings, n)
     members = list(group)
     init_sums: np.ndarray | None = None
     observations: list[list[Observation]] = [[] for _ in range(runs)]
-    for t in range(t_max + 1):
-        contrib = state.contribution().reshape(runs, n, -1)
-        sums = contrib[:, members].sum(axis=1)
+
+    def observe(t: int, values: np.ndarray) -> None:
+        """What the adversary determines of aggregation t: the group's sums, per run."""
+        nonlocal init_sums
+        sums = values.reshape(runs, n, -1)[:, members].sum(axis=1)
         if t == 0:
             init_sums = sums[:, 1:]  # the count is public
         for r in range(runs):
             observations[r].append(Observation(None if t == 0 else _copy(state.params(r * n)), sums[r] if t == 0 else sums[r, :-1]))
-        state.absorb(np.repeat(contrib.mean(axis=1), n, axis=0))
+
+    def average_per_run(t: int, values: np.ndarray) -> np.ndarray:
+        return np.repeat(values.reshape(runs, n, -1).mean(axis=1), n, axis=0)
+
+    drive(state, average_per_run, before=observe)
     est_rng = np.random.default_rng(est_ss)
     attack_rng = np.random.default_rng(attack_ss)
     truth = X[:, members]
@@ -190,7 +199,5 @@ def multi_iteration_leakage(
     return MultiIterationLeakage(tuple(group), tuple(iterations_seen), tuple(mi), tuple(lo), tuple(hi), tuple(exact), tuple(success))
 
 
-def _copy(p):
-    from p2pem.gmm import GMMParams
-
+def _copy(p: GMMParams) -> GMMParams:
     return GMMParams(p.weights.copy(), p.means.copy(), p.covariances.copy())

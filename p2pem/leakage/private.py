@@ -37,6 +37,7 @@ import numpy.typing as npt
 from p2pem.dp import mechanisms
 from p2pem.dp.protocols import DPCentral, DPDistributed, DPProtocol
 from p2pem.em import EMSettings
+from p2pem.families.gaussian import GaussianBatch
 from p2pem.gmm import GMMParams
 from p2pem.leakage.attack import Observation
 from p2pem.leakage.views import Adversary
@@ -139,8 +140,9 @@ class PrivateWholeRun:
 
 
 def _encode(hook: Any, stats: FloatArray, model: GMMParams) -> FloatArray:
-    means = np.broadcast_to(model.means, (stats.shape[0], *model.means.shape))
-    return np.asarray(hook.encode(stats, means))
+    n = stats.shape[0]
+    batch = GaussianBatch(*(np.broadcast_to(a, (n, *a.shape)) for a in (model.weights, model.means, model.covariances)))
+    return np.asarray(hook.encode(stats, batch))
 
 
 def _whitening(std: FloatArray) -> FloatArray:
@@ -155,6 +157,6 @@ def bind_for_whole_run(
     rows, calibrated noise, the EM hook); other protocols come back unchanged with None."""
     if not isinstance(spec, DPProtocol):
         return spec, settings, list(parts), None
-    bound, private_settings, clipped = spec.prepare(settings, list(parts), seed=seed)
+    bound, private_settings, clipped = spec.bind(settings, list(parts), seed=seed)
     assert isinstance(bound, DPProtocol)
     return bound, private_settings, clipped, PrivateWholeRun(bound, private_settings)

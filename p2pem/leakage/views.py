@@ -37,7 +37,7 @@ the view: with the Monte Carlo settings (``tol = 0``) they are constants.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
@@ -63,29 +63,46 @@ def node_name(node: int) -> str:
     return "server" if node == SERVER else str(node)
 
 
-@dataclass(frozen=True)
 class Adversary:
-    """One adversary model.
+    """One adversary model (immutable, compared and hashed by value).
 
     Parameters
     ----------
     kind : {"honest-but-curious", "eavesdropper", "both"}
-    corrupt : frozenset of int
+    corrupt : iterable of int
         Corrupt node ids (may include :data:`~p2pem.messages.SERVER`); empty for a pure
-        eavesdropper, non-empty otherwise.
+        eavesdropper, non-empty otherwise.  Kept as a frozenset of int.
     """
 
-    kind: str
-    corrupt: frozenset[int] = field(default_factory=frozenset)
+    __slots__ = ("_kind", "_corrupt")
 
-    def __post_init__(self) -> None:
-        if self.kind not in ADVERSARIES:
-            raise ConfigError(f"unknown adversary {self.kind!r} (known: {', '.join(ADVERSARIES)})")
-        object.__setattr__(self, "corrupt", frozenset(int(c) for c in self.corrupt))
-        if self.kind == "eavesdropper" and self.corrupt:
+    def __init__(self, kind: str, corrupt: Iterable[int] = frozenset()) -> None:
+        if kind not in ADVERSARIES:
+            raise ConfigError(f"unknown adversary {kind!r} (known: {', '.join(ADVERSARIES)})")
+        nodes = frozenset(int(c) for c in corrupt)
+        if kind == "eavesdropper" and nodes:
             raise ConfigError("a pure eavesdropper corrupts no node; use adversary 'both' for corrupt nodes that also eavesdrop")
-        if self.kind != "eavesdropper" and not self.corrupt:
-            raise ConfigError(f"adversary {self.kind!r} needs at least one corrupt node")
+        if kind != "eavesdropper" and not nodes:
+            raise ConfigError(f"adversary {kind!r} needs at least one corrupt node")
+        self._kind = kind
+        self._corrupt = nodes
+
+    @property
+    def kind(self) -> str:
+        return self._kind
+
+    @property
+    def corrupt(self) -> frozenset[int]:
+        return self._corrupt
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Adversary) and (self.kind, self.corrupt) == (other.kind, other.corrupt)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.corrupt))
+
+    def __repr__(self) -> str:
+        return f"Adversary(kind={self.kind!r}, corrupt={self.corrupt!r})"
 
     @property
     def eavesdrops(self) -> bool:

@@ -69,7 +69,8 @@ from p2pem.messages import Message
 from p2pem.protocols import Centralized, Federated, PdmmSP, ProtocolSpec, SecureSum, Topology
 from p2pem.protocols.exact import MODULUS, decode_fixed
 from p2pem.protocols.pdmm import dual_update, step_params
-from p2pem.simulate import protocol_streams
+from p2pem.streams import as_seed_sequence, protocol_streams
+from p2pem.task import drive
 
 __all__ = [
     "DisclosureRank",
@@ -480,10 +481,14 @@ def record_whole_run(
         for adv in adversaries
     ]
     refs = [adv.corrupt_nodes[0] if adv.corrupt_nodes else 0 for adv in adversaries]
-    while not state.finished:
-        it = state.iteration
-        values = state.contribution()
-        models = [None if it == 0 else _copy_params(state.params(r)) for r in refs]
+    models: list[GMMParams | None] = []
+
+    def public_models(it: int, values: FloatArray) -> None:
+        """The models every node holds while computing aggregation ``it``'s statistics."""
+        models[:] = [None if it == 0 else _copy_params(state.params(r)) for r in refs]
+
+    def aggregate(it: int, values: FloatArray) -> FloatArray:
+        """The vectorised engine's aggregation, its trace reduced per adversary and dropped."""
         if private is not None:  # what the protocol sums: values plus noise shares (dp-distributed)
             inputs, outcome = private.aggregate(values, topology, rngs, it)
         else:
@@ -503,9 +508,13 @@ def record_whole_run(
             view.rounds.append(int(outcome.rounds))
             if it > 0:
                 view.continue_flags.append(float(np.asarray(outcome.results)[refs[0], -1] * n))
-        state.absorb(outcome.results)
+        return outcome.results
+
+    def report(it: int, values: FloatArray, averages: FloatArray) -> None:
         if progress is not None and it > 0:
             progress(it, settings.max_iter)
+
+    drive(state, aggregate, before=public_models, after=report)
     for view, r in zip(views, refs, strict=True):
         view.loglik = state.node_loglik(r)
         view.final = _copy_params(state.params(r))
@@ -594,8 +603,7 @@ def disclosure_rank(
     n = graph.number_of_nodes()
     mc_spec = monte_carlo_spec(spec, rounds)
     n_latents = n + (2 * graph.number_of_edges() if isinstance(spec, PdmmSP) else 0)
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    probe, proto = ss.spawn(2)
+    probe, proto = as_seed_sequence(seed).spawn(2)
     inputs = np.random.default_rng(probe).standard_normal((n, n_latents + 40))
     mc = monte_carlo(mc_spec, graph, inputs, input_sd=1.0, seed=proto)
     view = build_view(mc.trace, adversary, inputs=mc.inputs, outputs=np.asarray(mc.outcome.results))

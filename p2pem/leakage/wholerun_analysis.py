@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from p2pem.builders import build_graph, build_protocols, em_settings, load_data
 from p2pem.errors import ConfigError
 from p2pem.leakage.attack import match_rows, public_guess_error, reconstruct_rows
 from p2pem.leakage.theory import topology_report
@@ -41,6 +42,7 @@ from p2pem.leakage.views import ADVERSARIES, Adversary
 from p2pem.leakage.wholerun import WholeRunView, disclosure_rank, record_whole_run
 from p2pem.messages import SERVER
 from p2pem.scenario import Scenario
+from p2pem.streams import child
 
 __all__ = [
     "WHOLE_RUN_FORMAT",
@@ -293,14 +295,11 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
     reduction, linear in the observed messages), then one attack per (protocol, disclosed
     group, T) -- groups disclosed to several adversaries are attacked once.
     """
-    from p2pem.runner import build_graph, em_settings, protocols
-    from p2pem.scenario import load_data
-
     config = config or parse_whole_run(scenario)
     parts = load_data(scenario)
     graph = build_graph(scenario)
     settings = em_settings(scenario)
-    specs = [s for s in protocols(scenario) if s.name != "centralized" and not getattr(s, "asynchronous", False)]
+    specs = [s for s in build_protocols(scenario) if s.name != "centralized" and not getattr(s, "asynchronous", False)]
     if not specs:
         raise ConfigError(f"{scenario.path}: no synchronous network protocol to analyse")
     n = len(parts)
@@ -369,7 +368,7 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
                     rows = np.clip(rows, -view.data_bound, view.data_bound)
                 if group not in cache:
                     key = (p_index, *group)
-                    rng = np.random.default_rng(np.random.SeedSequence(attack_ss.entropy, spawn_key=(*attack_ss.spawn_key, *key)))
+                    rng = np.random.default_rng(child(attack_ss, *key))
                     dists = attack_group(view, k, rows, seen, rng=rng, starts=config.starts)
                     assert view.final is not None  # record_whole_run sets it at the end of the run
                     base = public_guess_error(view.final, rows, rng=rng)

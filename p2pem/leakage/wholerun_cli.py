@@ -29,7 +29,7 @@ def add_option(parser: argparse.ArgumentParser) -> None:
 def _progress(enabled: bool):
     if not enabled:
         return None
-    from tqdm import tqdm
+    from tqdm import tqdm  # here: start-up time (only a terminal run draws bars)
 
     bars: dict[str, tqdm] = {}
 
@@ -48,10 +48,12 @@ def _progress(enabled: bool):
 
 
 def cmd_whole_run(args: argparse.Namespace) -> int:
+    # here: start-up time (a node process and `p2pem --help` load only what their command needs)
     from p2pem.leakage.theory import topology_report
     from p2pem.leakage.wholerun_analysis import analyse_whole_run, parse_whole_run
     from p2pem.leakage.wholerun_plot import whole_run_figure
-    from p2pem.runner import atomic_output, build_graph, write_json
+    from p2pem.builders import build_graph
+    from p2pem.runner import atomic_output, write_json
     from p2pem.scenario import load_scenario
 
     if args.runs is not None or args.iterations is not None:

@@ -1,98 +1,26 @@
-"""Aggregation protocols behind one interface, by the names users type.
+"""Aggregation protocols: the per-node state machines and their batch paths.
 
 ======================  ============================================================
-name                    what it is
+module                  what it holds
 ======================  ============================================================
-``pdmm-sp``             PDMM average consensus with subspace perturbation (private)
-``secure-sum``          Lin, Clifton & Zhu's masked ring on a Hamiltonian cycle (exact)
-``federated``           everything to a server, which averages (exact, leaks everything)
-``centralized``         plain EM on the pooled rows: the reference, no network
-``dp-central``          differentially private EM, a trusted aggregator adds the noise
-``dp-distributed``      differentially private EM, every node adds a noise share
-                        before ``secure-sum`` or ``pdmm-sp`` sums (see :mod:`p2pem.dp`)
+``base``                the interface every protocol implements (:class:`ProtocolSpec`,
+                        :class:`Aggregation`), the public :class:`Topology`
+``pdmm``                ``pdmm-sp``: PDMM average consensus with subspace perturbation
+``exact``               ``secure-sum`` (the masked ring) and ``federated`` (a server)
+``centralized``         ``centralized``: plain EM on the pooled rows, no network
 ======================  ============================================================
+
+The differentially private protocols ``dp-central`` and ``dp-distributed`` live in
+:mod:`p2pem.dp.protocols`; :mod:`p2pem.registry` maps every name a user types to its spec
+and builds specs from scenario parameters (:func:`p2pem.registry.make_protocol`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import typing
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
-
-from p2pem.errors import ConfigError
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology
+from p2pem.protocols.centralized import Centralized
 from p2pem.protocols.exact import Federated, SecureSum
 from p2pem.protocols.pdmm import PdmmSP
-
-
-@dataclass(frozen=True)
-class Centralized(ProtocolSpec):
-    """``centralized``: EM on the pooled data, no network (the reference)."""
-
-    name: str = field(init=False, default="centralized")
-
-    def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
-        raise ConfigError("centralized runs no network protocol")
-
-
-PROTOCOLS: dict[str, type[ProtocolSpec]] = {
-    "pdmm-sp": PdmmSP,
-    "secure-sum": SecureSum,
-    "federated": Federated,
-    "centralized": Centralized,
-}
-
-from p2pem.dp.protocols import DPCentral, DPDistributed  # noqa: E402  (p2pem.dp imports this package first)
-
-PROTOCOLS.update({"dp-central": DPCentral, "dp-distributed": DPDistributed})
-
-
-def make_protocol(name: str | ProtocolSpec, params: Mapping[str, Any] | None = None) -> ProtocolSpec:
-    """Build a protocol spec from its user-facing name and parameters.
-
-    Raises
-    ------
-    ConfigError
-        Unknown name, unknown parameter (naming it and the known ones) or a bad value.
-    """
-    if isinstance(name, ProtocolSpec):
-        return name
-    cls = PROTOCOLS.get(name)
-    if cls is None:
-        raise ConfigError(f"unknown protocol {name!r} (known: {', '.join(PROTOCOLS)})")
-    params = dict(params or {})
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(params) - set(fields))
-    if unknown:
-        known = ", ".join(fields) or "none"
-        raise ConfigError(f"unknown parameter '{unknown[0]}' for protocol {name} (known: {known})")
-    hints = typing.get_type_hints(cls)
-    for key, value in params.items():
-        _check_type(name, key, value, hints[key])
-    return cls(**params)
-
-
-def _check_type(protocol: str, key: str, value: Any, hint: Any) -> None:
-    origin = typing.get_origin(hint)
-    if origin is typing.Literal:
-        if value not in typing.get_args(hint):
-            raise ConfigError(f"protocol {protocol}: '{key}' must be one of {list(typing.get_args(hint))}, got {value!r}")
-        return
-    allowed = typing.get_args(hint) if origin is typing.Union else (hint,)
-    ok = False
-    for t in allowed:
-        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            ok = True
-        elif t is int and isinstance(value, int) and not isinstance(value, bool):
-            ok = True
-        elif t in (bool, str) and isinstance(value, t):
-            ok = True
-    if not ok:
-        names = " or ".join(getattr(t, "__name__", str(t)) for t in allowed)
-        raise ConfigError(f"protocol {protocol}: '{key}' must be {names}, got {value!r}")
-
 
 __all__ = [
     "AggregateOutcome",
@@ -100,10 +28,8 @@ __all__ = [
     "Centralized",
     "Federated",
     "NodeContext",
-    "PROTOCOLS",
     "PdmmSP",
     "ProtocolSpec",
     "SecureSum",
     "Topology",
-    "make_protocol",
 ]

@@ -43,7 +43,7 @@ class CsrRowProduct:
     """``matrix @ x`` for a SciPy CSR ``matrix`` held on the GPU and C-ordered float64 ``x``."""
 
     def __init__(self, matrix) -> None:
-        import cupy
+        import cupy  # here: an optional dependency (the gpu extra)
 
         self._cp = cupy
         csr = matrix.tocsr()

@@ -11,6 +11,8 @@ the message-level one agree to the last bit (a test checks it, traces included).
 from __future__ import annotations
 
 import abc
+import dataclasses
+from itertools import chain
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -26,11 +28,11 @@ if TYPE_CHECKING:  # networkx and scipy.sparse load lazily: a node process needs
     import networkx as nx
     import scipy.sparse as sp
 
+    from p2pem.em import EMSettings
+
 
 def _csr_from_lists(neighbours: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, indices) of adjacency lists, without a Python loop per edge."""
-    from itertools import chain
-
     counts = np.fromiter((len(nb) for nb in neighbours), dtype=np.int64, count=len(neighbours))
     indptr = np.zeros(len(neighbours) + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
@@ -39,14 +41,14 @@ def _csr_from_lists(neighbours: Sequence[Sequence[int]]) -> tuple[np.ndarray, np
 
 
 def _unit_csr(indptr: np.ndarray, indices: np.ndarray):
-    import scipy.sparse as sp
+    import scipy.sparse as sp  # here: start-up time (a node process of a small graph never loads SciPy)
 
     n = indptr.size - 1
     return sp.csr_matrix((np.ones(indices.size, dtype=np.int8), indices, indptr), shape=(n, n))
 
 
 def _bfs(adj, v: int) -> np.ndarray:
-    from scipy.sparse.csgraph import shortest_path
+    from scipy.sparse.csgraph import shortest_path  # here: start-up time, as above
 
     return shortest_path(adj, unweighted=True, indices=[v])[0]
 
@@ -104,7 +106,7 @@ def eccentricity_bounds(indptr: np.ndarray, indices: np.ndarray, sweep=None) -> 
     n = indptr.size - 1
     if n <= SMALL_GRAPH:
         return _small_eccentricities(indptr, indices)
-    from scipy.sparse.csgraph import shortest_path
+    from scipy.sparse.csgraph import shortest_path  # here: start-up time (small graphs never load SciPy)
 
     adj = _unit_csr(indptr, indices)
     if n <= 2000:
@@ -196,7 +198,7 @@ class Topology:
 
         O(m log m) in NumPy; raises ProtocolError when the graph is disconnected.
         """
-        import scipy.sparse as sp
+        import scipy.sparse as sp  # here: start-up time (a node process builds its topology from lists)
 
         edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
         rows = np.concatenate([edges[:, 0], edges[:, 1]])
@@ -278,7 +280,7 @@ class Topology:
 
     def weighted_adjacency(self, weights: np.ndarray) -> sp.csr_matrix:
         """n x n CSR matrix with ``weights`` (one per directed edge, in edge order) as entries."""
-        import scipy.sparse as sp
+        import scipy.sparse as sp  # here: start-up time, as above
 
         n = self.n_nodes
         return sp.csr_matrix((weights, self.dst, self._indptr), shape=(n, n))
@@ -414,6 +416,13 @@ class Aggregation(abc.ABC):
         return False
 
 
+def parameter_fields(spec: type | object) -> tuple[dataclasses.Field, ...]:
+    """The user-settable parameters of a protocol spec (class or instance): its ``__init__``
+    fields, less those marked ``metadata={"bound": True}`` (state a run binds, see
+    :meth:`ProtocolSpec.bind`)."""
+    return tuple(f for f in dataclasses.fields(spec) if f.init and not f.metadata.get("bound"))  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class ProtocolSpec(abc.ABC):
     """A protocol and its parameters; frozen, so it can be shared by every node."""
@@ -421,6 +430,26 @@ class ProtocolSpec(abc.ABC):
     name: str = field(init=False, default="")
     exact: bool = field(init=False, default=True)
     asynchronous: bool = field(init=False, default=False)
+
+    def bind(
+        self, settings: EMSettings, parts: list[np.ndarray], *, seed: int | np.random.SeedSequence = 0
+    ) -> tuple[ProtocolSpec, EMSettings, list[np.ndarray]]:
+        """Bind the spec to one run before anything runs: ``(spec, settings, parts)`` to run with.
+
+        :func:`p2pem.simulate.run_protocol` calls it with the run's data and protocol
+        ``seed`` (the seed of :func:`p2pem.streams.protocol_streams`).  A protocol that needs
+        the run (a private one clips the data to its public box, calibrates its noise to the
+        number of iterations and hooks the EM loop through ``settings.privacy``) returns a new
+        frozen spec (``dataclasses.replace`` of a field marked ``metadata={"bound": True}``,
+        see :func:`parameter_fields`), new settings and the parts to use; the caller's objects
+        are never changed.  The default binds nothing.
+
+        Raises
+        ------
+        ConfigError
+            The run does not suit the protocol (e.g. a private run with ``tol`` > 0).
+        """
+        return self, settings, parts
 
     @property
     def message_kinds(self) -> frozenset[str] | None:
@@ -490,10 +519,5 @@ class ProtocolSpec(abc.ABC):
         return {}
 
     def params(self) -> dict:
-        """The user-settable parameters, for result files."""
-        from dataclasses import asdict
-
-        out = asdict(self)
-        for key in ("name", "exact", "asynchronous"):
-            out.pop(key, None)
-        return out
+        """The user-settable parameters (:func:`parameter_fields`), for result files."""
+        return {f.name: getattr(self, f.name) for f in parameter_fields(self)}

@@ -17,6 +17,7 @@ leaky baseline: the server sees everything.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING
@@ -50,6 +51,10 @@ def random_mask(rng: np.random.Generator, p: int) -> list[int]:
     return [int.from_bytes(raw[32 * k : 32 * (k + 1)], "little") for k in range(p)]
 
 
+#: Hamiltonian cycles found by :meth:`SecureSum.topology`, per networkx graph (dropped with the graph).
+_RINGS: weakref.WeakKeyDictionary[nx.Graph, list[int]] = weakref.WeakKeyDictionary()
+
+
 def fsum_average(rows: np.ndarray) -> np.ndarray:
     """Correctly rounded column sums divided by the number of rows."""
     n = rows.shape[0]
@@ -77,15 +82,15 @@ class SecureSum(ProtocolSpec):
             if g.ring is None:
                 raise GraphError("secure-sum needs a Hamiltonian cycle: pass a networkx graph, or a Topology built with ring=")
             return g
-        # the cycle search is the expensive part: remember it on the graph, and search again
-        # only if the graph changed so that the remembered cycle no longer is one
-        cache = g.graph.setdefault("_p2pem_cache", {})
-        ring = cache.get("ring")
+        # the cycle search is the expensive part: remember it per graph object (here, not in the
+        # caller's graph), and search again only if the graph changed so that the remembered
+        # cycle no longer is one
+        ring = _RINGS.get(g)
         n = g.number_of_nodes()
         if ring is None or len(ring) != n or not all(g.has_edge(ring[i], ring[(i + 1) % n]) for i in range(n)):
-            from p2pem.graphs import hamiltonian_cycle
+            from p2pem.graphs import hamiltonian_cycle  # here: networkx loads only where a graph is given
 
-            ring = cache["ring"] = hamiltonian_cycle(g, time_budget=self.ring_search_s)
+            ring = _RINGS[g] = hamiltonian_cycle(g, time_budget=self.ring_search_s)
         return Topology.from_graph(g, ring=ring)
 
     @property

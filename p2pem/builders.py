@@ -1,0 +1,147 @@
+"""Build what a scenario describes: the per-node data, the graph, the EM settings, the protocols.
+
+:mod:`p2pem.scenario` parses a scenario file into frozen dataclasses; the functions here turn
+those into the objects a run needs, each from the scenario's own random stream
+(:mod:`p2pem.streams`), so the result depends only on the scenario (and the data file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import networkx as nx
+import numpy as np
+import numpy.typing as npt
+
+from p2pem.data import check_parts, load_table, pca, split_rows, standardize, synthetic_mixture
+from p2pem.em import EMSettings
+from p2pem.errors import ConfigError, DataError
+from p2pem.graphs import geometric_graph, graph_from_edges
+from p2pem.protocols import ProtocolSpec
+from p2pem.registry import make_protocol
+from p2pem.scenario import Scenario
+from p2pem.streams import init_seed
+
+__all__ = ["build_graph", "build_protocols", "em_settings", "load_data", "prepare_rows", "split_prepared"]
+
+
+def load_data(scenario: Scenario) -> list[npt.NDArray[np.float64]]:
+    """Build the per-node data of a scenario.
+
+    Reads the CSV file (or draws the synthetic mixture from the ``"data"``
+    stream), standardises, projects on principal components, splits the rows
+    over ``scenario.graph.n_nodes`` nodes with the same ``"data"`` stream and
+    validates the parts with :func:`p2pem.data.check_parts`.  The result depends
+    only on the scenario (and the data file).
+
+    Parameters
+    ----------
+    scenario : Scenario
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Node ``i``'s rows at index ``i``, each of shape (n_i, n_features).
+
+    Raises
+    ------
+    DataError
+        The data cannot be read or prepared, or a node ends up without rows
+        (prefixed with the scenario file unless it already names the data file).
+    ConfigError
+        ``em.init`` does not match the width of the prepared data.
+    """
+    rng = np.random.default_rng(scenario.streams()["data"])
+    X, _ = prepare_rows(scenario, rng=rng)
+    return split_prepared(scenario, X, rng)
+
+
+def prepare_rows(
+    scenario: Scenario, *, label_column: str | None = None, rng: np.random.Generator | None = None
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64] | None]:
+    """The scenario's rows, read (or drawn) and prepared, before they are split over nodes.
+
+    Parameters
+    ----------
+    scenario : Scenario
+    label_column : str, optional
+        Also return this CSV column (e.g. a class label), row-aligned with the features.
+    rng : numpy.random.Generator, optional
+        The ``"data"`` stream's generator (synthetic data is drawn from it); a fresh one
+        from the scenario when omitted.
+
+    Returns
+    -------
+    X : (n_samples, n_features) array
+    labels : (n_samples,) array or None
+    """
+    cfg = scenario.data
+    if rng is None:
+        rng = np.random.default_rng(scenario.streams()["data"])
+    names: Sequence[str] | None = None
+    labels = None
+    if cfg.source == "csv":
+        assert cfg.path is not None
+        X, names = load_table(cfg.path, columns=cfg.columns, drop_columns=cfg.drop_columns)
+        if label_column is not None:
+            labels = load_table(cfg.path, columns=[label_column])[0][:, 0]
+    else:
+        if label_column is not None:
+            raise ConfigError(f"{scenario.path}: a label column needs csv data")
+        assert cfg.n_samples is not None and cfg.n_features is not None and cfg.n_components is not None
+        assert cfg.separation is not None
+        X, _, _ = synthetic_mixture(
+            cfg.n_samples,
+            n_features=cfg.n_features,
+            n_components=cfg.n_components,
+            separation=cfg.separation,
+            rng=rng,
+        )
+    try:
+        if cfg.public is not None:
+            X = cfg.public.apply(X)
+        else:
+            if cfg.standardize:
+                X = standardize(X, column_names=names)
+            if cfg.pca is not None:
+                X = pca(X, cfg.pca)
+    except DataError as exc:
+        where = "'data.public': " if cfg.public is not None else ""
+        raise DataError(f"{scenario.path}: {where}{exc}") from exc
+    return X, labels
+
+
+def split_prepared(scenario: Scenario, X: npt.NDArray[np.float64], rng: np.random.Generator) -> list[npt.NDArray[np.float64]]:
+    """Split prepared rows over the scenario's nodes and validate them (see :func:`load_data`)."""
+    try:
+        parts = split_rows(X, scenario.graph.n_nodes, how=scenario.data.split, rng=rng)
+        check_parts(parts, scenario.em.n_components)
+    except DataError as exc:
+        raise DataError(f"{scenario.path}: {exc}") from exc
+    init = scenario.em.init
+    if init is not None and init.means.shape[1] != X.shape[1]:
+        raise ConfigError(
+            f"{scenario.path}: 'em.init.means' has {init.means.shape[1]} columns "
+            f"but the prepared data has {X.shape[1]} features"
+        )
+    return parts
+
+
+def build_graph(scenario: Scenario) -> nx.Graph:
+    """The scenario's communication graph (drawn from its "graph" stream when geometric)."""
+    cfg = scenario.graph
+    if cfg.kind == "edges":
+        assert cfg.edges is not None  # the scenario loader requires edges for kind = "edges"
+        return graph_from_edges(cfg.edges, cfg.n_nodes)
+    return geometric_graph(cfg.n_nodes, radius=cfg.radius, rng=np.random.default_rng(scenario.streams()["graph"]))
+
+
+def em_settings(scenario: Scenario) -> EMSettings:
+    """Public EM settings; the init seed comes from the scenario's "init" stream."""
+    em = scenario.em
+    return EMSettings(em.n_components, em.max_iter, em.tol, em.reg_covar, em.init, init_seed(scenario.streams()))
+
+
+def build_protocols(scenario: Scenario) -> list[ProtocolSpec]:
+    """The scenario's protocol specs, in order."""
+    return [make_protocol(p.name, dict(p.params)) for p in scenario.protocols]

@@ -18,6 +18,8 @@ held-out log-likelihood of the final model, privacy the fraction of honest rows 
 recovers (within 0.1) against honest-but-curious nodes that cut off the graph's most exposed
 pair of nodes (the smallest boundary of two adjacent nodes), with the server corrupt for the
 protocols that have one.  All runs start from the network initialisation (aggregation 0).
+Run s of a frontier point uses the protocol seed ``montecarlo_child(seed, 7, s)`` and attacks
+group k with ``montecarlo_child(seed, 8, s, k)`` (:mod:`p2pem.streams`).
 
 Writes ``--json`` (format ``p2pem-privacy-frontier``, version 1), ``--figure`` (the frontier)
 and ``--markdown`` (the tables the docs page "Which protocol for which threat" includes).
@@ -158,6 +160,7 @@ def frontier(path: Path, epsilons: tuple[float, ...], seeds: int) -> dict:
     from p2pem.messages import SERVER
     from p2pem.registry import make_protocol
     from p2pem.scenario import load_scenario
+    from p2pem.streams import montecarlo_child
 
     scenario = load_scenario(path)
     work = build_workload(scenario)
@@ -176,7 +179,7 @@ def frontier(path: Path, epsilons: tuple[float, ...], seeds: int) -> dict:
             adversary = Adversary("honest-but-curious", frozenset(corrupt) | ({SERVER} if name in ("federated", "dp-central") else set()))
             lls, recovered, errors = [], [], []
             for s in range(seeds):
-                seed = np.random.SeedSequence(scenario.seed, spawn_key=(7, s))
+                seed = montecarlo_child(scenario.seed, 7, s)
                 (view,) = record_whole_run(work.parts, work.graph, spec, settings, [adversary], seed=seed)
                 assert view.final is not None
                 lls.append(mean_loglik(work.X_test, view.final))
@@ -185,7 +188,7 @@ def frontier(path: Path, epsilons: tuple[float, ...], seeds: int) -> dict:
                     rows = np.vstack([work.parts[i] for i in group])
                     if view.data_bound is not None:
                         rows = np.clip(rows, -view.data_bound, view.data_bound)
-                    rng = np.random.default_rng(np.random.SeedSequence(scenario.seed, spawn_key=(8, s, k)))
+                    rng = np.random.default_rng(montecarlo_child(scenario.seed, 8, s, k))
                     dists.append(attack_group(view, k, rows, tuple(t for t in seen if t <= view.iterations[-1]), rng=rng, starts=3)[-1])
                 d = np.concatenate(dists)
                 recovered.append(float(np.mean(d <= TOLERANCE)))

@@ -264,7 +264,7 @@ def markdown(doc: dict) -> str:
     out.append("|---|---|---|---|---|---|---|")
     merged: dict[tuple, list[dict]] = defaultdict(list)  # groups of one size, pooled by rows
     for r in d["rows"]:
-        if r["group_size"] in (2, 3, 8) or r["group_size"] >= 30:  # the sizes the issue names; the JSON has every group
+        if r["group_size"] in (1, 2, 3, 8) or r["group_size"] >= 30:  # single nodes, the sizes the issue names; the JSON has all
             merged[(r["protocol"] != "pdmm-sp", r["protocol"], r["epsilon"] or 0, r["group_size"])].append(r)
     for key in sorted(merged):
         rs = merged[key]

@@ -235,3 +235,35 @@ def test_bad_settings_for_a_run_are_one_line_errors(table, graph, settings, prot
     with pytest.raises(ConfigError, match=message) as info:
         fit_bayesnet(table, settings, make_protocol(protocol), graph=graph, seed=0)
     assert "\n" not in str(info.value)
+
+
+def test_a_public_network_with_noise_shares_holds_against_colluders(table, graph):
+    """Members see the row count and noisy sums only: epsilon holds against tolerate colluders."""
+    network = ((1,), (2, 1), (4, 2), (0, 2), (3, 1, 4))
+    settings = BayesNetSettings(epsilon=1.0, noise="shares", tolerate=3, network=network)
+    run = fit_bayesnet(table, settings, make_protocol("pdmm-sp"), graph=graph, seed=5)
+    task = run.task
+    assert task.iteration == 2  # the row count, then the noisy tables: nothing else is aggregated
+    assert [(c.child, c.parents) for c in task.networks[0].conditionals] == [(1, ()), (2, (1,)), (4, (2,)), (0, (2,)), (3, (1, 4))]
+    assert all(s.mechanism == "laplace" for s in task.ledger.spends) and task.ledger.epsilon() == pytest.approx(1.0)
+    block = release_document(run, SCHEMA)["privacy"]
+    assert block["colluders"] == 3
+    assert block["epsilon_spent"]["colluders"]["basic"] == pytest.approx(1.0)
+    # with the noise added after the sum, members saw the exact tables
+    central = release_document(fit_bayesnet(table, dataclasses.replace(settings, noise="central"), make_protocol("pdmm-sp"), graph=graph, seed=5), SCHEMA)
+    assert central["privacy"]["epsilon_spent"]["colluders"]["basic"] is None
+
+
+@pytest.mark.parametrize(
+    ("network", "model", "message"),
+    [
+        (((0,), (1, 0), (2, 3), (3,), (4,)), "privbayes", "attribute 2 comes twice, or before one of its parents"),
+        (((0,), (1, 0)), "privbayes", "covers 2 of the 5 attributes"),
+        (((0,), (1, 7), (2,), (3,), (4,)), "privbayes", "each in 0..4"),
+        (((0,), (1,), (2,), (3,), (4,)), "hmprivbayes", "HMPrivBayes is a structure search"),
+    ],
+)
+def test_bad_public_networks_are_one_line_errors(table, graph, network, model, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        fit_bayesnet(table, BayesNetSettings(model=model, network=network), make_protocol("pdmm-sp"), graph=graph, seed=0)
+    assert "\n" not in str(info.value)

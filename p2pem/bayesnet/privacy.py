@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from p2pem.dp import accounting
+from p2pem.dp import accounting, guarantees
 from p2pem.dp.mechanisms import Block
 from p2pem.errors import ConfigError
 
@@ -130,6 +130,11 @@ class BayesNetSettings:
         HMPrivBayes: budget shares of the similarity matrix and of the attribute entropies.
     max_categories : int
         Refuse an attribute with more values (:data:`DEFAULT_MAX_CATEGORIES`).
+    network : tuple of tuple of int, optional
+        A public network instead of a learned one (PrivBayes only): one tuple
+        ``(child, *parents)`` per attribute, in sampling order.  Then the whole budget goes
+        to the conditionals, and the nodes aggregate nothing but the row count and the
+        conditionals' tables (with ``noise = "shares"``: noisy sums only).
     """
 
     model: str = "privbayes"
@@ -147,6 +152,7 @@ class BayesNetSettings:
     cluster_share: float = 0.1
     entropy_share: float = 0.05
     max_categories: int = DEFAULT_MAX_CATEGORIES
+    network: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -172,7 +178,7 @@ class BayesNetSettings:
         _fraction("entropy_share", self.entropy_share, zero=True)
         if self.hm and self.beta + self.cluster_share * self.clusters_paid + self.entropy_share >= 1:
             raise ConfigError("bayesnet: beta, cluster_share and entropy_share leave no budget for the conditionals (their sum must be < 1)")
-        if math.isinf(self.epsilon) and self.k is None:
+        if math.isinf(self.epsilon) and self.k is None and self.network is None:
             raise ConfigError("bayesnet: epsilon = inf (no noise) bounds no table by theta: give a degree 'k'")
 
     @property
@@ -192,9 +198,28 @@ class BayesNetSettings:
             raise ConfigError(f"bayesnet: 'k' = {self.k} must be less than the number of attributes ({n_attributes})")
         if self.hm and self.clustering and self.n_clusters > n_attributes:
             raise ConfigError(f"bayesnet: 'n_clusters' = {self.n_clusters} exceeds the {n_attributes} attributes")
+        if self.network is not None:
+            self._check_network(n_attributes)
+
+    def _check_network(self, d: int) -> None:
+        assert self.network is not None
+        if self.hm:
+            raise ConfigError("bayesnet: a public 'network' replaces the structure search; HMPrivBayes is a structure search")
+        seen: set[int] = set()
+        for i, entry in enumerate(self.network):
+            if not entry or any(isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < d for a in entry):
+                raise ConfigError(f"bayesnet: 'network[{i}]' must list an attribute and its parents, each in 0..{d - 1}, got {list(entry)}")
+            child, *parents = entry
+            if child in seen or not set(parents) <= seen or len(set(parents)) != len(parents):
+                raise ConfigError(f"bayesnet: 'network[{i}]': attribute {child} comes twice, or before one of its parents {parents}")
+            seen.add(child)
+        if len(seen) != d:
+            raise ConfigError(f"bayesnet: 'network' covers {len(seen)} of the {d} attributes; give every attribute once")
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        if self.network is not None:
+            out["network"] = [list(entry) for entry in self.network]
         if math.isinf(self.epsilon):
             out["epsilon"] = None  # JSON has no infinity; null = no noise
         return out
@@ -227,6 +252,8 @@ class Budget:
     def plan(cls, settings: BayesNetSettings, n_attributes: int) -> Budget:
         """Split ``settings.epsilon`` (module docstring)."""
         eps, d = settings.epsilon, n_attributes
+        if settings.network is not None:  # nothing to search: every epsilon for the conditionals
+            return cls(0.0, 0, 0.0, 0.0, eps)
         if math.isinf(eps):
             paid = math.inf if settings.hm else 0.0
             return cls(math.inf, d if settings.hm else d - 1, paid, paid if settings.clusters_paid else 0.0, math.inf)
@@ -300,6 +327,20 @@ class Ledger:
             eps = self.epsilon(name, 0.0 if name == "basic" else REPORT_DELTA)
             out[name] = None if math.isinf(eps) else eps
         return out
+
+    def shared_noise_epsilons(self, shares: int, unknown: int) -> dict[str, float | None]:
+        """Epsilon under every accountant for an adversary who knows all but ``unknown`` of the noise shares.
+
+        For releases whose Laplace noise is split into shares, any ``shares`` of which make
+        the calibrated noise (:func:`p2pem.dp.mechanisms.noise_share`): the analysis of
+        :func:`p2pem.dp.guarantees.epsilon_left` (``unknown >= shares``: the configured
+        epsilon; fewer: no guarantee, None).  Only Laplace releases can be split so; a
+        ledger holding another mechanism gives None.
+        """
+        if any(s.mechanism != "laplace" for s in self.spends):
+            return dict.fromkeys(accounting.ACCOUNTANTS)
+        releases = [accounting.Release(Block(s.name, 0, 1, s.l1, s.l1), s.count, 1.0 / s.count) for s in self.spends]
+        return guarantees.epsilon_left("laplace", REPORT_DELTA, releases, [s.scale for s in self.spends], shares=shares, unknown=unknown)
 
     def to_list(self) -> list[dict[str, Any]]:
         return [s.to_dict() for s in self.spends]

@@ -90,7 +90,7 @@ class Selection:
 
 @dataclass
 class _Stage:
-    kind: str  # "commit", "reveal", "totals", "marginals", "pairs", "step", "conditionals"
+    kind: str  # "commit", "reveal", "totals", "marginals", "pairs", "step", "tables", "conditionals"
     layout: Layout | None = None  # count stages
     size: int = 0  # other stages
     noisy_scale: FloatArray | None = None  # per-entry Laplace scale of a shares stage
@@ -158,6 +158,7 @@ class BayesNetTask:
         self._commits: list[bytes] = []
         self._step = 0
         self._pending: dict[int, list[Candidate]] = {}
+        self._scales: dict[AttrSet, float] = {}
         self._stage = _Stage("commit", size=self.n_nodes * joint.WORDS) if self.shared is None else self._totals_stage()
 
     # ------------------------------------------------------------------ Task interface
@@ -243,6 +244,8 @@ class BayesNetTask:
         return rows[0]
 
     def _totals_stage(self) -> _Stage:
+        if self.settings.network is not None:  # a public network needs the row count alone
+            return _Stage("totals", Layout(((),), self.sizes))
         return _Stage("totals", Layout(tuple((j,) for j in range(len(self.sizes))), self.sizes))
 
     def _rng(self, *key: int) -> np.random.Generator:
@@ -251,13 +254,20 @@ class BayesNetTask:
 
     def _after_totals(self, tables: dict[AttrSet, FloatArray]) -> None:
         d = len(self.sizes)
-        totals = [float(tables[(j,)].sum()) for j in range(d)]
+        totals = [float(t.sum()) for t in tables.values()]
         if any(t != totals[0] for t in totals):
             raise ProtocolError("bayesnet: the aggregated 1-way counts of the attributes have different totals")
         self.n_rows = int(totals[0])
         if self.n_rows < 2:
             raise DataError(f"bayesnet: the nodes hold {self.n_rows} rows together; a release needs at least 2")
         self.budget = Budget.plan(self.settings, d)
+        if self.settings.network is not None:
+            g = Greedy(tuple(range(d)))
+            for child, *parents in self.settings.network:
+                g.add(Candidate(child, tuple(sorted(parents))))
+            self.clusters, self.greedy = [tuple(range(d))], [g]
+            self._start_conditionals()
+            return
         if not self.settings.hm:
             self.clusters = [tuple(range(d))]
             self._start_networks()
@@ -394,19 +404,23 @@ class BayesNetTask:
         scales = {s: self._laplace_scale(2.0, e) for s, e in zip(own, eps_tables, strict=True)}
         for s in own:
             self.ledger.add("noisy conditionals (count tables)", "laplace", 2.0, scales[s])
-        layout = Layout(tuple(own), self.sizes)
+        self._scales = scales
         if self.settings.noise == "shares" and any(v > 0 for v in scales.values()):
             scale_vec = np.concatenate([np.full(table_size(s, self.sizes), scales[s]) for s in own])
-            self._stage = _Stage("conditionals", layout, noisy_scale=scale_vec, share_key=_SHARE_CONDITIONALS)
+            self._stage = _Stage("conditionals", Layout(tuple(own), self.sizes), noisy_scale=scale_vec, share_key=_SHARE_CONDITIONALS)
             return
+        missing = tuple(s for s in own if s not in self._cache)  # a public network's tables were not searched
+        if missing:
+            self._stage = _Stage("tables", Layout(missing, self.sizes))
+            return
+        self._after_tables({})
+
+    def _after_tables(self, tables: dict[AttrSet, FloatArray]) -> None:
+        """Central noise, from the shared seed, on the exact tables (in the order of their sets)."""
         rng = self._rng(_CONDITIONALS)
-        noisy = {}
-        for s in own:
-            exact = self._cache.get(s)
-            if exact is None:  # cannot happen: every own set was a candidate or is a single attribute
-                raise ProtocolError(f"bayesnet: no counts of attribute set {s}")
-            noisy[s] = np.round(exact + noise(rng, np.full(exact.shape, scales[s]), "laplace"))
-        self._after_conditionals(noisy)
+        self._after_conditionals({
+            s: np.round(self._cache[s] + noise(rng, np.full(self._cache[s].shape, b), "laplace")) for s, b in self._scales.items()
+        })
 
     def _after_conditionals(self, noisy: dict[AttrSet, FloatArray]) -> None:
         self.noisy_counts = {s: np.asarray(t, dtype=np.float64) for s, t in noisy.items()}

@@ -188,7 +188,13 @@ def fit_bayesnet(
 
 
 def privacy_block(run: BayesNetRun) -> dict[str, Any]:
-    """Epsilon against each adversary, and what it excludes (see :mod:`p2pem.bayesnet.privacy`)."""
+    """Epsilon against each adversary, and what it excludes (see :mod:`p2pem.bayesnet.privacy`).
+
+    ``epsilon_spent`` holds, per accountant (``basic``: pure epsilon; ``zcdp``, ``rdp`` at
+    ``report_delta``), the epsilon against an ``outsider`` (who sees only the release) and
+    against ``colluders`` (``colluders`` members pooling their views; None where no
+    guarantee holds), or against the ``curator`` of a central run (None: it holds the rows).
+    """
     task = run.task
     s = task.settings
     outsider = task.ledger.epsilons()
@@ -201,28 +207,45 @@ def privacy_block(run: BayesNetRun) -> dict[str, Any]:
     if central:
         against: dict[str, Any] = {"outsider": outsider, "curator": None}
         excluded.append("the curator: it holds every row")
+        return _privacy(task, against, None, excluded)
+    t = task.n_nodes // 2 if s.tolerate is None else s.tolerate
+    if s.network is not None and s.noise == "shares":
+        # members see the row count (public) and noisy sums whose noise any n - t shares make
+        against = {"outsider": outsider, "colluders": task.ledger.shared_noise_epsilons(task.n_nodes - t, task.n_nodes - t)}
+        excluded.append(
+            f"more than {t} colluding members: subtracting their noise shares from the sums they see, they face less than the "
+            "calibrated noise (no guarantee)"
+        )
     else:
+        against = {"outsider": outsider, "colluders": dict.fromkeys(outsider)}
+        seen = ("every count table the structure search aggregates, which include every table the conditionals are built from"
+                if s.network is None else "the conditionals' count tables (noise = 'central' adds the noise after the sum)")
         excluded.append(
             "the members of the aggregation (and whoever reads its output: the server of federated, eavesdroppers on pdmm-sp's "
-            "primal broadcasts and secure-sum's last lap): they see the exact network sums of every count table the structure "
-            "search aggregates, which include every table the conditionals are built from, and the shared seed; epsilon holds "
-            "against those who see only the release"
+            f"primal broadcasts and secure-sum's last lap): they see the exact network sums of {seen}, and the shared seed; "
+            "epsilon holds against those who see only the release"
         )
-        against = {"outsider": outsider, "colluders": dict.fromkeys(outsider)}
         if s.noise == "shares":
             excluded.append(
-                f"noise shares tolerating {task.n_nodes // 2 if s.tolerate is None else s.tolerate} colluders protect the released "
-                "conditionals' noise, but the structure search already showed the members the exact tables, so no epsilon is "
-                "claimed against colluders"
+                f"noise shares tolerating {t} colluders protect the released conditionals' noise, but the structure search "
+                "already showed the members the exact tables, so no epsilon is claimed against members (give a public network "
+                "for that)"
             )
-        if run.protocol.startswith("pdmm-sp"):
-            excluded.append("pdmm-sp's round and message counts and the run's timing (data-dependent side channels)")
+    if run.protocol.startswith("pdmm-sp"):
+        excluded.append("pdmm-sp's round and message counts and the run's timing (data-dependent side channels)")
+    return _privacy(task, against, t, excluded)
+
+
+def _privacy(task: BayesNetTask, against: dict[str, Any], colluders: int | None, excluded: list[str]) -> dict[str, Any]:
+    s = task.settings
+    outsider = against["outsider"]
     return {
         "differentially_private": outsider["basic"] is not None,
         "neighbours": "replace one row (n public)",
         "accountant": "basic",
         "epsilon": None if math.isinf(s.epsilon) else s.epsilon,
         "report_delta": REPORT_DELTA,
+        "colluders": colluders,
         "epsilon_spent": against,
         "ledger": task.ledger.to_list(),
         "excluded": excluded,

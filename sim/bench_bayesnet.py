@@ -29,8 +29,8 @@ The variants (each with the same seeds):
 
 Usage::
 
-    .venv/bin/python sim/bench_bayesnet.py                      # 3 seeds, ~6 minutes
-    .venv/bin/python sim/bench_bayesnet.py --seeds 1 --figure docs/bayesnet_adult.png
+    .venv/bin/python sim/bench_bayesnet.py          # 3 seeds, about 4 minutes (mostly the reports)
+    .venv/bin/python sim/bench_bayesnet.py --figure docs/bayesnet_adult.png --markdown docs/generated/bayesnet_adult.md
 
 Writes the numbers as JSON (``--json``, format ``p2pem-bench-bayesnet``).  Not a test:
 timings depend on the machine and its load (printed).
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beta", type=float, default=0.2, help="structure share of the budget (the scenario's 0.2; PrivBayes' 0.3)")
     parser.add_argument("--json", metavar="PATH", default=str(ROOT / "results" / "bench_bayesnet.json"))
     parser.add_argument("--figure", metavar="PATH", help="draw AVD and TSTR error against epsilon (PNG)")
+    parser.add_argument("--markdown", metavar="PATH", help="write the table as Markdown (the docs page includes docs/generated/bayesnet_adult.md)")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -167,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
                            f"{np.mean([r['tstr_error']['svm'] for r in rows]):.4f}", ""])
     table_rows.append(["-", "real: test split vs training rows; TSTR trained on real", f"{real['2way']:.4f}", f"{real['3way']:.4f}",
                        f"{real['tstr_error']['logistic']:.4f}", f"{real['tstr_error']['svm']:.4f}", ""])
+    headers = ["epsilon", f"Adult, {args.nodes} nodes", "2-way AVD", "3-way AVD", "TSTR error (LR)", "TSTR error (SVM)", "fit s"]
     print()
-    print_table(["epsilon", "Adult, 100 nodes", "2-way AVD", "3-way AVD", "TSTR error (LR)", "TSTR error (SVM)", "fit s"], table_rows)
+    print_table(headers, table_rows)
 
     sweep = sum(r["fit_s"] for r in results if r["variant"] in ("PrivBayes central", "PrivBayes over pdmm-sp"))
     print(f"\nwhole sweep of PrivBayes central and over pdmm-sp ({len(args.epsilons)} epsilons x {args.seeds} seeds): {sweep:.1f} s of fitting")
@@ -199,6 +201,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.figure:
         figure(doc, args.figure)
         print(f"wrote {args.figure}")
+    if args.markdown:
+        lines = [
+            "<!-- written by sim/bench_bayesnet.py --markdown; do not edit -->",
+            f"Mean (± standard deviation) over {args.seeds} seeds; theta = {args.theta:g}, beta = {args.beta:g}, score R, 10 public "
+            f"bins; fit times on {len(os.sched_getaffinity(0))} cores at load {os.getloadavg()[0]:.1f}.",
+            "",
+            "| " + " | ".join(headers) + " |",
+            "|" + "---|" * len(headers),
+            *("| " + " | ".join(row) + " |" for row in table_rows),
+            "",
+            f"Whole sweep of PrivBayes central and over pdmm-sp: {sweep:.1f} s of fitting. "
+            f"Over pdmm-sp bit-identical to central for every (epsilon, seed): {'yes' if identical else 'NO'}. "
+            f"Mixture synthesizer: {mixture}.",
+        ]
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        print(f"wrote {args.markdown}")
     return 0
 
 
@@ -214,14 +233,14 @@ def figure(doc: dict, path: str) -> None:
     variants = list(dict.fromkeys(r["variant"] for r in doc["results"]))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), dpi=110)
     panels = [("2way", "2-way AVD"), ("3way", "3-way AVD"), ("tstr_error", "TSTR misclassification (logistic regression)")]
-    styles = ["o-", "s--", "^-.", "d:"]
+    styles = ["o-", "s--", "^-.", "d:"]  # central and over pdmm-sp coincide: the circles sit under the squares
     for ax, (key, title) in zip(axes, panels, strict=True):
         def value(r, key=key):
             return r[key]["logistic"] if isinstance(r[key], dict) else r[key]
 
-        for style, variant in zip(styles, variants, strict=False):
+        for i, (style, variant) in enumerate(zip(styles, variants, strict=False)):
             ys = [np.mean([value(r) for r in doc["results"] if r["variant"] == variant and r["epsilon"] == e]) for e in eps]
-            ax.plot(eps, ys, style, label=variant)
+            ax.plot(eps, ys, style, label=variant, markersize=10 if i == 0 else 5)
         for ref, colour in (("no privacy (k = 2, no noise)", "tab:green"), ("independent marginals", "tab:red")):
             ys = [value(r) for r in doc["references"] if r["variant"] == ref]
             ax.axhline(float(np.mean(ys)), color=colour, linestyle=":", label=ref)

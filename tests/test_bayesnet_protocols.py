@@ -267,3 +267,23 @@ def test_bad_public_networks_are_one_line_errors(table, graph, network, model, m
     with pytest.raises(ConfigError, match=message) as info:
         fit_bayesnet(table, BayesNetSettings(model=model, network=network), make_protocol("pdmm-sp"), graph=graph, seed=0)
     assert "\n" not in str(info.value)
+
+
+def test_the_bayesnet_table_is_validated_with_one_line_errors():
+    from p2pem.synth.bayesconfig import parse_bayesnet
+
+    settings = parse_bayesnet({"epsilon": 0.8, "theta": 8, "beta": 0.2, "network": [["sex"], ["job", "sex"], ["age", "job"],
+                               ["hours", "sex"], ["income", "job", "hours"]], "noise": "shares", "tolerate": 3}, SCHEMA, "privbayes", where="s.toml")
+    assert settings.network == ((1,), (2, 1), (0, 2), (3, 1), (4, 2, 3)) and settings.theta == 8.0 and settings.tolerate == 3
+    assert math.isinf(parse_bayesnet({"epsilon": "inf", "k": 2}, SCHEMA, "privbayes", where="s.toml").epsilon)
+    for table, model, message in [
+        ({"epsilon": -1}, "privbayes", "s.toml: 'bayesnet.epsilon' must be > 0"),
+        ({"thetta": 4}, "privbayes", "unknown key 'bayesnet.thetta'"),
+        ({"n_clusters": 3}, "privbayes", "'bayesnet.n_clusters' is an HMPrivBayes setting"),
+        ({"k": 9}, "privbayes", r"s.toml: \[bayesnet\] 'k' = 9 must be less than the number of attributes \(5\)"),
+        ({"network": [["sex"], ["salary", "sex"]]}, "privbayes", "'bayesnet.network\\[1\\]' names 'salary', not a column"),
+        ({"noise": "local"}, "privbayes", "'bayesnet.noise' must be one of 'central', 'shares'"),
+    ]:
+        with pytest.raises(ConfigError, match=message) as info:
+            parse_bayesnet(table, SCHEMA, model, where="s.toml")
+        assert "\n" not in str(info.value)

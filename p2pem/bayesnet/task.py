@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from p2pem.bayesnet import seed as joint
+import p2pem.bayesnet.seed as joint
 from p2pem.bayesnet.cluster import spectral_clusters
 from p2pem.bayesnet.counts import AttrSet, Layout, attr_set, part_index, table_size, whole_counts
 from p2pem.bayesnet.greedy import Candidate, Greedy

@@ -289,3 +289,31 @@ def test_greedy_refuses_a_parent_outside_the_network():
     g.add(Candidate(0, ()))
     with pytest.raises(ValueError):
         g.add(Candidate(1, (2,)))
+
+
+def test_a_structure_selection_is_epsilon_dp_on_every_neighbouring_pair_of_small_data_sets():
+    """An exact audit: the selection probabilities of all pairs of neighbouring data sets (6 rows over
+    three binary attributes, one row replaced) differ by at most e^epsilon, with the R score and its 3/n."""
+    n, epsilon = 6, 0.7
+    candidates = [(0, (1,)), (0, (2,)), (1, (2,)), (2, (0, 1)), (1, (0, 2))]
+
+    def utilities(rows: np.ndarray) -> np.ndarray:
+        out = []
+        for child, parents in candidates:
+            attrs = (child, *parents)
+            out.append(r_score(joint_counts(rows, attrs, (2, 2, 2))[0].reshape((2,) * len(attrs))))
+        return np.array(out)
+
+    cells = list(itertools.product(range(2), repeat=3))
+    probabilities = {
+        combo: exponential_probabilities(utilities(np.array([cells[c] for c in combo])), epsilon, r_score_sensitivity(n))
+        for combo in itertools.combinations_with_replacement(range(8), n)
+    }
+    worst = 0.0
+    for combo, p in probabilities.items():
+        for i in range(n):  # replace row i by a row of every other cell
+            for other in range(8):
+                q = probabilities[tuple(sorted((*combo[:i], *combo[i + 1 :], other)))]
+                worst = max(worst, float(np.max(np.abs(np.log(p) - np.log(q)))))
+    assert worst <= epsilon + 1e-12
+    assert worst >= 0.3 * epsilon  # the audit reaches the budget's scale: a wrong sensitivity would show

@@ -25,7 +25,7 @@ sizes, n and the budget, never on the rows; only the scores do.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -140,7 +140,9 @@ class Greedy:
         self.order.append(candidate.child)
         self.parents[candidate.child] = candidate.parents
 
-    def candidates(self, sizes: Sequence[int], *, k: int | None, max_cells: float | None, allowed=None) -> list[Candidate]:
+    def candidates(
+        self, sizes: Sequence[int], *, k: int | None, max_cells: float | None, allowed: Callable[[int, int], bool] | None = None
+    ) -> list[Candidate]:
         """Every attribute-parent pair of the next step, in a public order.
 
         ``allowed(child, parent) -> bool``, optional, prunes parents (HMPrivBayes' threshold

@@ -346,7 +346,10 @@ class BayesNetTask:
         allowed = None
         if s.hm and s.eta > 0 and self.similarity is not None:
             sim = self.similarity
-            allowed = lambda child, parent: sim[child, parent] >= s.eta  # noqa: E731  pruning on the released similarity
+
+            def allowed(child: int, parent: int) -> bool:  # pruning on the released similarity (post-processing)
+                return bool(sim[child, parent] >= s.eta)
+
         max_cells = self.budget.max_cells(self.n_rows, len(self.sizes), s.theta)
         return g.candidates(self.sizes, k=s.k, max_cells=max_cells, allowed=allowed)
 

@@ -44,6 +44,7 @@ from p2pem.errors import ConfigError, DataError, TransportError
 from p2pem.messages import Message
 from p2pem.node import Node
 from p2pem.protocols import NodeContext
+from p2pem.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class NodeSetup:
     n_rows: int
 
 
-def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b"") -> NodeSetup:
+def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b"", task: Task | None = None) -> NodeSetup:
     """Load the roster, the key file and the data of ``config`` and build the node's parts.
 
     Parameters
@@ -84,6 +85,10 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
         configured broker.
     launch : bytes
         Nonce of this launch, bound into every envelope.
+    task : Task, optional
+        What the node computes instead of the roster's EM on its data file: a task the
+        roster does not describe (e.g. a Bayesian-network release, :mod:`p2pem.bayesnet`),
+        built by the caller from this node's rows; the data file is not read then.
 
     Raises
     ------
@@ -103,6 +108,11 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
         codec = Codec(roster.run_id, roster.public_keys(), identity=identity, node_id=i, launch=launch)
     except ConfigError as exc:
         raise ConfigError(f"{config.path}: {exc}") from None
+    if task is not None:
+        node = Node(NodeContext(i, topology, config.protocol_rng()), task, spec)
+        node.validate = True
+        rows = int(sum(len(part) for part in getattr(task, "parts", ())))
+        return NodeSetup(config, roster, identity, codec, node, spec, link if link is not None else mqtt_link(config, roster), rows)
     X = load_node_data(config.data, config.columns)
     n_features = roster.n_features
     if n_features is None and settings.init is not None:

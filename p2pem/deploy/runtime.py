@@ -53,6 +53,7 @@ from p2pem.messages import Message
 from p2pem.node import EMFailed, OutOfRound
 from p2pem.protocols import NodeContext
 from p2pem.protocols.base import ProtocolViolation
+from p2pem.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class NodeRuntime:
     clock : callable, optional
         Monotonic seconds for every timeout; default the running event loop's clock (see
         :mod:`p2pem.deploy.clock`).
+    task : Task, optional
+        Run this task instead of the roster's EM (see :func:`~p2pem.deploy.bootstrap.load_node`).
 
     Raises
     ------
@@ -100,8 +103,9 @@ class NodeRuntime:
         link: Link | None = None,
         launch: bytes = b"",
         clock: Clock | None = None,
+        task: Task | None = None,
     ) -> None:
-        setup = load_node(config, link=link, launch=launch)
+        setup = load_node(config, link=link, launch=launch, task=task)
         self.config = config
         self.launch = launch
         self.progress = progress
@@ -280,7 +284,7 @@ class NodeRuntime:
         self.watchdog.restart(self.neighbours, self.clock())
         log.info("node %d: every neighbour is online, starting the protocol", self.node_id)
         if self.progress is not None:
-            self.progress("online", 0, self.node.em.settings.max_iter)
+            self.progress("online", 0, self._max_iter())
         try:
             out = self.node.start()  # with what the neighbours sent before (the Node kept it)
         except ProtocolError as exc:  # e.g. a message kept until now fails its check
@@ -294,7 +298,7 @@ class NodeRuntime:
         Neighbours still computing keep the heartbeats going; the usual silence and stall
         timeouts apply (see :class:`~p2pem.deploy.control.Agreement`).
         """
-        await self._send([self.agreement.message(self.neighbours, self.node.task.summary(), self.node.em.n_iter)])
+        await self._send([self.agreement.message(self.neighbours, self.node.task.summary(), self._n_iter())])
         self.agreement.settle()
         self.watchdog.progressed(self.clock())
         while not self.agreement.done(self._nbr_set):
@@ -481,8 +485,16 @@ class NodeRuntime:
             await self._send(out)
         self._after_progress()
 
+    def _n_iter(self) -> int:
+        """EM's M-steps, or the aggregations of another task."""
+        return int(getattr(self.node.task, "n_iter", self.node.iteration))
+
+    def _max_iter(self) -> int:
+        settings = getattr(self.node.task, "settings", None)
+        return int(getattr(settings, "max_iter", 0))
+
     def _after_progress(self) -> None:
-        n_iter = self.node.em.n_iter
+        n_iter = self._n_iter()
         if n_iter != self._reported_iter:
             self._reported_iter = n_iter
             it = self.node.iteration
@@ -491,7 +503,7 @@ class NodeRuntime:
             # numbers instead (see the Handshake).
             self.admission.guard.forget_before(it - 1)
             if self.progress is not None and n_iter > 0:
-                self.progress("progress", n_iter, self.node.em.settings.max_iter)
+                self.progress("progress", n_iter, self._max_iter())
 
     # ------------------------------------------------------------------ sending
 

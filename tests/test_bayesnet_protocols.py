@@ -229,6 +229,7 @@ def test_bad_tables_are_one_line_errors(table, graph, change, message):
         (BayesNetSettings(n_bins=120), "pdmm-sp", "column 'age' has 120 bins, more than max_categories = 100"),
         (BayesNetSettings(), "dp-distributed", "cannot aggregate a Bayesian-network release"),
         (BayesNetSettings(noise="shares"), "centralized", "noise = 'shares' needs an aggregation over nodes"),
+        (BayesNetSettings(noise="shares", tolerate=8), "pdmm-sp", "'tolerate' = 8 must be below the 8 nodes"),
     ],
 )
 def test_bad_settings_for_a_run_are_one_line_errors(table, graph, settings, protocol, message):

@@ -57,7 +57,7 @@ from p2pem.bayesnet.scores import (
     r_score_sensitivity,
 )
 from p2pem.dp.mechanisms import exponential_mechanism, noise, noise_share
-from p2pem.errors import DataError, ProtocolError
+from p2pem.errors import ConfigError, DataError, ProtocolError
 from p2pem.streams import child
 
 FloatArray = npt.NDArray[np.float64]
@@ -160,6 +160,8 @@ class BayesNetTask:
         self._pending: dict[int, list[Candidate]] = {}
         self._scales: dict[AttrSet, float] = {}
         self._stage = _Stage("commit", size=self.n_nodes * joint.WORDS) if self.shared is None else self._totals_stage()
+        if self.settings.noise == "shares":
+            self._tolerate()  # a bad 'tolerate' fails now, not at the first noisy aggregation
 
     # ------------------------------------------------------------------ Task interface
 
@@ -224,7 +226,7 @@ class BayesNetTask:
     def _tolerate(self) -> int:
         t = self.n_nodes // 2 if self.settings.tolerate is None else self.settings.tolerate
         if t >= self.n_nodes:
-            raise ProtocolError(f"bayesnet: 'tolerate' = {t} must be below the {self.n_nodes} nodes")
+            raise ConfigError(f"bayesnet: 'tolerate' = {t} must be below the {self.n_nodes} nodes (the others' shares make the noise)")
         return t
 
     def _agreed_sums(self, averages: FloatArray) -> FloatArray:

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     from p2pem.streams import scenario_streams
     from p2pem.synth import synth_report
     from p2pem.synth.models import require
-    from p2pem.synth.privbayes import fit_bayesnet, release_document, sample_release
+    from p2pem.synth.privbayes import fit_bayesnet, release_document, sample_release, split_table
     from p2pem.tabular import Table, load_schema, read_table
 
     require("sklearn.linear_model")
@@ -111,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
             for seed in range(args.seeds):
                 settings = BayesNetSettings(model=model, epsilon=eps, theta=args.theta, beta=args.beta, noise=noise)
                 graph = None if protocol == "centralized" else graph_of(seed)
+                parts = [train] if graph is None else split_table(train, args.nodes, rng=np.random.default_rng(scenario_streams(seed)["data"]))
                 t0 = time.perf_counter()
-                run = fit_bayesnet(train, settings, make_protocol(protocol), graph=graph, seed=seed)
+                run = fit_bayesnet(parts, settings, make_protocol(protocol), graph=graph, seed=seed)
                 fit_s = time.perf_counter() - t0
                 if model == "privbayes" and noise == "central":
                     digests.setdefault((eps, seed), {})[protocol] = tuple(run.task.summary())
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
     references = []
     for seed in range(args.seeds):
-        run = fit_bayesnet(train, BayesNetSettings(epsilon=math.inf, k=2), make_protocol("centralized"), graph=None, seed=seed)
+        run = fit_bayesnet([train], BayesNetSettings(epsilon=math.inf, k=2), make_protocol("centralized"), graph=None, seed=seed)
         table = sample_release(release_document(run, schema), train.n_rows, np.random.default_rng(seed))
         references.append({"variant": "no privacy (k = 2, no noise)", "seed": seed, **judge(table, seed)})
         rng = np.random.default_rng(seed)

@@ -20,7 +20,7 @@ from p2pem.graphs import geometric_graph
 from p2pem.registry import make_protocol
 from p2pem.simulate import drive_vectorised
 from p2pem.streams import protocol_streams
-from p2pem.synth.privbayes import fit_bayesnet, release_document, sample_release
+from p2pem.synth.privbayes import fit_bayesnet, release_document, sample_release, split_table
 from p2pem.synth.metrics import marginal_tvds
 from p2pem.tabular import Categorical, Continuous, Schema, Table, discretize, domain_sizes
 
@@ -54,6 +54,11 @@ def table() -> Table:
 @pytest.fixture(scope="module")
 def graph() -> nx.Graph:
     return geometric_graph(N_NODES, rng=np.random.default_rng(3))
+
+
+def split(table: Table) -> list[Table]:
+    """The table's rows spread evenly over the graph's nodes."""
+    return split_table(table, N_NODES, rng=np.random.default_rng(0))
 
 
 def pooled_counts(binned: np.ndarray, layout: Layout) -> np.ndarray:
@@ -116,8 +121,8 @@ def test_aggregated_counts_equal_the_pooled_counts(table, graph, name, settings)
 def test_engines_and_protocols_agree_and_every_node_holds_the_same_network(table, graph, settings):
     digests = {}
     for name in ("secure-sum", "pdmm-sp"):
-        vec = fit_bayesnet(table, settings, make_protocol(name), graph=graph, seed=5, engine="vectorised")
-        msg = fit_bayesnet(table, settings, make_protocol(name), graph=graph, seed=5, engine="messages")
+        vec = fit_bayesnet(split(table), settings, make_protocol(name), graph=graph, seed=5, engine="vectorised")
+        msg = fit_bayesnet(split(table), settings, make_protocol(name), graph=graph, seed=5, engine="messages")
         assert msg.agreed  # every node's digest equals node 0's
         assert np.array_equal(vec.task.summary(), msg.task.summary())
         assert vec.traffic.rounds == msg.traffic.rounds and vec.traffic.messages == msg.traffic.messages
@@ -128,7 +133,7 @@ def test_engines_and_protocols_agree_and_every_node_holds_the_same_network(table
     # exact counts and the same shared seed: the same release whichever protocol sums
     assert digests["secure-sum"] == digests["pdmm-sp"]
     if settings.noise == "central":
-        central = fit_bayesnet(table, settings, make_protocol("centralized"), graph=None, seed=5)
+        central = fit_bayesnet(split(table), settings, make_protocol("centralized"), graph=None, seed=5)
         assert tuple(central.task.summary()) == digests["pdmm-sp"]
 
 
@@ -152,10 +157,10 @@ def test_messages_engine_nodes_hold_identical_networks(table, graph):
 
 def test_commit_and_reveal_seed_is_joint_and_checked(table, graph):
     settings = BayesNetSettings(epsilon=1.0)
-    a = fit_bayesnet(table, settings, make_protocol("secure-sum"), graph=graph, seed=5, commit_reveal=True)
-    b = fit_bayesnet(table, settings, make_protocol("pdmm-sp"), graph=graph, seed=5, commit_reveal=True, engine="messages")
+    a = fit_bayesnet(split(table), settings, make_protocol("secure-sum"), graph=graph, seed=5, commit_reveal=True)
+    b = fit_bayesnet(split(table), settings, make_protocol("pdmm-sp"), graph=graph, seed=5, commit_reveal=True, engine="messages")
     assert np.array_equal(a.task.summary(), b.task.summary())
-    assert a.task.iteration == fit_bayesnet(table, settings, make_protocol("secure-sum"), graph=graph, seed=5).task.iteration + 2
+    assert a.task.iteration == fit_bayesnet(split(table), settings, make_protocol("secure-sum"), graph=graph, seed=5).task.iteration + 2
     # the seed depends on every node's secret: another secret for one node, another seed
     secrets = [np.random.SeedSequence(i) for i in range(3)]
     reveal = [joint.secret(s) for s in secrets]
@@ -191,7 +196,7 @@ def test_a_batch_whose_nodes_disagree_fails(table):
 
 
 def test_release_document_round_trips_through_json_and_samples_like_the_task(table, graph):
-    run = fit_bayesnet(table, BayesNetSettings(epsilon=math.inf, k=2), make_protocol("pdmm-sp"), graph=graph, seed=5)
+    run = fit_bayesnet(split(table), BayesNetSettings(epsilon=math.inf, k=2), make_protocol("pdmm-sp"), graph=graph, seed=5)
     doc = json.loads(json.dumps(release_document(run, SCHEMA, seed=5)))
     assert doc["privacy"]["epsilon_spent"]["outsider"]["basic"] is None  # no noise: no finite epsilon
     sample = sample_release(doc, 20_000, np.random.default_rng(0))
@@ -199,7 +204,7 @@ def test_release_document_round_trips_through_json_and_samples_like_the_task(tab
     sizes = domain_sizes(SCHEMA)
     _, two_way = marginal_tvds(discretize(table), discretize(sample), sizes, 2)
     assert two_way.mean() < 0.06  # k = 2 without noise keeps the pairs (1 200 real rows: sampling noise ~0.03)
-    private = fit_bayesnet(table, BayesNetSettings(epsilon=1.0), make_protocol("pdmm-sp"), graph=graph, seed=5)
+    private = fit_bayesnet(split(table), BayesNetSettings(epsilon=1.0), make_protocol("pdmm-sp"), graph=graph, seed=5)
     block = release_document(private, SCHEMA)["privacy"]
     assert block["epsilon_spent"]["outsider"]["basic"] == pytest.approx(private.task.ledger.epsilon()) and block["epsilon_spent"]["outsider"]["basic"] <= 1.0
     assert block["epsilon_spent"]["colluders"]["basic"] is None and any("members" in e for e in block["excluded"])
@@ -218,7 +223,7 @@ def test_bad_tables_are_one_line_errors(table, graph, change, message):
     codes = table.codes if len(schema.categorical) == 3 else np.column_stack([table.codes, np.zeros(table.n_rows, dtype=np.int64)])
     bad = Table(schema, table.continuous, codes)
     with pytest.raises(ConfigError, match=message) as info:
-        fit_bayesnet(bad, BayesNetSettings(), make_protocol("pdmm-sp"), graph=graph, seed=0)
+        fit_bayesnet(split(bad), BayesNetSettings(), make_protocol("pdmm-sp"), graph=graph, seed=0)
     assert "\n" not in str(info.value)
 
 
@@ -234,7 +239,7 @@ def test_bad_tables_are_one_line_errors(table, graph, change, message):
 )
 def test_bad_settings_for_a_run_are_one_line_errors(table, graph, settings, protocol, message):
     with pytest.raises(ConfigError, match=message) as info:
-        fit_bayesnet(table, settings, make_protocol(protocol), graph=graph, seed=0)
+        fit_bayesnet(split(table), settings, make_protocol(protocol), graph=graph, seed=0)
     assert "\n" not in str(info.value)
 
 
@@ -242,7 +247,7 @@ def test_a_public_network_with_noise_shares_holds_against_colluders(table, graph
     """Members see the row count and noisy sums only: epsilon holds against tolerate colluders."""
     network = ((1,), (2, 1), (4, 2), (0, 2), (3, 1, 4))
     settings = BayesNetSettings(epsilon=1.0, noise="shares", tolerate=3, network=network)
-    run = fit_bayesnet(table, settings, make_protocol("pdmm-sp"), graph=graph, seed=5)
+    run = fit_bayesnet(split(table), settings, make_protocol("pdmm-sp"), graph=graph, seed=5)
     task = run.task
     assert task.iteration == 2  # the row count, then the noisy tables: nothing else is aggregated
     assert [(c.child, c.parents) for c in task.networks[0].conditionals] == [(1, ()), (2, (1,)), (4, (2,)), (0, (2,)), (3, (1, 4))]
@@ -251,7 +256,7 @@ def test_a_public_network_with_noise_shares_holds_against_colluders(table, graph
     assert block["colluders"] == 3
     assert block["epsilon_spent"]["colluders"]["basic"] == pytest.approx(1.0)
     # with the noise added after the sum, members saw the exact tables
-    central = release_document(fit_bayesnet(table, dataclasses.replace(settings, noise="central"), make_protocol("pdmm-sp"), graph=graph, seed=5), SCHEMA)
+    central = release_document(fit_bayesnet(split(table), dataclasses.replace(settings, noise="central"), make_protocol("pdmm-sp"), graph=graph, seed=5), SCHEMA)
     assert central["privacy"]["epsilon_spent"]["colluders"]["basic"] is None
 
 
@@ -266,7 +271,7 @@ def test_a_public_network_with_noise_shares_holds_against_colluders(table, graph
 )
 def test_bad_public_networks_are_one_line_errors(table, graph, network, model, message):
     with pytest.raises(ConfigError, match=message) as info:
-        fit_bayesnet(table, BayesNetSettings(model=model, network=network), make_protocol("pdmm-sp"), graph=graph, seed=0)
+        fit_bayesnet(split(table), BayesNetSettings(model=model, network=network), make_protocol("pdmm-sp"), graph=graph, seed=0)
     assert "\n" not in str(info.value)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,7 @@ from p2pem.streams import bayesnet_child, protocol_streams, scenario_streams
 from p2pem.tabular import Continuous, Schema, Table, discretize, domain_sizes, schema_from_dict, schema_to_toml, undiscretize
 from p2pem.task import drive
 
-__all__ = ["AGGREGATIONS", "RELEASE_FORMAT", "BayesNetRun", "check_table", "fit_bayesnet", "release_document", "sample_release"]
+__all__ = ["AGGREGATIONS", "RELEASE_FORMAT", "BayesNetRun", "check_table", "fit_bayesnet", "release_document", "sample_release", "split_table"]
 
 #: The protocols that can sum a release's counts (the private EM protocols add noise of their own).
 AGGREGATIONS = ("pdmm-sp", "secure-sum", "federated", "centralized")
@@ -99,37 +99,46 @@ def check_table(schema: Schema, settings: BayesNetSettings) -> tuple[int, ...]:
     return sizes
 
 
+def split_table(train: Table, n_nodes: int, *, how: str = "even", rng: np.random.Generator) -> list[Table]:
+    """The rows of ``train`` spread over ``n_nodes`` nodes, as :func:`p2pem.data.split_rows` spreads rows.
+
+    Raises
+    ------
+    DataError
+        A node would hold no rows.
+    """
+    index = split_rows(np.arange(train.n_rows)[:, None], n_nodes, how=how, rng=rng)
+    parts = [train.take(rows[:, 0].astype(np.int64)) for rows in index]
+    if any(p.n_rows == 0 for p in parts):
+        raise DataError(f"a node holds no rows ({train.n_rows} rows over {n_nodes} nodes, split {how!r})")
+    return parts
+
+
 def fit_bayesnet(
-    train: Table,
+    parts: Sequence[Table],
     settings: BayesNetSettings,
     protocol: ProtocolSpec,
     *,
     graph: nx.Graph | Topology | None,
     seed: int,
-    n_nodes: int | None = None,
-    split: str = "even",
     engine: str = "vectorised",
     commit_reveal: bool = False,
 ) -> BayesNetRun:
-    """Fit a private Bayesian network to ``train``'s rows spread over the graph's nodes.
+    """Fit a private Bayesian network to rows spread over the graph's nodes.
 
     Parameters
     ----------
-    train : Table
-        The training rows under a public schema.
+    parts : sequence of Table
+        Node i's training rows at index i, under one public schema (:func:`split_table`);
+        a ``centralized`` run pools them.
     settings : BayesNetSettings
     protocol : ProtocolSpec
         One of :data:`AGGREGATIONS`.
     graph : networkx.Graph or Topology or None
         The nodes and who talks to whom (None only with ``centralized``).
     seed : int
-        The scenario seed: the split over nodes, the shared seed and every node's private
-        seed come from its ``"data"`` and ``"bayesnet"`` streams, the protocol's randomness
-        from its ``"protocol"`` stream.
-    n_nodes : int, optional
-        Default the graph's number of nodes.
-    split : {"even", "contiguous", "random"}
-        How rows are spread over nodes (:func:`p2pem.data.split_rows`).
+        The scenario seed: the shared seed and every node's private seed come from its
+        ``"bayesnet"`` stream, the protocol's randomness from its ``"protocol"`` stream.
     engine : {"vectorised", "messages"}
     commit_reveal : bool
         Generate the shared seed by commit-and-reveal among the nodes (as a deployment
@@ -139,9 +148,14 @@ def fit_bayesnet(
     ------
     ConfigError
         A protocol that cannot sum counts, a non-public schema, too many categories, ``k``
-        too large, ``noise = "shares"`` without a network.
+        too large, ``noise = "shares"`` without a network, a graph of another size.
     """
-    sizes = check_table(train.schema, settings)
+    if not parts:
+        raise DataError("no rows to release")
+    schema = parts[0].schema
+    if any(p.schema != schema for p in parts):
+        raise DataError("the nodes' rows do not share one schema")
+    sizes = check_table(schema, settings)
     if protocol.name not in AGGREGATIONS:
         raise ConfigError(
             f"protocol {protocol.name!r} cannot aggregate a Bayesian-network release (it adds noise of its own); choose one of "
@@ -149,33 +163,31 @@ def fit_bayesnet(
         )
     if engine not in ("vectorised", "messages"):
         raise ConfigError(f"engine must be 'vectorised' or 'messages', got {engine!r}")
-    binned = discretize(train, settings.n_bins)
+    binned = [discretize(p, settings.n_bins) for p in parts]
     t0 = time.perf_counter()
     shared = None if commit_reveal else bayesnet_child(seed, 0)
     if isinstance(protocol, Centralized):
         if settings.noise == "shares":
             raise ConfigError("noise = 'shares' needs an aggregation over nodes; with 'centralized' one curator adds the noise")
-        task = BayesNetTask([binned], sizes, settings, 1, shared=shared, secrets=[bayesnet_child(seed, 1, 0)])
+        task = BayesNetTask([np.concatenate(binned)], sizes, settings, 1, shared=shared, secrets=[bayesnet_child(seed, 1, 0)])
         drive(task, lambda it, values: values)
         return BayesNetRun(task, Traffic(), protocol.name, 1, time.perf_counter() - t0)
     if graph is None:
         raise ConfigError(f"protocol {protocol.name!r} needs a graph of nodes")
-    n = (graph.n_nodes if isinstance(graph, Topology) else graph.number_of_nodes()) if n_nodes is None else n_nodes
-    index = split_rows(np.arange(train.n_rows)[:, None], n, how=split, rng=np.random.default_rng(scenario_streams(seed)["data"]))
-    parts = [binned[rows[:, 0].astype(np.int64)] for rows in index]
-    if any(len(p) == 0 for p in parts):
-        raise DataError(f"a node holds no rows ({train.n_rows} rows over {n} nodes, split {split!r})")
+    n = graph.n_nodes if isinstance(graph, Topology) else graph.number_of_nodes()
+    if n != len(parts):
+        raise ConfigError(f"the graph has {n} nodes but the rows are spread over {len(parts)}")
     secrets = [bayesnet_child(seed, 1, i) for i in range(n)]
     protocol.validate(graph)
     topology = protocol.topology(graph)
     rngs = protocol_streams(scenario_streams(seed)["protocol"], n)
     if engine == "vectorised" and not protocol.asynchronous:
-        task = BayesNetTask(parts, sizes, settings, n, shared=shared, secrets=secrets)
+        task = BayesNetTask(binned, sizes, settings, n, shared=shared, secrets=secrets)
         traffic = drive_vectorised(task, protocol, topology, rngs)
         node0, agreed = task, True
     else:
-        tasks = [BayesNetTask([p], sizes, settings, n, shared=shared, secrets=[s], node_ids=[i]) for i, (p, s) in enumerate(zip(parts, secrets, strict=True))]
-        nodes, traffic = drive_messages(tasks, protocol, topology, rngs)
+        tasks = [BayesNetTask([b], sizes, settings, n, shared=shared, secrets=[s], node_ids=[i]) for i, (b, s) in enumerate(zip(binned, secrets, strict=True))]
+        _, traffic = drive_messages(tasks, protocol, topology, rngs)
         node0 = tasks[0]
         digest = node0.summary()
         agreed = all(np.array_equal(t.summary(), digest) for t in tasks)

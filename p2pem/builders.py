@@ -21,8 +21,9 @@ from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
 from p2pem.scenario import Scenario
 from p2pem.streams import init_seed
+from p2pem.tabular import Table
 
-__all__ = ["build_graph", "build_protocols", "em_settings", "load_data", "prepare_rows", "split_prepared"]
+__all__ = ["build_graph", "build_protocols", "em_settings", "load_data", "prepare_rows", "split_prepared", "split_table"]
 
 
 def load_data(scenario: Scenario) -> list[npt.NDArray[np.float64]]:
@@ -145,3 +146,18 @@ def em_settings(scenario: Scenario) -> EMSettings:
 def build_protocols(scenario: Scenario) -> list[ProtocolSpec]:
     """The scenario's protocol specs, in order."""
     return [make_protocol(p.name, dict(p.params)) for p in scenario.protocols]
+
+
+def split_table(train: Table, n_nodes: int, *, how: str = "even", rng: np.random.Generator) -> list[Table]:
+    """The rows of ``train`` spread over ``n_nodes`` nodes, as :func:`p2pem.data.split_rows` spreads rows.
+
+    Raises
+    ------
+    DataError
+        A node would hold no rows.
+    """
+    index = split_rows(np.arange(train.n_rows)[:, None], n_nodes, how=how, rng=rng)
+    parts = [train.take(rows[:, 0].astype(np.int64)) for rows in index]
+    if any(p.n_rows == 0 for p in parts):
+        raise DataError(f"a node holds no rows ({train.n_rows} rows over {n_nodes} nodes, split {how!r})")
+    return parts

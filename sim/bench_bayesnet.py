@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     from p2pem.streams import scenario_streams
     from p2pem.synth import synth_report
     from p2pem.synth.models import require
-    from p2pem.synth.privbayes import fit_bayesnet, release_document, sample_release, split_table
+    from p2pem.builders import split_table
+    from p2pem.synth.privbayes import fit_bayesnet, release_document, sample_release
     from p2pem.tabular import Table, load_schema, read_table
 
     require("sklearn.linear_model")

@@ -20,7 +20,8 @@ from p2pem.graphs import geometric_graph
 from p2pem.registry import make_protocol
 from p2pem.simulate import drive_vectorised
 from p2pem.streams import protocol_streams
-from p2pem.synth.privbayes import fit_bayesnet, release_document, sample_release, split_table
+from p2pem.builders import split_table
+from p2pem.synth.privbayes import fit_bayesnet, release_document, sample_release
 from p2pem.synth.metrics import marginal_tvds
 from p2pem.tabular import Categorical, Continuous, Schema, Table, discretize, domain_sizes
 

@@ -33,7 +33,6 @@ import numpy as np
 
 from p2pem.bayesnet import BayesNetSettings, BayesNetTask, Conditional, Network, sample_networks
 from p2pem.bayesnet.privacy import REPORT_DELTA
-from p2pem.data import split_rows
 from p2pem.errors import ConfigError, DataError, ProtocolError
 from p2pem.protocols import Centralized, ProtocolSpec
 from p2pem.protocols.base import Topology
@@ -42,7 +41,7 @@ from p2pem.streams import bayesnet_child, protocol_streams, scenario_streams
 from p2pem.tabular import Continuous, Schema, Table, discretize, domain_sizes, schema_from_dict, schema_to_toml, undiscretize
 from p2pem.task import drive
 
-__all__ = ["AGGREGATIONS", "RELEASE_FORMAT", "BayesNetRun", "check_table", "fit_bayesnet", "release_document", "sample_release", "split_table"]
+__all__ = ["AGGREGATIONS", "RELEASE_FORMAT", "BayesNetRun", "check_table", "fit_bayesnet", "release_document", "sample_release"]
 
 #: The protocols that can sum a release's counts (the private EM protocols add noise of their own).
 AGGREGATIONS = ("pdmm-sp", "secure-sum", "federated", "centralized")
@@ -99,21 +98,6 @@ def check_table(schema: Schema, settings: BayesNetSettings) -> tuple[int, ...]:
     return sizes
 
 
-def split_table(train: Table, n_nodes: int, *, how: str = "even", rng: np.random.Generator) -> list[Table]:
-    """The rows of ``train`` spread over ``n_nodes`` nodes, as :func:`p2pem.data.split_rows` spreads rows.
-
-    Raises
-    ------
-    DataError
-        A node would hold no rows.
-    """
-    index = split_rows(np.arange(train.n_rows)[:, None], n_nodes, how=how, rng=rng)
-    parts = [train.take(rows[:, 0].astype(np.int64)) for rows in index]
-    if any(p.n_rows == 0 for p in parts):
-        raise DataError(f"a node holds no rows ({train.n_rows} rows over {n_nodes} nodes, split {how!r})")
-    return parts
-
-
 def fit_bayesnet(
     parts: Sequence[Table],
     settings: BayesNetSettings,
@@ -129,7 +113,8 @@ def fit_bayesnet(
     Parameters
     ----------
     parts : sequence of Table
-        Node i's training rows at index i, under one public schema (:func:`split_table`);
+        Node i's training rows at index i, under one public schema
+        (:func:`p2pem.builders.split_table`);
         a ``centralized`` run pools them.
     settings : BayesNetSettings
     protocol : ProtocolSpec

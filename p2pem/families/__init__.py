@@ -4,6 +4,7 @@
 name                    family
 ======================  ============================================================
 ``gaussian``            full-covariance Gaussian mixtures (:mod:`p2pem.gmm`)
+``skew-normal``         multivariate skew-normal mixtures (:mod:`p2pem.snmix`)
 ======================  ============================================================
 
 A family is a frozen dataclass instance (it may carry public configuration); the EM loop,
@@ -23,11 +24,13 @@ from typing import Any
 from p2pem.errors import ConfigError
 from p2pem.families.base import BatchParams, MixtureFamily
 from p2pem.families.gaussian import GAUSSIAN, GaussianBatch, GaussianFamily
+from p2pem.families.skewnormal import SKEW_NORMAL, SkewNormalBatch, SkewNormalFamily
 
 #: Family constructors by the names users type; keyword arguments are the family's
 #: configuration.
 FAMILIES: dict[str, Callable[..., MixtureFamily]] = {
     "gaussian": GaussianFamily,
+    "skew-normal": SkewNormalFamily,
 }
 
 
@@ -67,10 +70,13 @@ def family_from_document(document: str | Mapping[str, Any]) -> MixtureFamily:
 __all__ = [
     "FAMILIES",
     "GAUSSIAN",
+    "SKEW_NORMAL",
     "BatchParams",
     "GaussianBatch",
     "GaussianFamily",
     "MixtureFamily",
+    "SkewNormalBatch",
+    "SkewNormalFamily",
     "family_from_document",
     "make_family",
 ]

@@ -119,9 +119,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     for r in result.runs:
         if r.resolved_params.get("accel"):
             rp = r.resolved_params
-            what = {"deflated": "deflated heavy ball", "heavy-ball": "heavy ball", "none": "plain PDMM"}[rp["accel"]]
+            what = {"polynomial": "Leja polynomial, then heavy ball", "deflated": "deflated heavy ball", "heavy-ball": "heavy ball",
+                    "none": "plain PDMM"}[rp["accel"]]
             extra = f", momentum {rp['momentum']:.4g}" if rp.get("momentum") is not None else ""
             extra += f", deflation steps from round {rp['deflate_at']}" if rp.get("deflate_at") is not None else ""
+            extra += f", {rp['special_rounds']} scheduled rounds" if rp.get("special_rounds") is not None else ""
             print(f"{r.protocol}: {what} (c {rp['c']:.4g}{extra})")
     print(f"wrote {args.out}/result.json and {args.out}/loglik.png in {time.perf_counter() - t0:.2f} s")
     args.json_summary = {

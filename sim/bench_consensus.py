@@ -1,9 +1,9 @@
 """Benchmark: pdmm-sp consensus on its own: rounds to 1e-10 MSE per step size c, and per-round cost.
 
-(a) Convergence of plain PDMM (``accel = "none"``) per step size, and of the heavy-ball default.  On 20-node geometric graphs (``geometric_graph(20, seed=s)``, several seeds)
+(a) Convergence of plain PDMM (``accel = "none"``) per step size, and of the default.  On 20-node geometric graphs (``geometric_graph(20, seed=s)``, several seeds)
 every node holds a vector drawn N(0, 1) (``--dim`` entries, default 1).  For each step size c
 in {0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0} and ``auto`` (:func:`p2pem.protocols.pdmm.auto_c`), plus the
-heavy-ball default (row ``heavy-ball``, theta = 1 only),
+default (``PdmmSP()``: the Leja polynomial, then heavy ball; row ``default``, theta = 1 only),
 for theta = 1 (PDMM) and theta = 0.5 (averaged PDMM / ADMM), and for two initial-dual standard
 deviations (the protocol default ``PdmmSP().perturbation_std`` = 100, the private setting, and
 0, plain PDMM), the batch path ``PdmmSP.aggregate`` is run with ``tol=0`` and a fixed number
@@ -29,23 +29,25 @@ On one geometric graph per size, inputs N(3, 1) with p = 8 columns, one self-sto
 aggregation each of: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max)
 by shift-invert, every node waiting the diameter bound to stop: emulated by setting every
 eccentricity bound to D), plain PDMM (``accel = "none"``) with the new stopping rule, heavy
-ball (``accel = "heavy-ball"``) and the default (deflated heavy ball from 6 to 20 000 nodes where it is predicted to pay,
-:func:`p2pem.protocols.pdmm.deflation_schedule`).  Against, on the same graph and
-measured in the same run:
+ball (``accel = "heavy-ball"``), deflated heavy ball (``accel = "deflated"``, the default before
+issue 24) and the default (the Leja polynomial from 3 to 100 000 nodes where it is predicted to
+pay, :func:`p2pem.protocols.pdmm.polynomial_schedule`), with rounds / D.  Against, on the same
+graph and measured in the same run:
 
 * the diameter D: no rule can stop before information has crossed the graph;
 * Chebyshev-accelerated gossip (Golub-Varga semi-iteration on I - gamma L_g, L_g the
   Metropolis Laplacian, exact extreme eigenvalues) from the *same start*: PDMM's first
   broadcast x(1), shifted to the true mean (gossip keeps its start's mean), counted to the
   final error that the heavy-ball run reached; and from the non-private start x = s;
-* the fewest rounds the heavy-ball iteration and the default (deflated heavy ball where it pays) need for the "before" run's error (runs with tol = 0, bisection): what any
-  stopping rule would need for the same accuracy.
+* the fewest rounds the heavy-ball iteration and the default need for the "before" run's error
+  (runs with tol = 0, bisection): what any stopping rule would need for the same accuracy.
 
 (d) Which variant the default runs below 500 nodes and off geometric graphs (``--part d``):
 on geometric graphs of 8-300 nodes (3 seeds each), rings, a grid, complete, Erdos-Renyi,
-Watts-Strogatz and barbell graphs, one self-stopping aggregation with heavy ball and one with
-deflated heavy ball, next to the rounds :func:`p2pem.protocols.pdmm.deflation_pays` predicts
-for each from the public spectrum, and which one the default picks.
+Watts-Strogatz and barbell graphs, one self-stopping aggregation each with heavy ball,
+deflated heavy ball and the Leja polynomial, next to the rounds
+:func:`p2pem.protocols.pdmm.predicted_rounds` predicts for each from the public spectrum, and
+which one the default picks.
 
 Usage::
 
@@ -75,7 +77,7 @@ from p2pem.gmm import stats_size
 from p2pem.graphs import geometric_graph
 from p2pem.protocols import PdmmSP
 from p2pem.protocols.base import Topology
-from p2pem.protocols.pdmm import auto_c, heavy_ball_params, metropolis_weights
+from p2pem.protocols.pdmm import auto_c, heavy_ball_params, metropolis_weights, polynomial_target
 from p2pem.simulate import protocol_streams, relative_error
 from _common import before_issue10, chebyshev_gossip_rounds, print_table
 
@@ -133,7 +135,7 @@ def part_a(args) -> dict:
         topo = Topology.from_graph(g)
         values = np.random.default_rng(1000 + s).standard_normal((args.n, args.dim))
         graphs.append((s, topo, values))
-    cs = [*args.c, "auto", "heavy-ball"]
+    cs = [*args.c, "auto", "heavy-ball", "default"]
     print(f"(a) rounds to MSE <= {TARGET_MSE:g} on {args.n}-node geometric graphs, seeds {seeds[0]}..{seeds[-1]}, "
           f"inputs N(0,1) of dimension {args.dim}; initial dual std {default_std:g} (protocol default) and 0")
     print(f"    reference: the authors' MATLAB reaches it in about {MATLAB_ROUNDS} rounds at c = 0.1-0.2 (issue 2)")
@@ -148,12 +150,13 @@ def part_a(args) -> dict:
     for theta in THETAS:
         rows = []
         for c in cs:
-            if c == "heavy-ball" and theta != 1.0:
-                continue  # heavy ball is defined for theta = 1 only
+            if c in ("heavy-ball", "default") and theta != 1.0:
+                continue  # heavy ball (and the schedules before it) is defined for theta = 1 only
             row = [str(c)]
             for std in stds:
-                # the c grid and "auto" study plain PDMM; "heavy-ball" is the default iteration
-                spec = (PdmmSP(perturbation_std=std) if c == "heavy-ball"
+                # the c grid and "auto" study plain PDMM; "default" is PdmmSP(), the polynomial here
+                spec = (PdmmSP(perturbation_std=std, accel="heavy-ball") if c == "heavy-ball"
+                        else PdmmSP(perturbation_std=std) if c == "default"
                         else PdmmSP(c=c, theta=theta, perturbation_std=std, accel="none"))
                 firsts, stays, stop_rounds, final_mse, hit_max = [], [], [], [], 0
                 for s, topo, values in graphs:
@@ -221,7 +224,7 @@ def spmv_time(a, x) -> tuple[float, float]:
 def part_b(args) -> dict:
     p = args.p if args.p is not None else stats_size(3, 2) + 1
     print(f"\n(b) cost of one consensus round against one sparse product W @ x (the heavy-ball edge weights), x of "
-          f"shape (n, {p}); pdmm-sp defaults (deflated heavy ball where it pays, std {PdmmSP().perturbation_std:g}); c: heavy ball's scale")
+          f"shape (n, {p}); pdmm-sp defaults (the Leja polynomial where it pays, std {PdmmSP().perturbation_std:g}); c: heavy ball's scale")
     rows, out = [], []
     for n in args.sizes:
         g = geometric_graph(n, seed=0)
@@ -301,31 +304,36 @@ def part_c(args) -> dict:
         alternatives = (("plain c=1/sqrt(mean degree)", PdmmSP(accel="none", c=1.0 / float(np.sqrt(topo.degrees.mean())))),
                         ("plain theta=0.9", PdmmSP(accel="none", theta=0.9)))
         for key, spec, tp in (("default", PdmmSP(), topo), ("heavy-ball", PdmmSP(accel="heavy-ball"), topo),
+                              ("deflated", PdmmSP(accel="deflated"), topo),
                               ("plain", PdmmSP(accel="none"), topo), ("before", before_spec, before),
                               *((k, sp_, topo) for k, sp_ in alternatives)):
             agg = spec.aggregate(values, tp, protocol_streams(0, n), 1)
             runs[key] = (int(agg.rounds), relative_error(agg.results, mean), agg.converged)
         first = PdmmSP(accel="heavy-ball", tol=0.0, max_iter=1).aggregate(values, topo, protocol_streams(0, n), 1).results
-        default, hb, plain, old = runs["default"], runs["heavy-ball"], runs["plain"], runs["before"]
+        default, hb, plain, old, defl = runs["default"], runs["heavy-ball"], runs["plain"], runs["before"], runs["deflated"]
         target = hb[1]
         cheb_same = chebyshev_gossip_rounds(topo, first - first.mean(axis=0) + mean, mean, target)
         cheb_plain = chebyshev_gossip_rounds(topo, values, mean, target)
         # the least each iteration needs for the old default's accuracy (with any stopping rule)
         ideal_hb = rounds_to_error(PdmmSP(accel="heavy-ball"), values, topo, 0, old[1], hb[0] + 20)
         ideal = rounds_to_error(PdmmSP(), values, topo, 0, old[1], default[0] + 20)
-        deflates = PdmmSP().deflates(topo)
+        iteration = PdmmSP().iteration(topo)
         ecc = topo.eccentricity
         rows.append([f"{n:,}", str(topo.diameter), f"{int(ecc.min())}", f"{old[0]} ({old[1]:.1e})",
                      f"{plain[0]} ({plain[1]:.1e})", f"{hb[0]} ({hb[1]:.1e})", f"{ideal_hb} ({ideal_hb / old[0]:.2f})",
                      str(cheb_same), f"{hb[0] / cheb_same:.2f}", str(cheb_plain),
-                     f"{default[0]} ({default[1]:.1e})" + (" deflated" if deflates else ""), f"{default[0] / old[0]:.2f}",
-                     f"{ideal} ({ideal / old[0]:.2f})", f"{default[0] / topo.diameter:.1f}"])
+                     f"{defl[0]} ({defl[1]:.1e})", f"{defl[0] / topo.diameter:.2f}",
+                     f"{default[0]} ({default[1]:.1e}) {iteration}", f"{default[0] / old[0]:.2f}",
+                     f"{ideal} ({ideal / old[0]:.2f})", f"{default[0] / topo.diameter:.2f}"])
         out.append({"n": n, "p": p, "diameter_bound": topo.diameter, "min_eccentricity_bound": int(ecc.min()),
                     "before_rounds": old[0], "before_error": old[1], "before_converged": old[2],
                     "plain_rounds": plain[0], "plain_error": plain[1], "plain_converged": plain[2],
                     "heavy_ball_rounds": hb[0], "heavy_ball_error": hb[1], "heavy_ball_converged": hb[2],
                     "default_rounds": default[0], "default_error": default[1], "default_converged": default[2],
-                    "default_deflates": deflates,
+                    "deflated_rounds": defl[0], "deflated_error": defl[1], "deflated_converged": defl[2],
+                    "default_rounds_over_diameter": default[0] / topo.diameter,
+                    "deflated_rounds_over_diameter": defl[0] / topo.diameter,
+                    "default_iteration": iteration,
                     "chebyshev_same_start_rounds": cheb_same, "chebyshev_data_start_rounds": cheb_plain,
                     "heavy_ball_rounds_to_before_error": ideal_hb, "default_rounds_to_before_error": ideal})
         out[-1]["alternatives"] = {k: {"rounds": runs[k][0], "error": runs[k][1], "converged": runs[k][2]}
@@ -334,10 +342,12 @@ def part_c(args) -> dict:
         print(f"  n = {n:,} done", flush=True)
     print_table(["n", "D bound", "radius bound", "before (err)", "plain PDMM (err)", "heavy ball (err)",
                  "heavy ball to before's err (ratio)", "Chebyshev, same start", "ratio", "Chebyshev, from s",
-                 "default (err)", "ratio", "default to before's err (ratio)", "rounds / D"], rows)
+                 "deflated (err)", "rounds / D", "default (err)", "ratio", "default to before's err (ratio)",
+                 "rounds / D"], rows)
     print("before: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max) by shift-invert, every "
           "node waiting the diameter bound D to stop); plain PDMM: accel = 'none'; heavy ball: accel = 'heavy-ball'; "
-          "default: PdmmSP() (deflated heavy ball from 6 to 20 000 nodes where it pays); all with the eccentricity stopping rule; "
+          "deflated: accel = 'deflated' (the default before issue 24); default: PdmmSP() (the Leja polynomial from 3 to "
+          "100 000 nodes where it pays); all with the eccentricity stopping rule; "
           "err: max relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip "
           "on the Metropolis Laplacian (interval [lambda_2, lambda_max]) to the heavy-ball run's error, from PDMM's "
           "perturbed first broadcast (same start) and from the data (no perturbation: not private); ratio: heavy-ball "
@@ -365,12 +375,13 @@ def part_d_graphs() -> list[tuple[str, object]]:
 
 
 def part_d(args) -> dict:
-    """When the default deflates: predicted and measured rounds of both variants on small graphs."""
+    """Which iteration the default runs below 500 nodes and off geometric graphs: predicted and measured rounds."""
     from p2pem.protocols.pdmm import low_eigenvalues, metropolis_extremes, predicted_rounds
 
     p = 4
-    print(f"\n(d) deflated heavy ball against heavy ball below 500 nodes and off geometric graphs (p = {p}): the "
-          "default's choice (deflation_pays) against measured rounds")
+    accels = ("heavy-ball", "deflated", "polynomial")
+    print(f"\n(d) heavy ball, deflated heavy ball and the Leja polynomial below 500 nodes and off geometric graphs "
+          f"(p = {p}): the default's choice against measured rounds")
     rows, out, right = [], [], 0
     for name, g in part_d_graphs():
         topo = Topology.from_graph(g)
@@ -379,25 +390,28 @@ def part_d(args) -> dict:
         mean = values.mean(axis=0)
         lam2 = metropolis_extremes(topo)[0]
         lam5 = float(low_eigenvalues(topo, 4)[3])
-        pred_hb, pred_d = predicted_rounds(topo)
+        pred = predicted_rounds(topo, polynomial_target(PdmmSP().stop_tol))
         runs = {}
-        for accel in ("heavy-ball", "deflated"):
+        for accel in accels:
+            if accel == "polynomial" and pred["polynomial"] is None:
+                continue
             agg = PdmmSP(accel=accel).aggregate(values, topo, protocol_streams(0, n), 1)
             runs[accel] = (int(agg.rounds), relative_error(agg.results, mean))
-        picks = PdmmSP().deflates(topo)
-        best = "deflated" if runs["deflated"][0] < runs["heavy-ball"][0] else "heavy-ball"
-        right += (picks == (best == "deflated")) or runs["deflated"][0] == runs["heavy-ball"][0]
-        rows.append([name, f"{lam5 / lam2:.2f}", f"{pred_hb:.0f}", f"{pred_d:.0f}",
-                     f"{runs['heavy-ball'][0]} ({runs['heavy-ball'][1]:.1e})", f"{runs['deflated'][0]} ({runs['deflated'][1]:.1e})",
-                     f"{runs['deflated'][0] / runs['heavy-ball'][0]:.2f}", "deflated" if picks else "heavy ball"])
-        out.append({"graph": name, "n": n, "lambda5_over_lambda2": lam5 / lam2, "predicted_heavy_ball": pred_hb,
-                    "predicted_deflated": pred_d, "heavy_ball_rounds": runs["heavy-ball"][0],
-                    "heavy_ball_error": runs["heavy-ball"][1], "deflated_rounds": runs["deflated"][0],
-                    "deflated_error": runs["deflated"][1], "default_deflates": picks})
-    print_table(["graph", "lambda_5 / lambda_2", "predicted heavy ball", "predicted deflated", "heavy ball (err)",
-                 "deflated (err)", "ratio", "default runs"], rows)
-    print(f"the default picked the variant with fewer measured rounds on {right} of {len(rows)} graphs; "
-          "predicted: log(1e10) / -log sqrt(beta) rounds (+ the schedule's special rounds for deflation)")
+        picks = PdmmSP().iteration(topo)
+        best = min(runs, key=lambda a: runs[a][0])
+        right += runs[picks][0] == runs[best][0]
+        rows.append([name, str(topo.diameter), f"{lam5 / lam2:.2f}",
+                     *("-" if pred[a] is None else f"{pred[a]:.0f}" for a in accels),
+                     *(f"{runs[a][0]} ({runs[a][1]:.1e})" if a in runs else "-" for a in accels),
+                     picks, f"{runs[picks][0] / topo.diameter:.1f}"])
+        out.append({"graph": name, "n": n, "diameter_bound": topo.diameter, "lambda5_over_lambda2": lam5 / lam2,
+                    "predicted": pred, "rounds": {a: runs[a][0] for a in runs}, "errors": {a: runs[a][1] for a in runs},
+                    "default": picks})
+    print_table(["graph", "D", "lambda_5 / lambda_2", "predicted heavy ball", "predicted deflated", "predicted polynomial",
+                 "heavy ball (err)", "deflated (err)", "polynomial (err)", "default runs", "default rounds / D"], rows)
+    print(f"the default ran the variant with the fewest measured rounds on {right} of {len(rows)} graphs; predicted: "
+          "rounds to reduce the error by the polynomial's target (log(target) / log sqrt(beta) for heavy ball, plus "
+          "the special rounds for deflation, the special rounds for the polynomial; '-': more than heavy ball)")
     return {"graphs": out}
 
 

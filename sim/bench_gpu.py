@@ -75,11 +75,11 @@ def per_round(topo, values, device: str, short: int = 20, extra: int = 200) -> f
 
 
 def product_check(topo, p: int = 20, reps: int = 50) -> dict:
-    """The engine's CUDA product (p2pem.protocols._cuda) against cuSPARSE (cupyx) and SciPy on the host."""
+    """The engine's CUDA product (p2pem.protocols.pdmm.cuda) against cuSPARSE (cupyx) and SciPy on the host."""
     import cupy
     import cupyx.scipy.sparse
 
-    from p2pem.protocols._cuda import CsrRowProduct
+    from p2pem.protocols.pdmm.cuda import CsrRowProduct
 
     a = topo.adjacency
     x = np.random.default_rng(2).standard_normal((topo.n_nodes, p))

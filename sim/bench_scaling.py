@@ -1,20 +1,24 @@
 """Benchmark: set-up at 10^4-10^6 nodes, and how a full private EM grows with the number of nodes.
 
 Part 1, set-up (``--setup-sizes``, default 10 000 and 100 000; add 1000000 where memory and time
-allow: about 6 GB and a few minutes).  The array path a large simulation uses, no networkx:
+allow: about 4 GB and a few minutes).  The array path a large simulation uses, no networkx:
 ``geometric_edges`` (k-d tree), ``Topology.from_edges`` (CSR arrays and the per-node
-eccentricity bounds, four BFS), and ``heavy_ball_params`` (LOBPCG for lambda_max and
-lambda_2 of the Metropolis Laplacian).  Printed with the peak resident memory of the process so
-far.  Up to ``--exact-upto`` nodes (default 10 000) lambda_2 is also computed by shift-invert
-(the old way), and one aggregation (p = 20) is run with the parameters from each, so the
-rounds impact of the cheaper estimate is measured.  Goal of issue 10: step size <= 5 s at 10^5.
+eccentricity bounds, four BFS), ``heavy_ball_params`` (Lanczos for lambda_max, LOBPCG for
+lambda_2 of the Metropolis Laplacian) and, where the default runs one, its schedule (the Leja
+polynomial: the 21 lowest eigenvalues by shift-invert with a sparse LU, up to
+10^5 nodes).  Printed with the peak resident memory of the process so far (sizes run in
+increasing order, so it is that of the largest).  Up to ``--exact-upto`` nodes (default
+10 000) lambda_2 is also computed by shift-invert, and one heavy-ball aggregation (p = 20) is
+run with the parameters from each, so the rounds impact of the cheaper estimate is measured.  Up to ``--rounds-upto`` nodes (default
+100 000) one aggregation (p = 8) runs with the default's schedule and one with heavy ball.
+Goals: step parameters <= 5 s at 10^5 (issue 10), <= 20 s at 10^6 (issue 24).
 
 Part 2, EM (``--sizes``):
 
 For each size n: a connected geometric graph (``geometric_graph(n, seed=...)``, default radius
 sqrt(2 log n / n)), a synthetic 3-component mixture in d = 2 (``synthetic_mixture``, 5 rows
 per node by default, split evenly), and 20 EM iterations with ``tol=0`` of ``pdmm-sp`` with
-its default parameters (sync, deflated heavy ball from 6 to 20 000 nodes where it is predicted to pay, heavy ball otherwise, c and beta auto, theta 1, perturbation std 100, tol 1e-10, max_iter
+its default parameters (sync, the Leja polynomial from 3 to 100 000 nodes where it is predicted to pay, heavy ball otherwise, c and beta auto, theta 1, perturbation std 100, tol 1e-10, max_iter
 5000) on the vectorised engine, starting from the private initialisation (aggregation 0),
 against ``centralized`` from the same settings (the initialisation is rounded to 6 digits,
 so both start from the same parameters).  Printed per size:
@@ -69,7 +73,7 @@ from p2pem.graphs import geometric_graph
 from p2pem.protocols import Centralized, PdmmSP
 from p2pem.protocols.base import Topology
 from p2pem.graphs import geometric_edges
-from p2pem.protocols.pdmm import deflation_schedule, heavy_ball_params, metropolis_extremes, metropolis_weights
+from p2pem.protocols.pdmm import heavy_ball_params, metropolis_extremes, metropolis_weights
 from p2pem.simulate import protocol_streams, relative_error
 from p2pem.simulate import run_protocol
 from _common import before_issue10, chebyshev_gossip_rounds, print_table
@@ -114,17 +118,28 @@ def setup_size(n: int, args) -> dict:
     (pos, pairs, _), graph_s, _ = timed(lambda: geometric_edges(n, seed=args.seed))
     del pos
     topo, topo_s, _ = timed(lambda: Topology.from_edges(n, pairs))
-    (c, beta), step_s, _ = timed(lambda: heavy_ball_params(topo))
+    (c, beta), step_s, step_cpu = timed(lambda: heavy_ball_params(topo))
     lam2, lmax = metropolis_extremes(topo)  # cached by heavy_ball_params
-    # the default's deflation eigenvalues (shift-invert), where the default deflates
-    _, deflation_s, deflation_cpu = timed(lambda: deflation_schedule(topo)) if PdmmSP().deflates(topo) else (None, None, None)
-    out = {"n": n, "edges": int(len(pairs)), "graph_s": graph_s, "topology_s": topo_s, "step_s": step_s,
+    rss_step = peak_rss_gb()
+    # the default's schedule (the polynomial's exact low eigenvalues: shift-invert), where it runs one
+    iteration, schedule_s, schedule_cpu = timed(lambda: PdmmSP().iteration(topo))
+    out = {"n": n, "edges": int(len(pairs)), "graph_s": graph_s, "topology_s": topo_s, "step_s": step_s, "step_cpu_s": step_cpu,
            "diameter_bound": topo.diameter, "min_eccentricity_bound": int(topo.eccentricity.min()),
-           "c": c, "beta": beta, "lambda2_lobpcg": lam2, "lambda_max": lmax, "peak_rss_gb": peak_rss_gb(),
-           "deflation_s": deflation_s, "deflation_cpu_s": deflation_cpu}
-    print(f"  set-up n = {n:,}: graph {graph_s:.1f} s, topology {topo_s:.1f} s, step {step_s:.1f} s, "
-          + (f"deflation eigenvalues {deflation_s:.1f} s (CPU {deflation_cpu:.1f} s), " if deflation_s is not None else "")
+           "c": c, "beta": beta, "lambda2_lobpcg": lam2, "lambda_max": lmax, "peak_rss_gb_after_step": rss_step,
+           "iteration": iteration, "schedule_s": schedule_s if iteration != "heavy-ball" else None,
+           "schedule_cpu_s": schedule_cpu if iteration != "heavy-ball" else None, "peak_rss_gb": peak_rss_gb()}
+    if iteration == "polynomial":
+        out["special_rounds"] = PdmmSP().resolved_params(topo)["special_rounds"]
+    print(f"  set-up n = {n:,}: graph {graph_s:.1f} s, topology {topo_s:.1f} s, step {step_s:.1f} s (CPU {step_cpu:.1f} s), "
+          + (f"{iteration} schedule {schedule_s:.1f} s (CPU {schedule_cpu:.1f} s), " if out["schedule_s"] is not None else "")
           + f"peak RSS {out['peak_rss_gb']:.2f} GB", file=sys.stderr, flush=True)
+    if iteration != "heavy-ball" and n <= args.rounds_upto:
+        # one aggregation with the default's schedule and one with heavy ball: what the schedule buys
+        values = np.random.default_rng(1).standard_normal((n, 8)) + 3.0
+        for key, spec in (("default", PdmmSP()), ("heavy_ball", PdmmSP(accel="heavy-ball"))):
+            agg = spec.aggregate(values, topo, protocol_streams(args.seed, n), 1)
+            out[f"{key}_rounds"] = int(agg.rounds)
+            out[f"{key}_error"] = relative_error(agg.results, values.mean(axis=0))
     if n <= args.exact_upto:
         exact, exact_s, _ = timed(lambda: shift_invert_lambda2(topo))
         kappa = lmax / exact
@@ -245,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="node counts for the set-up part, comma-separated (default 10000,100000; '' skips)")
     parser.add_argument("--exact-upto", type=int, default=10000,
                         help="compare with shift-invert lambda_2 and its rounds up to this many nodes (default 10000)")
+    parser.add_argument("--rounds-upto", type=int, default=100000,
+                        help="in the set-up part, run one aggregation (p = 8) with the default's schedule and one with heavy "
+                             "ball up to this many nodes (default 100000)")
     parser.add_argument("--rows-per-node", type=int, default=5, help="synthetic rows per node (default 5)")
     parser.add_argument("--em-iter", type=int, default=20, help="EM iterations, tol=0 (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="graph, data and protocol seed (default 0)")
@@ -283,19 +301,29 @@ def main(argv: list[str] | None = None) -> int:
               "the M-step and precision factors of every node (EMState.absorb).")
     if setups:
         print("\nset-up without networkx (seconds; peak RSS of the process so far)")
-        print_table(["n", "edges", "graph s", "topology s", "step params s", "deflation s (CPU)", "peak RSS GB", "diam bound",
-                     "min ecc bound", "lambda2 used", "lambda2 exact", "rounds", "rounds exact", "rel err"], [
-            [f"{r['n']:,}", f"{r['edges']:,}", f"{r['graph_s']:.2f}", f"{r['topology_s']:.2f}", f"{r['step_s']:.2f}",
-             "-" if r["deflation_s"] is None else f"{r['deflation_s']:.2f} ({r['deflation_cpu_s']:.2f})",
+        print_table(["n", "edges", "graph s", "topology s", "step params s (CPU)", "peak RSS GB", "default", "schedule s (CPU)",
+                     "peak RSS GB", "diam bound", "min ecc bound", "lambda2 used", "lambda2 exact", "rounds", "rounds exact",
+                     "rel err"], [
+            [f"{r['n']:,}", f"{r['edges']:,}", f"{r['graph_s']:.2f}", f"{r['topology_s']:.2f}",
+             f"{r['step_s']:.2f} ({r['step_cpu_s']:.2f})", f"{r['peak_rss_gb_after_step']:.2f}", r["iteration"],
+             "-" if r["schedule_s"] is None else f"{r['schedule_s']:.2f} ({r['schedule_cpu_s']:.2f})",
              f"{r['peak_rss_gb']:.2f}", str(r["diameter_bound"]), str(r["min_eccentricity_bound"]),
              f"{r['lambda2_lobpcg']:.4g}", f"{r['lambda2_exact']:.4g}" if "lambda2_exact" in r else "-",
              str(r.get("rounds_lobpcg", "-")), str(r.get("rounds_exact", "-")),
              f"{r['error_lobpcg']:.1e}" if "error_lobpcg" in r else "-"] for r in setups])
-        print("step params: heavy_ball_params (LOBPCG for lambda_max and lambda_2; lambda2 used = 0.98 x the LOBPCG value); "
-              "deflation: the default's deflation_schedule (shift-invert for lambda_2..lambda_5), where it deflates; "
-              "rounds: one heavy-ball aggregation, p = 20, "
-              "with those parameters and with shift-invert's exact lambda_2 (rel err: of the former vs the true mean). "
-              "Goal: step parameters <= 5 s at 10^5.")
+        with_rounds = [r for r in setups if "default_rounds" in r]
+        if with_rounds:
+            print("\none aggregation, p = 8, inputs N(3, 1): the default's schedule against heavy ball")
+            print_table(["n", "D bound", "default", "rounds (err)", "rounds / D", "heavy ball (err)", "rounds / D", "ratio"], [
+                [f"{r['n']:,}", str(r["diameter_bound"]), r["iteration"], f"{r['default_rounds']} ({r['default_error']:.1e})",
+                 f"{r['default_rounds'] / r['diameter_bound']:.2f}", f"{r['heavy_ball_rounds']} ({r['heavy_ball_error']:.1e})",
+                 f"{r['heavy_ball_rounds'] / r['diameter_bound']:.2f}", f"{r['default_rounds'] / r['heavy_ball_rounds']:.2f}"]
+                for r in with_rounds])
+        print("step params: heavy_ball_params (Lanczos for lambda_max, LOBPCG for lambda_2; lambda2 used = 0.98 x the LOBPCG "
+              "value); default: the iteration PdmmSP() runs; schedule: its polynomial (shift-invert for the 21 lowest "
+              "eigenvalues, then the Leja roots), where it runs one; peak RSS: of the process after the step parameters "
+              "and after the schedule; rounds: one heavy-ball aggregation, p = 20, with those parameters and with "
+              "shift-invert's exact lambda_2 (rel err: of the former vs the true mean).  Goal: step parameters <= 20 s at 10^6.")
     if not results:
         return _write(args, results, setups, hosts)
     print("\nset-up (seconds)")

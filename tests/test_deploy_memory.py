@@ -396,17 +396,17 @@ def test_nodes_refuse_a_neighbour_whose_step_parameters_differ(kit, tmp_path, mo
     """Node 2's host computes the graph's eigenvalues a little differently (another LAPACK):
     the same roster, but other heavy-ball parameters.  Left alone, the nodes would agree on a
     wrong average; the hello compares the parameters, so no node starts and all say why."""
-    from p2pem.protocols import pdmm
+    from p2pem.protocols.pdmm import spectra
 
     kit, _ = kit
-    original, calls = pdmm.laplacian_extremes, {"n": 0}
+    original, calls = spectra.laplacian_extremes, {"n": 0}
 
     def other_host(topology, weights):
         calls["n"] += 1  # runtimes are built in node order, one topology (one computation) each
         lam2, lmax = original(topology, weights)
         return (lam2 * (1 + 1e-5), lmax) if calls["n"] == 3 else (lam2, lmax)
 
-    monkeypatch.setattr(pdmm, "laplacian_extremes", other_host)
+    monkeypatch.setattr(spectra, "laplacian_extremes", other_host)
     results = run_in_memory(kit, tmp_path)
     assert calls["n"] == kit.n_nodes
     roster = Roster.load(kit.roster_path)
@@ -423,12 +423,12 @@ def test_survivors_with_different_step_parameters_stop_instead_of_agreeing_on_a_
     messages no longer authenticate and the run stops, instead of converging to a slightly
     wrong model that the final agreement (relative 1e-6) might let through."""
     from p2pem.deploy.dropout import survivor_topology
-    from p2pem.protocols import pdmm
+    from p2pem.protocols.pdmm import spectra
 
     kit, _ = kit
     roster = Roster.load(kit.roster_path)
     victim = next(k for k in range(kit.n_nodes) if _can_drop(roster, k, survivor_topology))
-    original, calls = pdmm.laplacian_extremes, {"n": 0}
+    original, calls = spectra.laplacian_extremes, {"n": 0}
     odd = next(i for i in range(kit.n_nodes) if i != victim)
 
     def other_host(topology, weights):
@@ -439,7 +439,7 @@ def test_survivors_with_different_step_parameters_stop_instead_of_agreeing_on_a_
             return lam2 * (1 + 1e-5), lmax
         return lam2, lmax
 
-    monkeypatch.setattr(pdmm, "laplacian_extremes", other_host)
+    monkeypatch.setattr(spectra, "laplacian_extremes", other_host)
     results = run_in_memory(kit, tmp_path, on_dropout="continue", kill=(victim, 30))
     assert calls["n"] == 1  # the odd survivor restarted once, with its own parameters
     survivors = [i for i in range(kit.n_nodes) if i != victim]

@@ -113,7 +113,7 @@ def test_heavy_ball_matches_per_edge_reference_and_keeps_the_h_perp_part():
     topo = Topology.from_graph(g)
     s = np.random.default_rng(0).normal(size=(12, 3))
     spec = PdmmSP(perturbation_std=10.0, tol=0.0, max_iter=200, accel="heavy-ball")
-    assert spec.accelerated and not spec.deflates(topo)
+    assert spec.accelerated and spec.schedule(topo) is None
     c, beta = spec.step_parameters(topo)
     assert 0 < beta < 1
     out = spec.aggregate(s, topo, protocol_streams(1, 12), 1, record=True)
@@ -202,16 +202,58 @@ def test_deflated_schedule_matches_per_edge_reference_and_keeps_the_h_perp_part(
     assert np.linalg.norm(zs_p[rounds] - zs_p[rounds - 1]) > 0.1 * np.linalg.norm(zp)
 
 
-@pytest.mark.parametrize("n, ratio", [(600, 0.85), (20, 0.8)])
-def test_deflation_is_the_default_where_it_pays_and_saves_rounds(n, ratio):
+def test_polynomial_schedule_matches_per_edge_reference_and_keeps_the_h_perp_part():
+    from p2pem.protocols.pdmm import polynomial_schedule, polynomial_target
+
+    g = geometric_graph(14, seed=5)
+    topo = Topology.from_graph(g)
+    s = np.random.default_rng(0).normal(size=(14, 3)) + 2.0
+    spec = PdmmSP(accel="polynomial", perturbation_std=10.0, tol=0.0, max_iter=60)
+    sched = polynomial_schedule(topo, polynomial_target(0.0))
+    assert spec.schedule(topo) == sched and sched.end < 60
+    out = spec.aggregate(s, topo, protocol_streams(1, 14), 1, record=True)
+    z0 = np.stack([m.payload for m in out.trace if m.kind == "dual-init"])
+    C, P = _edge_matrices(topo)
+    deg = topo.degrees.astype(float)
+    gw = 1.0 / np.maximum(deg[topo.src], deg[topo.dst])
+    xs, _ = _per_edge_schedule(z0, s, C, P, gw, sched, 60)
+    primal = _primal_by_round(out.trace, s.shape)
+    for t in (1, 2, 3, sched.end, 60):
+        np.testing.assert_allclose(primal[t], xs[t - 1], rtol=0, atol=1e-8)
+    assert np.max(np.abs(out.results - s.mean(0))) < 1e-10
+    # from round 3 each special round is one step x <- x - L_g x / r: the polynomial's roots,
+    # one on each eigenvalue of this small graph (all public), so the deviation from the
+    # mean is gone at the schedule's end, up to rounding
+    W = topo.weighted_adjacency(gw).toarray()
+    L = np.diag(W.sum(1)) - W
+    roots = [1.0 / sched.scale[t - 2] for t in range(3, sched.end)]
+    for t, r in zip(range(3, sched.end), roots, strict=True):
+        np.testing.assert_allclose(xs[t - 1], xs[t - 2] - L @ xs[t - 2] / r, atol=1e-8)
+    ev = np.linalg.eigvalsh(L)[1:]
+    assert np.max(np.min(np.abs(ev[:, None] - np.array(roots)[None, :]), axis=1) / ev) < 1e-9
+    dev = xs[sched.end - 2] - xs[sched.end - 2].mean(0)
+    assert np.max(np.abs(dev)) < 1e-9 * np.max(np.abs(xs[1] - xs[1].mean(0)))
+    # the H-perp part of the initial duals never reaches the primal and flips with P forever
+    h, perp = _subspace(C, P)
+    zp = perp(z0)
+    xs_p, zs_p = _per_edge_schedule(zp, np.zeros_like(s), C, P, gw, sched, 60)
+    assert max(np.max(np.abs(x)) for x in xs_p) < 1e-9
+    for t in (0, 3, sched.end, 59):
+        np.testing.assert_allclose(zs_p[t + 1], P @ zs_p[t], atol=1e-9)
+    assert np.linalg.norm(zs_p[60] - zs_p[59]) > 0.1 * np.linalg.norm(zp)
+
+
+@pytest.mark.parametrize("n, ratio", [(600, 0.7), (20, 0.7)])
+def test_polynomial_is_the_default_where_it_pays_and_saves_rounds(n, ratio):
     g = geometric_graph(n, seed=2)
     topo = Topology.from_graph(g)
-    assert PdmmSP().deflates(topo) and not PdmmSP(accel="heavy-ball").deflates(topo)
+    assert PdmmSP().iteration(topo) == "polynomial" and PdmmSP(accel="heavy-ball").schedule(topo) is None
     s = np.random.default_rng(5).normal(size=(n, 4)) + 1.0
     hb = PdmmSP(accel="heavy-ball").aggregate(s, topo, protocol_streams(0, n), 1)
     fast = PdmmSP().aggregate(s, topo, protocol_streams(0, n), 1)
-    assert fast.converged and hb.converged and fast.rounds < ratio * hb.rounds
-    for out in (hb, fast):
+    deflated = PdmmSP(accel="deflated").aggregate(s, topo, protocol_streams(0, n), 1)
+    assert fast.converged and hb.converged and fast.rounds < ratio * hb.rounds and fast.rounds < deflated.rounds
+    for out in (hb, fast, deflated):
         assert np.max(np.abs(out.results - s.mean(0))) <= 1e-10 * np.max(np.abs(s.mean(0)))
 
 
@@ -227,30 +269,39 @@ def test_dense_laplacian_is_scipys_bit_for_bit():
         assert dense_laplacian(topo, weights).tobytes() == sparse_laplacian(topo, weights).toarray().tobytes()
 
 
-def test_deflation_default_range():
-    """Deflated from N_DEFLATE + 3 nodes (it removes three modes) to 20 000 (exact eigenvalues
-    in seconds); heavy ball outside, and where c or momentum is given."""
-    from p2pem.protocols.pdmm import DEFLATE_NODES, N_DEFLATE, auto_c, deflation_pays, heavy_ball_params
+def test_default_iteration_range():
+    """The polynomial from 3 nodes (a cycle) to 100 000 (exact low eigenvalues in seconds)
+    where it needs fewer rounds than heavy ball, and heavy ball no more than
+    POLYNOMIAL_MAX_ROUNDS; heavy ball outside, and where c or momentum is given.  Deflation
+    only when asked for (from 6 nodes: it removes three modes)."""
+    from p2pem.protocols.pdmm import DEFLATE_NODES, N_DEFLATE, POLYNOMIAL_NODES, auto_c, heavy_ball_params, predicted_rounds
+    from p2pem.protocols.pdmm.steps import POLYNOMIAL_MAX_ROUNDS, polynomial_target
+    from p2pem.protocols.pdmm.schedules import rounds_to
 
-    assert DEFLATE_NODES == (N_DEFLATE + 3, 20_000)
-    ring = [Topology.from_edges(n, np.array([(i, (i + 1) % n) for i in range(n)])) for n in (5, 6, 20_001)]
-    assert [PdmmSP().deflates(t) for t in ring] == [False, True, False]
-    # where the lowest eigenvalues are not isolated the predicted rounds keep heavy ball
+    assert DEFLATE_NODES[0] == N_DEFLATE + 3 and POLYNOMIAL_NODES == (3, 100_000)
+    ring = [Topology.from_edges(n, np.array([(i, (i + 1) % n) for i in range(n)])) for n in (5, 6, 600)]
+    assert [PdmmSP().iteration(t) for t in ring] == ["polynomial", "polynomial", "heavy-ball"]
+    assert rounds_to(heavy_ball_params(ring[2])[1], polynomial_target(1e-10)) > POLYNOMIAL_MAX_ROUNDS
+    # where all eigenvalues coincide heavy ball is exact at once: the prediction keeps it
     complete = Topology.from_graph(nx.complete_graph(30))
-    assert not deflation_pays(complete) and not PdmmSP().deflates(complete) and PdmmSP(accel="deflated").deflates(complete)
+    assert predicted_rounds(complete)["polynomial"] is None and PdmmSP().iteration(complete) == "heavy-ball"
     s = np.random.default_rng(5).normal(size=(30, 4))
     rounds = {a: PdmmSP(accel=a).aggregate(s, complete, protocol_streams(0, 30), 1).rounds for a in ("heavy-ball", "deflated")}
     assert rounds["heavy-ball"] < rounds["deflated"]
-    assert not PdmmSP(c=0.3).deflates(ring[1]) and not PdmmSP(momentum=0.2).deflates(ring[1])
+    assert PdmmSP(c=0.3).iteration(ring[1]) == PdmmSP(momentum=0.2).iteration(ring[1]) == "heavy-ball"
     with pytest.raises(ConfigError, match="at least 6 nodes"):
-        PdmmSP(accel="deflated").deflates(ring[0])
+        PdmmSP(accel="deflated").iteration(ring[0])
+    with pytest.raises(ConfigError, match="polynomial"):
+        PdmmSP(accel="polynomial").iteration(complete)
     # result files say which iteration "auto" picked, with its parameters
-    assert PdmmSP().resolved_params(ring[1])["accel"] == "deflated"
+    assert PdmmSP().resolved_params(ring[1])["accel"] == "polynomial"
+    assert PdmmSP(accel="deflated").resolved_params(ring[1])["deflate_at"] >= 3
     assert PdmmSP().resolved_params(complete) == {"accel": "heavy-ball", "c": heavy_ball_params(complete)[0], "momentum": heavy_ball_params(complete)[1]}
     assert PdmmSP(mode="async").resolved_params(ring[1]) == {"accel": "none", "c": auto_c(ring[1]), "momentum": None}
     assert Federated().resolved_params(ring[1]) == {}
-    with pytest.raises(ConfigError, match="deflated"):
-        PdmmSP(accel="deflated", c=0.3)
+    for accel in ("deflated", "polynomial"):
+        with pytest.raises(ConfigError, match=accel):
+            PdmmSP(accel=accel, c=0.3)
 
 
 def test_pdmm_sp_stops_by_itself_at_the_same_round_everywhere():
@@ -390,7 +441,9 @@ def test_array_api_engine_agrees_with_the_cpu_engine(monkeypatch):
         assert isinstance(strict.results, np.ndarray)
         np.testing.assert_allclose(strict.results, cpu.results, rtol=1e-9, atol=0)
     # given the CPU's duals, the device loop (product, counters, flood) is the CPU's step for step
-    monkeypatch.setattr(PdmmSP, "_dual_sums_device", lambda self, p, t_, rngs, xp, sparse: self._dual_sums_host(s, t_, rngs, 1, None))
+    from p2pem.protocols.pdmm import engine
+
+    monkeypatch.setattr(engine, "dual_sums_device", lambda spec, p, t_, rngs, xp, sparse: engine.dual_sums_host(spec, s, t_, rngs, 1, None))
     for accel in ("auto", "deflated"):
         cpu = PdmmSP(accel=accel).aggregate(s, topo, protocol_streams(2, 60), 1)
         same = PdmmSP(accel=accel, device="array-api-strict").aggregate(s, topo, protocol_streams(2, 60), 1)

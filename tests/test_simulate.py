@@ -210,19 +210,20 @@ def test_device_reductions_equal_the_host_ones():
     xp = pytest.importorskip("array_api_strict")
     from p2pem.graphs import geometric_edges
     from p2pem.protocols.base import Topology
-    from p2pem.protocols.pdmm import _dual_sum_matrices, _NeighbourMin, _Product
+    from p2pem.protocols.pdmm.device import NeighbourMin, SparseProduct
+    from p2pem.protocols.pdmm.engine import dual_sum_matrices
 
     _, pairs, _ = geometric_edges(300, seed=3)
     t_ = Topology.from_edges(300, pairs)
     assert t_.degrees.min() < t_.degrees.max()
     rng = np.random.default_rng(0)
-    host, dev = _NeighbourMin(t_, np, True), _NeighbourMin(t_, xp, False)
+    host, dev = NeighbourMin(t_, np, True), NeighbourMin(t_, xp, False)
     for a in (rng.integers(0, 50, 300), np.full(300, 7), np.arange(300)):
         ref = np.array([min(a[i], *a[t_.dst[t_.indptr[i]:t_.indptr[i + 1]]]) for i in range(300)])
         assert np.array_equal(host(a), ref)
         assert np.array_equal(np.asarray(dev(xp.asarray(a))), ref)
     z = rng.normal(0.0, 100.0, size=(t_.dst.size, 4))
-    own, theirs = (_Product(a, xp, None) for a in _dual_sum_matrices(t_))
+    own, theirs = (SparseProduct(a, xp, None) for a in dual_sum_matrices(t_))
     sign = t_.sign[:, None]
     u = np.add.reduceat(sign * z, t_.row_start, axis=0)
     v = np.add.reduceat(sign * z[t_.reverse], t_.row_start, axis=0)

@@ -224,9 +224,11 @@ def test_a_large_honest_component_is_not_identifiable_from_what_the_adversary_se
     assert dist.max() < 1e-6
 
 
-def test_reduction_follows_the_deflated_schedule():
-    """pdmm-sp's deflated schedule (per-round divisor, edge scale and local term): the group
-    sums are still exact (the boundary duals are replayed through the special rounds)."""
+@pytest.mark.parametrize("accel", ["deflated", "polynomial"])
+def test_reduction_follows_the_schedule(accel):
+    """pdmm-sp's schedules (per-round divisor, edge scale and local term; the polynomial is the
+    default): the group sums are still exact (the boundary duals are replayed through the
+    special rounds)."""
     from p2pem.graphs import geometric_graph
     from p2pem.protocols import PdmmSP
 
@@ -234,20 +236,21 @@ def test_reduction_follows_the_deflated_schedule():
     parts = _parts(12, 2, 2, seed=4)
     settings = EMSettings(2, max_iter=2, tol=0.0)
     advs = [Adversary("eavesdropper"), Adversary("honest-but-curious", {1, 5, 8})]
-    for view in record_whole_run(parts, g, PdmmSP(accel="deflated", tol=1e-12), settings, advs, seed=3):
+    for view in record_whole_run(parts, g, PdmmSP(accel=accel, tol=1e-12), settings, advs, seed=3):
         assert view.reduction_error().max() < 1e-9
 
 
+@pytest.mark.parametrize("accel", ["deflated", "polynomial"])
 @pytest.mark.parametrize("kind", ["honest-but-curious", "eavesdropper"])
-def test_rank_structure_deflated_discloses_what_heavy_ball_does(kind):
-    """The deflated schedule reveals the same group sums as heavy ball, and no more."""
+def test_rank_structure_of_a_schedule_discloses_what_heavy_ball_does(kind, accel):
+    """The deflated schedule and the polynomial reveal the same group sums as heavy ball, and no more."""
     from p2pem.graphs import geometric_graph
     from p2pem.protocols import PdmmSP, Topology
-    from p2pem.protocols.pdmm import deflation_schedule
 
     g = geometric_graph(10, seed=3)
-    assert deflation_schedule(Topology.from_graph(g)).end < 40  # the view covers the special rounds
+    spec = PdmmSP(accel=accel, tol=1e-12)
+    assert spec.schedule(Topology.from_graph(g)).end < 40  # the view covers the special rounds
     adv = Adversary(kind, {1, 5, 8} if kind == "honest-but-curious" else set())
-    ranks = [disclosure_rank(PdmmSP(accel=a, tol=1e-12), g, adv, rounds=40, seed=4) for a in ("heavy-ball", "deflated")]
+    ranks = [disclosure_rank(s, g, adv, rounds=40, seed=4) for s in (PdmmSP(accel="heavy-ball", tol=1e-12), spec)]
     assert ranks[0].disclosed == ranks[1].disclosed and ranks[1].matches_groups
     assert ranks[1].next_bits < 1e-3

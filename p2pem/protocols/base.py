@@ -429,7 +429,11 @@ class ProtocolSpec(abc.ABC):
 
     name: str = field(init=False, default="")
     exact: bool = field(init=False, default=True)
-    asynchronous: bool = field(init=False, default=False)
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether nodes run on wake-ups (:meth:`Aggregation.wake`) instead of rounds."""
+        return False
 
     def bind(
         self, settings: EMSettings, parts: list[np.ndarray], *, seed: int | np.random.SeedSequence = 0

@@ -78,8 +78,10 @@ FloatArray = npt.NDArray[np.float64]
 
 #: Keys of a model in the direct parametrisation, in the order of ``result.json``.
 PARAM_KEYS = ("weights", "locations", "scales", "shapes")
-#: |delta| from which a component counts as at the boundary (alpha about 10 in one dimension).
-BOUNDARY_DELTA = 0.995
+#: |delta| from which a component counts as at the boundary (|alpha| about 70 in one dimension;
+#: 1 - |delta| is about 1 / (2 alpha^2)).  A finite maximum can have a large shape too (AIS,
+#: G = 2: |delta| = 0.9989, alpha = 21.7), so the mark is well beyond the shapes fits reach.
+BOUNDARY_DELTA = 0.9999
 _LOG2 = math.log(2.0)
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

@@ -79,7 +79,7 @@ class SkewNormalFamily(MixtureFamily[SkewNormalParams, SkewNormalBatch]):
         Cap on |delta| in (0, 1): after each M-step a larger Delta is shrunk (Gamma kept).
         The likelihood can grow without bound as a shape grows (e.g. one component on data
         whose skew it cannot otherwise follow); without a cap the EM warns
-        (:class:`p2pem.snmix.BoundaryWarning`) when |delta| reaches 0.995.
+        (:class:`p2pem.snmix.BoundaryWarning`) when |delta| reaches 0.9999.
     """
 
     init_shapes: tuple[float, ...] | None = None

@@ -128,14 +128,37 @@ def direct_from_working(deltas: FloatArray, gammas: FloatArray, prec_chol: Float
     if prec_chol is None:
         prec_chol = precision_cholesky(gammas)
     scales = gammas + deltas[..., :, None] * deltas[..., None, :]
-    v = _project(deltas, prec_chol)  # P^T Delta
-    q = sum_in_order([v[..., c] * v[..., c] for c in range(v.shape[-1])])
-    d = deltas.shape[-1]
-    # Gamma^-1 Delta = P v
-    ginv_delta = np.stack([sum_in_order([prec_chol[..., r, c] * v[..., c] for c in range(d)]) for r in range(d)], axis=-1)
+    ginv_delta, q = gamma_inv_delta(deltas, prec_chol)
     omega = np.sqrt(np.diagonal(scales, axis1=-2, axis2=-1))
     shapes = omega * ginv_delta / np.sqrt(1.0 + q)[..., None]
     return scales, shapes
+
+
+def gamma_inv_delta(deltas: FloatArray, prec_chol: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """(Gamma^-1 Delta (..., d), q = Delta^T Gamma^-1 Delta (...)) from Gamma's precision Cholesky factors P.
+
+    With v = P^T Delta: Gamma^-1 Delta = P v and q = |v|^2; elementwise sums only.
+    """
+    d = deltas.shape[-1]
+    v = _project(deltas, prec_chol)
+    q = sum_in_order([v[..., c] * v[..., c] for c in range(d)])
+    return np.stack([sum_in_order([prec_chol[..., r, c] * v[..., c] for c in range(d)]) for r in range(d)], axis=-1), q
+
+
+def latent_moments(z: FloatArray, m: FloatArray, m2: FloatArray | None = None, log_cdf: FloatArray | None = None) -> tuple[FloatArray, FloatArray]:
+    """(r1, r2): E[tau | x] and E[tau^2 | x] for tau | x ~ N(mu_tau, M^2) truncated to [0, inf).
+
+    With z = mu_tau / M and lambda(z) = phi(z) / Phi(z) (in log space): r1 = mu_tau + M lambda,
+    r2 = mu_tau^2 + M^2 + M mu_tau lambda = mu_tau r1 + M^2.  Both increase with mu_tau (the
+    truncated normal is stochastically increasing in its location, and tau >= 0).
+    ``m2`` (M^2, default M M) and ``log_cdf`` (log Phi(z)) when the caller has them.
+    """
+    if log_cdf is None:
+        log_cdf = log_ndtr(z)
+    lam = np.exp(-0.5 * z * z - _HALF_LOG_2PI - log_cdf)
+    mu_tau = m * z
+    r1 = mu_tau + m * lam
+    return r1, mu_tau * r1 + (m * m if m2 is None else m2)
 
 
 def delta_norm(deltas: FloatArray, prec_chol: FloatArray) -> FloatArray:
@@ -297,12 +320,7 @@ def _statistics_block(X, offsets, weights, locations, deltas, prec_chol) -> Floa
     r0s, r1s, r2s = [], [], []
     for j in range(k):
         r0 = np.exp(log_probs[j] - norm)
-        mj, m2j = m[node_of_row, j], m2[node_of_row, j]
-        z = zs[j]
-        lam = np.exp(-0.5 * z * z - _HALF_LOG_2PI - log_cdfs[j])  # phi(z) / Phi(z)
-        mu_tau = mj * z
-        r1 = mu_tau + mj * lam
-        r2 = mu_tau * r1 + m2j  # = mu_tau^2 + M^2 + M mu_tau lambda
+        r1, r2 = latent_moments(zs[j], m[node_of_row, j], m2[node_of_row, j], log_cdfs[j])
         r0s.append(r0)
         r1s.append(r0 * r1)
         r2s.append(r0 * r2)
@@ -401,17 +419,22 @@ def _outer(a: FloatArray, b: FloatArray) -> FloatArray:
     return a[..., :, None] * b[..., None, :]
 
 
-def cap_deltas(deltas: FloatArray, prec_chol: FloatArray, max_delta: float) -> FloatArray:
-    """Deltas shrunk (Gamma kept) so that no |delta| exceeds ``max_delta`` (< 1).
+def cap_deltas(deltas: FloatArray, gammas: FloatArray, prec_chol: FloatArray, max_delta: float) -> tuple[FloatArray, FloatArray]:
+    """(Delta, Gamma) with |delta| at most ``max_delta`` (< 1) and the scale Sigma kept.
 
-    |delta|^2 = q / (1 + q) with q = Delta^T Gamma^-1 Delta, so |delta| = m needs
-    q = m^2 / (1 - m^2): Delta is scaled by sqrt(that / q) where it is larger.
+    |delta|^2 = Delta^T Sigma^-1 Delta = q / (1 + q) with q = Delta^T Gamma^-1 Delta.  Where
+    |delta| > m, Delta becomes f Delta with f = m / |delta| and Gamma becomes
+    Gamma + (1 - f^2) Delta Delta^T, so Sigma = Gamma + Delta Delta^T stays and only the
+    shape shrinks (keeping Gamma instead would take the skewed direction's variance away).
     """
     v = _project(deltas, prec_chol)
     q = sum_in_order([v[..., c] * v[..., c] for c in range(v.shape[-1])])
-    limit = max_delta * max_delta / (1.0 - max_delta * max_delta)
-    factor = np.where(q > limit, np.sqrt(limit / np.where(q > 0, q, 1.0)), 1.0)
-    return deltas * factor[..., None]
+    norm = np.sqrt(q / (1.0 + q))
+    factor = np.where(norm > max_delta, max_delta / np.where(norm > 0, norm, 1.0), 1.0)
+    if np.all(factor == 1.0):
+        return deltas, gammas
+    grow = (1.0 - factor * factor)[..., None, None] * (deltas[..., :, None] * deltas[..., None, :])
+    return deltas * factor[..., None], gammas + grow
 
 
 def warn_boundary(norms: FloatArray, *, stacklevel: int = 2) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 import p2pem.snmix as sn
-from p2pem.errors import ConfigError
+from p2pem.errors import ConfigError, ProtocolError
 from p2pem.families.base import FloatArray, IntpArray, MixtureFamily
 from p2pem.gmm import precision_cholesky
 from p2pem.snmix import SkewNormalParams
@@ -76,7 +76,8 @@ class SkewNormalFamily(MixtureFamily[SkewNormalParams, SkewNormalBatch]):
         third moments summed by the private protocol in the initial aggregation (d more
         numbers).  All zeros give a Gaussian fit: Delta = 0 is a fixed point of the EM.
     max_delta : float, optional
-        Cap on |delta| in (0, 1): after each M-step a larger Delta is shrunk (Gamma kept).
+        Cap on |delta| in (0, 1): after each M-step a larger shape is shrunk, the scale Sigma
+        kept (:func:`p2pem.snmix.cap_deltas`).
         The likelihood can grow without bound as a shape grows (e.g. one component on data
         whose skew it cannot otherwise follow); without a cap the EM warns
         (:class:`p2pem.snmix.BoundaryWarning`) when |delta| reaches 0.9999.
@@ -130,8 +131,24 @@ class SkewNormalFamily(MixtureFamily[SkewNormalParams, SkewNormalBatch]):
     ) -> tuple[SkewNormalBatch, FloatArray]:
         w, loc, deltas, gammas, ll = sn.batch_m_step(stats, params.locations, params.deltas, reg_covar, iteration=iteration)
         if self.max_delta is not None:
-            deltas = sn.cap_deltas(deltas, precision_cholesky(gammas), self.max_delta)
+            deltas, gammas = self.cap(deltas, gammas)
         return SkewNormalBatch(w, loc, deltas, gammas), ll
+
+    def cap(self, deltas: FloatArray, gammas: FloatArray, max_delta: float | None = None) -> tuple[FloatArray, FloatArray]:
+        """(Delta, Gamma) with |delta| capped at ``max_delta`` (default the family's), the scale
+        Sigma kept (:func:`p2pem.snmix.cap_deltas`).
+
+        Models whose Gamma is not positive definite (a private run's noisy M-step, before its
+        repair) are left as they are: the cap needs Gamma^-1.
+        """
+        limit = self.max_delta if max_delta is None else max_delta
+        if limit is None:
+            return deltas, gammas
+        try:
+            prec_chol = precision_cholesky(gammas)
+        except ProtocolError:
+            return deltas, gammas
+        return sn.cap_deltas(deltas, gammas, prec_chol, limit)
 
     def total_count(self, stats: FloatArray, params: SkewNormalBatch) -> FloatArray:
         return sn.total_count(stats, params.weights.shape[1])

@@ -60,6 +60,7 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     test_fraction = 0.2            #   held-out rows (drawn from the "montecarlo" stream)
     classify = "status"            #   optional: label column of the Bayes classifier
     class_components = 2           #   mixture components per class
+    families = ["gaussian", "skew-normal"]  # optional: sweep these families (default [em]'s)
                                    #   (see TradeoffConfig)
 
     [leakage]                      # optional, free-form
@@ -91,7 +92,7 @@ import numpy as np
 
 from p2pem.data import SPLITS, Preprocessing
 from p2pem.errors import ConfigError, GraphError
-from p2pem.families import GAUSSIAN, MixtureFamily
+from p2pem.families import GAUSSIAN, MixtureFamily, make_family
 from p2pem.families.toml import parse_family
 from p2pem.families.toml import parse_init as parse_family_init
 from p2pem.graphs import default_radius, graph_from_edges
@@ -249,7 +250,7 @@ class ProtocolConfig:
 
 #: epsilon grid of ``[tradeoff]`` when the scenario gives none: 10 values from 0.1 to 100
 DEFAULT_EPSILONS = tuple(float(f"{v:.3g}") for v in np.logspace(-1, 2, 10))
-TRADEOFF_KEYS = ("epsilons", "n_seeds", "test_fraction", "classify", "class_components")
+TRADEOFF_KEYS = ("epsilons", "n_seeds", "test_fraction", "classify", "class_components", "families")
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,9 @@ class TradeoffConfig:
         Label column for the Bayes classifier (CSV data only).
     class_components : int
         Mixture components per class.
+    families : tuple of str or None
+        Model families to sweep every protocol with (each where it applies); None: the
+        scenario's ``[em] family``.
     """
 
     epsilons: tuple[float, ...] = DEFAULT_EPSILONS
@@ -275,6 +279,7 @@ class TradeoffConfig:
     test_fraction: float = 0.2
     classify: str | None = None
     class_components: int = 2
+    families: tuple[str, ...] | None = None
 
 
 def parse_tradeoff(sec: Table) -> TradeoffConfig:
@@ -291,12 +296,19 @@ def parse_tradeoff(sec: Table) -> TradeoffConfig:
     test_fraction = sec.number("test_fraction", default=0.2, positive=True)
     if test_fraction >= 1:
         sec.fail(f"{sec.key('test_fraction')!r} must be < 1, got {test_fraction}")
+    families = sec.string_list("families", default=None)
+    for name in families or ():
+        try:
+            make_family(name)
+        except ConfigError as exc:
+            sec.fail_key("families", str(exc))
     return TradeoffConfig(
         epsilons=epsilons,
         n_seeds=sec.integer("n_seeds", default=10, minimum=1),
         test_fraction=test_fraction,
         classify=sec.string("classify", default=None),
         class_components=sec.integer("class_components", default=2, minimum=1),
+        families=families,
     )
 
 

@@ -85,6 +85,8 @@ BOUNDARY_DELTA = 0.9999
 _LOG2 = math.log(2.0)
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+#: -z from which the inverse Mills ratio is taken from its asymptotic series (:func:`latent_moments`)
+_MILLS_SERIES_FROM = 1e3
 
 
 class BoundaryWarning(UserWarning):
@@ -155,7 +157,14 @@ def latent_moments(z: FloatArray, m: FloatArray, m2: FloatArray | None = None, l
     """
     if log_cdf is None:
         log_cdf = log_ndtr(z)
-    lam = np.exp(-0.5 * z * z - _HALF_LOG_2PI - log_cdf)
+    with np.errstate(over="ignore", invalid="ignore"):  # replaced below where it cancels badly
+        lam = np.exp(-0.5 * z * z - _HALF_LOG_2PI - log_cdf)
+    far = z < -_MILLS_SERIES_FROM
+    if np.any(far):
+        # lambda(-x) = x + 1/x - 2/x^3 + 10/x^5 - ... for large x (the Mills ratio's asymptotic
+        # series); beyond 1e3 the log-space difference above loses more digits than this drops
+        x = np.where(far, -z, 1.0)
+        lam = np.where(far, x + 1.0 / x - 2.0 / x**3 + 10.0 / x**5, lam)
     mu_tau = m * z
     r1 = mu_tau + m * lam
     return r1, mu_tau * r1 + (m * m if m2 is None else m2)

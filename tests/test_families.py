@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 import pytest
 
 from p2pem.builders import em_settings
@@ -76,3 +77,31 @@ def test_roster_carries_the_family_and_reads_old_rosters_as_gaussian(tmp_path: P
     old = "\n".join(line for line in text.splitlines() if not line.startswith("family") and line.strip() != "[em.family]" and 'name = "gaussian"' not in line)
     path.write_text(old + "\n")
     assert Roster.load(path).em_settings().family == GAUSSIAN
+
+
+SKEW_INIT = """
+family = "skew-normal"
+[em.init]
+weights = [0.3, 0.3, 0.4]
+locations = [[0.0, 0.0], [1.0, 1.0], [2, 0]]
+scales = [[[1.0, 0.0], [0.0, 1.0]], [[2.0, 0.5], [0.5, 1.0]], [[1, 0], [0, 1]]]
+shapes = [[1.0, 0.0], [0.0, -2.0], [3, 3]]
+"""
+
+
+def test_skew_normal_init_in_a_scenario_and_its_one_line_errors(tmp_path: Path) -> None:
+    text = edit(BASE, "tol = 0.0\n", "tol = 0.0\n" + SKEW_INIT)
+    scenario = load_scenario(write(tmp_path, text))
+    assert scenario.em.family.name == "skew-normal"
+    np.testing.assert_array_equal(scenario.em.init.shapes, [[1.0, 0.0], [0.0, -2.0], [3, 3]])
+    assert em_settings(scenario).init is scenario.em.init
+    short = edit(text, "[3, 3]]", "[3]]")
+    assert config_error(write(tmp_path, short, "short.toml")) == "'em.init.shapes' is ragged: its rows must all have the same length"
+    wrong = edit(text, "shapes = [[1.0, 0.0], [0.0, -2.0], [3, 3]]", "shapes = [[1.0], [0.0], [3]]")
+    assert config_error(write(tmp_path, wrong, "wrong.toml")) == "'em.init.shapes' must have shape (3, 2), got (3, 1)"
+    not_pd = edit(text, "[[2.0, 0.5], [0.5, 1.0]]", "[[1.0, 2.0], [2.0, 1.0]]")
+    assert config_error(write(tmp_path, not_pd, "pd.toml")) == "'em.init.scales[1]' is not positive definite"
+    gaussian_keys = edit(text, "locations =", "means =")
+    assert config_error(write(tmp_path, gaussian_keys, "keys.toml")).startswith("unknown key 'em.init.means' (known: weights, locations, scales, shapes)")
+    misspelled = edit(text, 'family = "skew-normal"', 'family = "skewnormal"')
+    assert config_error(write(tmp_path, misspelled, "fam.toml")).endswith("did you mean 'skew-normal'?")

@@ -161,6 +161,11 @@ def run_selection(
         raise ConfigError(f"--n-init must be a positive integer, got {n_init!r}")
     fams = [_family(scenario, name) for name in families]
     spec = _protocol(scenario, protocol)
+    if hasattr(spec, "epsilon"):  # dp-central, dp-distributed, dp-msnm
+        raise ConfigError(
+            f"{spec.name}: a differentially private run releases no log-likelihood, so it cannot be compared by AIC or BIC: "
+            "choose pdmm-sp, secure-sum or federated (--protocol)"
+        )
     parts = load_data(scenario)
     n_rows = int(sum(len(p) for p in parts))
     d = int(parts[0].shape[1])

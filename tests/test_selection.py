@@ -56,6 +56,8 @@ def test_select_cli_through_pdmm_sp_writes_a_valid_document_and_a_figure(tmp_pat
         (["--components", "3..1"], "--components: range '3..1' runs backwards"),
         (["--components", "two"], "--components must look like 1..5 or 2,3,4, got 'two'"),
         (["--families", "gausian"], "did you mean 'gaussian'?"),
+        (["--protocol", "dp-central", "--components", "1", "--families", "gaussian", "--n-init", "1"],
+         "a differentially private run releases no log-likelihood"),
     ],
 )
 def test_select_errors_are_one_line_and_write_nothing(tmp_path: Path, capsys, argv, message) -> None:

@@ -25,7 +25,7 @@ import math
 import time
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
@@ -36,6 +36,8 @@ from p2pem.bayesnet.privacy import REPORT_DELTA
 from p2pem.errors import ConfigError, DataError, ProtocolError
 from p2pem.protocols import Centralized, ProtocolSpec
 from p2pem.protocols.base import Topology
+from p2pem.runner import output_header
+from p2pem.scenario import Scenario
 from p2pem.simulate import Traffic, drive_messages, drive_vectorised
 from p2pem.streams import bayesnet_child, protocol_streams, scenario_streams
 from p2pem.tabular import Continuous, Schema, Table, discretize, domain_sizes, schema_from_dict, schema_to_toml, undiscretize
@@ -64,6 +66,8 @@ class BayesNetRun:
     wall_s : float
     agreed : bool
         Every node's summary digest equals node 0's.
+    protocol_params : dict
+        The aggregation protocol's parameters (:meth:`ProtocolSpec.params`).
     """
 
     task: BayesNetTask
@@ -72,6 +76,7 @@ class BayesNetRun:
     n_nodes: int
     wall_s: float
     agreed: bool = True
+    protocol_params: dict[str, Any] = field(default_factory=dict)
 
 
 def check_table(schema: Schema, settings: BayesNetSettings) -> tuple[int, ...]:
@@ -156,7 +161,7 @@ def fit_bayesnet(
             raise ConfigError("noise = 'shares' needs an aggregation over nodes; with 'centralized' one curator adds the noise")
         task = BayesNetTask([np.concatenate(binned)], sizes, settings, 1, shared=shared, secrets=[bayesnet_child(seed, 1, 0)])
         drive(task, lambda it, values: values)
-        return BayesNetRun(task, Traffic(), protocol.name, 1, time.perf_counter() - t0)
+        return BayesNetRun(task, Traffic(), protocol.name, 1, time.perf_counter() - t0, protocol_params=protocol.params())
     if graph is None:
         raise ConfigError(f"protocol {protocol.name!r} needs a graph of nodes")
     n = graph.n_nodes if isinstance(graph, Topology) else graph.number_of_nodes()
@@ -178,7 +183,7 @@ def fit_bayesnet(
         agreed = all(np.array_equal(t.summary(), digest) for t in tasks)
         if not agreed:
             raise ProtocolError("bayesnet: the nodes ended with different releases")
-    return BayesNetRun(node0, traffic, getattr(protocol, "label", protocol.name), n, time.perf_counter() - t0, agreed)
+    return BayesNetRun(node0, traffic, getattr(protocol, "label", protocol.name), n, time.perf_counter() - t0, agreed, protocol.params())
 
 
 # ------------------------------------------------------------------------------ release
@@ -251,10 +256,26 @@ def _privacy(task: BayesNetTask, against: dict[str, Any], colluders: int | None,
     }
 
 
-def release_document(run: BayesNetRun, schema: Schema, *, seed: int | None = None) -> dict[str, Any]:
-    """The release as a JSON-ready document: everything a sampler needs, and its provenance."""
+def release_document(run: BayesNetRun, schema: Schema, *, scenario: Scenario | None = None, seed: int | None = None) -> dict[str, Any]:
+    """The release as a JSON-ready document: everything a sampler needs, and its provenance.
+
+    It starts with the fields every synthetic-data release shares (``format``, ``version``,
+    the ``scenario`` it came from, ``model``, ``schema``, ``training_rows``, ``n_nodes``,
+    ``protocol``, ``privacy``, ``public``), then the networks with their conditionals.
+
+    Parameters
+    ----------
+    run : BayesNetRun
+    schema : Schema
+        The public schema of the rows (written in full: the sampler reads it back).
+    scenario : Scenario, optional
+        The scenario the release comes from (name, file and seed recorded).
+    seed : int, optional
+        The seed to record without a scenario.
+    """
     task = run.task
     names = schema.names
+    s = task.settings
     networks = []
     for net in task.networks:
         networks.append(
@@ -266,18 +287,29 @@ def release_document(run: BayesNetRun, schema: Schema, *, seed: int | None = Non
                 ],
             }
         )
+    header = output_header(RELEASE_FORMAT, scenario)
+    if scenario is None:
+        header["seed"] = seed
+    public = [
+        "the schema: column names, types, order, numeric ranges and category lists"
+        + ("" if schema.public else " -- NOT PUBLIC: the schema says it was read off the data"),
+        f"the bins: {s.n_bins} equal-width bins over each numeric column's public range",
+        f"the graph of {run.n_nodes} nodes and every node's row count" if run.n_nodes > 1 else "the number of training rows",
+        "the settings (model, epsilon, beta, theta, k, score, bins, noise, clustering)",
+    ]
+    if s.network is not None:
+        public.append("the network: given in the settings, not learned from the rows")
     return {
-        "format": RELEASE_FORMAT[0],
-        "version": RELEASE_FORMAT[1],
-        "model": task.settings.model,
+        **header,
+        "model": s.model,
         "schema": tomllib.loads(schema_to_toml(schema)),
-        "n_bins": task.settings.n_bins,
         "training_rows": task.n_rows,
         "n_nodes": run.n_nodes,
-        "seed": seed,
-        "protocol": {"name": run.protocol},
-        "settings": task.settings.to_dict(),
+        "protocol": {"name": run.protocol, "params": dict(run.protocol_params)},
         "privacy": privacy_block(run),
+        "public": public,
+        "n_bins": s.n_bins,
+        "settings": s.to_dict(),
         "clusters": [[names[a] for a in c] for c in task.clusters],
         "networks": networks,
         "selections": [

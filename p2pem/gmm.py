@@ -96,18 +96,30 @@ def precision_cholesky(covariances: FloatArray) -> FloatArray:
     return np.swapaxes(np.linalg.inv(cov_chol), -1, -2)
 
 
-def _sum_last(values: list[FloatArray]) -> FloatArray:
-    """Sum a short list of equally shaped arrays left to right (fixed rounding order)."""
+def sum_in_order(values: list[FloatArray]) -> FloatArray:
+    """Sum a short list of equally shaped arrays left to right (fixed rounding order, whatever the batch)."""
     acc = values[0]
     for v in values[1:]:
         acc = acc + v
     return acc
 
 
+def log_sum_exp_in_order(log_probs: list[FloatArray]) -> FloatArray:
+    """log sum_k exp(log_probs[k]), elementwise, shifted by the maximum and summed left to right.
+
+    The E-step's normaliser log p(x) from the per-component log densities (each of shape (n,)),
+    with a rounding that does not depend on the batch.
+    """
+    top = log_probs[0]
+    for lp in log_probs[1:]:
+        top = np.maximum(top, lp)
+    return top + np.log(sum_in_order([np.exp(lp - top) for lp in log_probs]))
+
+
 def log_det_precision(prec_chol: FloatArray) -> FloatArray:
     """log det of the precision Cholesky factors, shape (...)."""
     d = prec_chol.shape[-1]
-    return _sum_last([np.log(np.ascontiguousarray(prec_chol[..., j, j])) for j in range(d)])
+    return sum_in_order([np.log(np.ascontiguousarray(prec_chol[..., j, j])) for j in range(d)])
 
 
 def batch_statistics(
@@ -178,14 +190,11 @@ def _batch_statistics_block(
         chol = prec_chol[node_of_row, j]
         maha = []
         for col in range(d):
-            y = _sum_last([diff[:, row] * chol[:, row, col] for row in range(d)])
+            y = sum_in_order([diff[:, row] * chol[:, row, col] for row in range(d)])
             maha.append(y * y)
-        log_probs.append(-0.5 * (const + _sum_last(maha)) + log_w[node_of_row, j])
+        log_probs.append(-0.5 * (const + sum_in_order(maha)) + log_w[node_of_row, j])
         diffs.append(diff)
-    top = log_probs[0]
-    for lp in log_probs[1:]:
-        top = np.maximum(top, lp)
-    norm = top + np.log(_sum_last([np.exp(lp - top) for lp in log_probs]))
+    norm = log_sum_exp_in_order(log_probs)
     iu = np.triu_indices(d)
     columns = []
     resps = [np.exp(lp - norm) for lp in log_probs]
@@ -247,7 +256,7 @@ def unpack_statistics(stats: FloatArray, n_components: int, n_features: int) -> 
 def total_count(stats: FloatArray, n_components: int) -> FloatArray:
     """(N,) sum of the soft counts ``a_k`` of (N, P) statistics, left to right (the rounding
     order of :func:`batch_m_step`)."""
-    return _sum_last([stats[:, j] for j in range(n_components)])
+    return sum_in_order([stats[:, j] for j in range(n_components)])
 
 
 def batch_m_step(stats: FloatArray, means: FloatArray, reg_covar: float, *, iteration: int | None = None):
@@ -272,7 +281,7 @@ def batch_m_step(stats: FloatArray, means: FloatArray, reg_covar: float, *, iter
     where = f" in EM iteration {iteration}" if iteration is not None else ""
     if not np.all(np.isfinite(stats)):
         raise ProtocolError(f"non-finite sufficient statistics{where}")
-    total = _sum_last([a[:, j] for j in range(k)])
+    total = sum_in_order([a[:, j] for j in range(k)])
     small = a <= (10 * np.finfo(float).eps) * total[:, None]
     if np.any(small):
         node, j = (int(v[0]) for v in np.nonzero(small))
@@ -322,7 +331,7 @@ def round_significant(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits - 1}e}")
 
 
-def _quantise_columns(values: FloatArray, digits: int = 6) -> FloatArray:
+def quantise_columns(values: FloatArray, digits: int = 6) -> FloatArray:
     """Each entry of the (n, k) array rounded to ``digits`` significant digits (decimal).
 
     Rounding is monotonic, so a column whose smallest and largest entries round to the same
@@ -375,8 +384,8 @@ def init_from_global_batch(stats: FloatArray, n_components: int, seed: int) -> t
     iu = np.triu_indices(d)
     second[:, iu[0], iu[1]] = upper
     second[:, iu[1], iu[0]] = upper
-    cov = _quantise_columns((second - mean[:, :, None] * mean[:, None, :]).reshape(n, d * d)).reshape(n, d, d)
-    mean = _quantise_columns(mean)
+    cov = quantise_columns((second - mean[:, :, None] * mean[:, None, :]).reshape(n, d * d)).reshape(n, d, d)
+    mean = quantise_columns(mean)
     cov = (cov + cov.transpose(0, 2, 1)) / 2
     u = np.random.default_rng(seed).standard_normal((n_components, d))
     # distinct rows by their bits (a -0.0 is not merged with 0.0)

@@ -4,6 +4,8 @@
 name                    family
 ======================  ============================================================
 ``gaussian``            full-covariance Gaussian mixtures (:mod:`p2pem.gmm`)
+``mixed``               mixtures of independent Gaussian and categorical columns
+                        (:mod:`p2pem.families.mixed`)
 ======================  ============================================================
 
 A family is a frozen dataclass instance (it may carry public configuration); the EM loop,
@@ -20,11 +22,13 @@ from typing import Any
 from p2pem.errors import ConfigError
 from p2pem.families.base import BatchParams, MixtureFamily
 from p2pem.families.gaussian import GAUSSIAN, GaussianBatch, GaussianFamily
+from p2pem.families.mixed import MixedBatch, MixedFamily, MixedParams
 
 #: Family constructors by the names users type; keyword arguments are the family's
 #: configuration.
 FAMILIES: dict[str, Callable[..., MixtureFamily]] = {
     "gaussian": GaussianFamily,
+    "mixed": MixedFamily.from_config,
 }
 
 
@@ -45,4 +49,15 @@ def make_family(name: str, **config: Any) -> MixtureFamily:
         raise ConfigError(f"model family {name!r}: {exc}") from None
 
 
-__all__ = ["FAMILIES", "GAUSSIAN", "BatchParams", "GaussianBatch", "GaussianFamily", "MixtureFamily", "make_family"]
+__all__ = [
+    "FAMILIES",
+    "GAUSSIAN",
+    "BatchParams",
+    "GaussianBatch",
+    "GaussianFamily",
+    "MixedBatch",
+    "MixedFamily",
+    "MixedParams",
+    "MixtureFamily",
+    "make_family",
+]

@@ -16,13 +16,15 @@ import numpy.typing as npt
 from p2pem.data import check_parts, load_table, pca, split_rows, standardize, synthetic_mixture
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError
+from p2pem.gmm import GMMParams
 from p2pem.graphs import geometric_graph, graph_from_edges
 from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
 from p2pem.scenario import Scenario
 from p2pem.streams import init_seed
+from p2pem.tabular import Table, read_table
 
-__all__ = ["build_graph", "build_protocols", "em_settings", "load_data", "prepare_rows", "split_prepared"]
+__all__ = ["build_graph", "build_protocols", "em_settings", "load_data", "load_tables", "prepare_rows", "split_prepared"]
 
 
 def load_data(scenario: Scenario) -> list[npt.NDArray[np.float64]]:
@@ -80,6 +82,11 @@ def prepare_rows(
         rng = np.random.default_rng(scenario.streams()["data"])
     names: Sequence[str] | None = None
     labels = None
+    if cfg.encoding is not None:
+        if label_column is not None:
+            raise ConfigError(f"{scenario.path}: a label column of a table under a schema is one of its categorical columns")
+        train, _ = _tables(scenario, rng)
+        return cfg.encoding.rows(train), None
     if cfg.source == "csv":
         assert cfg.path is not None
         X, names = load_table(cfg.path, columns=cfg.columns, drop_columns=cfg.drop_columns)
@@ -107,6 +114,42 @@ def prepare_rows(
     return X, labels
 
 
+def load_tables(scenario: Scenario) -> tuple[Table, Table | None]:
+    """The training rows and the held-out test rows of a scenario whose data has a schema.
+
+    The training rows are what :func:`load_data` encodes and spreads over the nodes (the
+    same rows, in the same order); the test rows are ``[data] test`` read under the schema,
+    or the ``test_fraction`` of the rows held out with the ``"data"`` stream (drawn before
+    the split over nodes), or None.
+
+    Raises
+    ------
+    ConfigError
+        The scenario's data has no schema.
+    DataError
+        A file cannot be read under the schema (naming the file, line, column and value).
+    """
+    if scenario.data.schema is None:
+        raise ConfigError(f"{scenario.path}: the data has no schema ([data] schema): it is not a table of named, typed columns")
+    return _tables(scenario, np.random.default_rng(scenario.streams()["data"]))
+
+
+def _tables(scenario: Scenario, rng: np.random.Generator) -> tuple[Table, Table | None]:
+    cfg = scenario.data
+    assert cfg.path is not None and cfg.schema is not None  # a schema needs csv data
+    rows = read_table(cfg.path, cfg.schema)
+    if cfg.test is not None:
+        return rows, read_table(cfg.test, cfg.schema)
+    if cfg.test_fraction is None:
+        return rows, None
+    n_test = int(round(cfg.test_fraction * rows.n_rows))
+    if not 0 < n_test < rows.n_rows:
+        raise DataError(f"{scenario.path}: 'data.test_fraction' = {cfg.test_fraction} of {rows.n_rows} rows leaves no test or no training row")
+    held = np.zeros(rows.n_rows, dtype=bool)
+    held[rng.permutation(rows.n_rows)[:n_test]] = True
+    return rows.take(~held), rows.take(held)
+
+
 def split_prepared(scenario: Scenario, X: npt.NDArray[np.float64], rng: np.random.Generator) -> list[npt.NDArray[np.float64]]:
     """Split prepared rows over the scenario's nodes and validate them (see :func:`load_data`)."""
     try:
@@ -115,7 +158,7 @@ def split_prepared(scenario: Scenario, X: npt.NDArray[np.float64], rng: np.rando
     except DataError as exc:
         raise DataError(f"{scenario.path}: {exc}") from exc
     init = scenario.em.init
-    if init is not None and init.means.shape[1] != X.shape[1]:
+    if isinstance(init, GMMParams) and init.means.shape[1] != X.shape[1]:  # other families check their width when parsed
         raise ConfigError(
             f"{scenario.path}: 'em.init.means' has {init.means.shape[1]} columns "
             f"but the prepared data has {X.shape[1]} features"
@@ -135,7 +178,7 @@ def build_graph(scenario: Scenario) -> nx.Graph:
 def em_settings(scenario: Scenario) -> EMSettings:
     """Public EM settings; the init seed comes from the scenario's "init" stream."""
     em = scenario.em
-    return EMSettings(em.n_components, em.max_iter, em.tol, em.reg_covar, em.init, init_seed(scenario.streams()))
+    return EMSettings(em.n_components, em.max_iter, em.tol, em.reg_covar, em.init, init_seed(scenario.streams()), family=em.family)
 
 
 def build_protocols(scenario: Scenario) -> list[ProtocolSpec]:

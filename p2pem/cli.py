@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.set_defaults(func=cmd_simulate)
 
-    for module in ("p2pem.leakage.cli", "p2pem.deploy.cli", "p2pem.dp.cli"):
+    for module in ("p2pem.leakage.cli", "p2pem.deploy.cli", "p2pem.dp.cli", "p2pem.synth.cli"):
         try:
             mod = __import__(module, fromlist=["add_commands"])
         except ModuleNotFoundError as exc:

@@ -104,7 +104,7 @@ def sum_in_order(values: list[FloatArray]) -> FloatArray:
     return acc
 
 
-def log_sum_exp_in_order(log_probs: list[FloatArray]) -> FloatArray:
+def logsumexp_in_order(log_probs: list[FloatArray]) -> FloatArray:
     """log sum_k exp(log_probs[k]), elementwise, shifted by the maximum and summed left to right.
 
     The E-step's normaliser log p(x) from the per-component log densities (each of shape (n,)),
@@ -194,7 +194,7 @@ def _batch_statistics_block(
             maha.append(y * y)
         log_probs.append(-0.5 * (const + sum_in_order(maha)) + log_w[node_of_row, j])
         diffs.append(diff)
-    norm = log_sum_exp_in_order(log_probs)
+    norm = logsumexp_in_order(log_probs)
     iu = np.triu_indices(d)
     columns = []
     resps = [np.exp(lp - norm) for lp in log_probs]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from p2pem.dp.mechanisms import Block
@@ -47,24 +47,28 @@ SPLITS: dict[str, tuple[float, float, float, float]] = {
 }
 
 
-def parse_split(split: str) -> tuple[float, float, float, float]:
-    """A preset name from :data:`SPLITS`, or four comma-separated non-negative fractions.
+def parse_split(split: str, presets: Mapping[str, tuple[float, ...]] = SPLITS, n_fractions: int | None = 4) -> tuple[float, ...]:
+    """A preset name from ``presets``, or comma-separated non-negative fractions.
+
+    The fractions are one per released block kind of the model family, then the init's
+    (the Gaussian family: weights, means, covariances, init; :data:`SPLITS`).
+    ``n_fractions = None`` accepts any number of at least two (a syntax check).
 
     Raises
     ------
     ConfigError
-        Unknown name, not four numbers, a negative one, or all zero.
+        Unknown name, not ``n_fractions`` numbers, a negative one, or all zero.
     """
-    if split in SPLITS:
-        return SPLITS[split]
+    if split in presets:
+        return presets[split]
     try:
         parts = tuple(float(v) for v in split.split(","))
     except ValueError:
         parts = ()
-    if len(parts) != 4 or any(not math.isfinite(v) or v < 0 for v in parts) or sum(parts) <= 0:
-        raise ConfigError(
-            f"split must be one of {', '.join(SPLITS)} or four fractions 'weights,means,covariances,init', got {split!r}"
-        )
+    wrong_count = len(parts) < 2 if n_fractions is None else len(parts) != n_fractions
+    if wrong_count or any(not math.isfinite(v) or v < 0 for v in parts) or sum(parts) <= 0:
+        count = "comma-separated fractions" if n_fractions is None else f"{n_fractions} comma-separated fractions"
+        raise ConfigError(f"split must be one of {', '.join(presets)} or {count} (one per released block kind, then init), got {split!r}")
     return parts
 
 
@@ -80,15 +84,18 @@ class Release:
 def releases(em_blocks: Sequence[Block], init_blocks: Sequence[Block], n_iter: int, split: tuple[float, ...]) -> list[Release]:
     """The releases of a run with its split; shares renormalised over what is actually released.
 
-    When the initialisation is public (``init_blocks`` empty) the init fraction is not
-    spent and the others are scaled up to the whole budget (likewise the EM fractions when
-    ``n_iter`` is 0).
+    ``split`` holds one fraction per EM block (in order) and then the init's.  When the
+    initialisation is public (``init_blocks`` empty) the init fraction is not spent and the
+    others are scaled up to the whole budget (likewise the EM fractions when ``n_iter`` is
+    0, and the fraction of a block that releases nothing, e.g. the means of a model without
+    Gaussian columns).
     """
-    w, m, c, i = split
+    *em_fractions, i = split
+    init_blocks = [b for b in init_blocks if b.stop > b.start]  # a family may release nothing of a kind
     parts: list[tuple[Block, int, float]] = []
     if n_iter > 0:
-        # a prefix of the three blocks may be released alone (shares are renormalised below)
-        parts += [(b, n_iter, f) for b, f in zip(em_blocks, (w, m, c), strict=False)]
+        # a prefix of the blocks may be released alone (shares are renormalised below)
+        parts += [(b, n_iter, f) for b, f in zip(em_blocks, em_fractions, strict=False) if b.stop > b.start]
     if init_blocks:
         parts += [(b, 1, i / len(init_blocks)) for b in init_blocks]
     total = sum(f for _, _, f in parts)

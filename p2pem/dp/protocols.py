@@ -36,14 +36,16 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Union
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
 
-from p2pem.dp import accounting, mechanisms, postprocess
+from p2pem.dp import accounting, mechanisms, mixed, postprocess
 from p2pem.errors import ConfigError, ProtocolError
-from p2pem.families.gaussian import GaussianBatch, GaussianFamily
-from p2pem.gmm import FloatArray, init_stats_size, unpack_statistics
+from p2pem.families import MixedFamily, MixtureFamily
+from p2pem.families.gaussian import GaussianBatch
+from p2pem.gmm import FloatArray, unpack_statistics
 from p2pem.messages import Message
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology, parameter_fields
 from p2pem.protocols.exact import Federated, SecureSum, ServerNode, UploadNode, fsum_average
@@ -53,7 +55,7 @@ from p2pem.streams import protocol_streams
 if TYPE_CHECKING:
     import networkx as nx
 
-    from p2pem.em import EMSettings
+    from p2pem.em import EMSettings, PrivacyHook
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +140,77 @@ class PrivateEM:
         return np.concatenate([a, first.reshape(n, -1), second[..., iu[0], iu[1]].reshape(n, -1), ll[:, None]], axis=1)
 
 
+# ------------------------------------------------------------------------- per family
+
+
+@dataclass(frozen=True)
+class PrivateFamily:
+    """How a model family's statistics are released privately (what :meth:`DPProtocol.bind` asks of it).
+
+    Attributes
+    ----------
+    kinds : tuple of str
+        The released block kinds of an EM iteration, in the order a split gives them
+        fractions (the init's fraction comes last).
+    splits : mapping of str to tuple of float
+        Named budget splits over ``kinds`` and the init; the first is the default.
+    em_blocks : callable(family, n_components, n_features, bound) -> list of Block
+        The blocks of one EM iteration with their sensitivities, one per kind.
+    init_blocks : callable(family, n_features, bound) -> list of Block
+        The blocks of the private initialisation.
+    bounded : callable(family, n_features) -> slice
+        The columns of a row that the public box [-bound, bound] holds (clipped to it; the
+        others, e.g. category codes, have public domains of their own).
+    hook : callable(family, n_components, n_features, n_nodes, bound, spec) -> PrivacyHook
+        Encoding, decoding and repair of the EM loop.
+    """
+
+    kinds: tuple[str, ...]
+    splits: Mapping[str, tuple[float, ...]]
+    em_blocks: Callable[[Any, int, int, float], list[mechanisms.Block]]
+    init_blocks: Callable[[Any, int, float], list[mechanisms.Block]]
+    bounded: Callable[[Any, int], slice]
+    hook: Callable[[Any, int, int, int, float, DPProtocol], PrivacyHook]
+
+    def fractions(self, split: str) -> tuple[float, ...]:
+        """The fractions of ``split`` (a preset name or numbers) for these kinds."""
+        return accounting.parse_split(split, self.splits, len(self.kinds) + 1)
+
+
+#: The families a private protocol can release, by family name.
+PRIVATE_FAMILIES: dict[str, PrivateFamily] = {
+    "gaussian": PrivateFamily(
+        kinds=("weights", "means", "covariances"),
+        splits=accounting.SPLITS,
+        em_blocks=lambda family, k, d, bound: mechanisms.em_blocks(k, d, bound),
+        init_blocks=lambda family, d, bound: mechanisms.init_blocks(d, bound),
+        bounded=lambda family, d: slice(0, d),
+        hook=lambda family, k, d, n, bound, spec: PrivateEM(
+            k, d, n, bound, spec.weight_floor, spec.smoothing, spec.covariance_repair, spec.eig_floor
+        ),
+    ),
+    "mixed": PrivateFamily(
+        kinds=mixed.KINDS,
+        splits=mixed.SPLITS,
+        em_blocks=lambda family, k, d, bound: mixed.em_blocks(family, k, bound),
+        init_blocks=lambda family, d, bound: mixed.init_blocks(family, bound),
+        bounded=lambda family, d: slice(0, family.n_continuous),
+        hook=lambda family, k, d, n, bound, spec: mixed.PrivateMixedEM(
+            family, k, n, bound, spec.weight_floor, spec.smoothing, spec.covariance_repair, spec.eig_floor
+        ),
+    ),
+}
+
+
+def private_family(family: MixtureFamily, who: str) -> PrivateFamily:
+    """The private release of ``family``; ConfigError naming the protocol when there is none."""
+    private = PRIVATE_FAMILIES.get(family.name)
+    if private is None or (family.name == "mixed" and not isinstance(family, MixedFamily)):
+        raise ConfigError(f"{who}: the released statistics and their sensitivities are derived for the families "
+                          f"{', '.join(PRIVATE_FAMILIES)} only, not {family.name!r}")
+    return private
+
+
 # ------------------------------------------------------------------------- the plan
 
 
@@ -183,9 +256,13 @@ class DPProtocol(ProtocolSpec):
     bound : float or None
         Public data domain: every feature is clipped to [-bound, bound].  None reads it off
         the data, with a :class:`DataBoundWarning` (the run is then not DP).
-    split : str
-        Budget split over weights, means, covariances and init: ``"wu"`` (4/16/70/10 %),
-        ``"equal"``, or four comma-separated fractions.
+    split : str or None
+        Budget split over the released block kinds of the model family and the init: a
+        preset or comma-separated fractions.  Gaussian: weights, means, covariances, init,
+        ``"wu"`` (4/16/70/10 %, the default) or ``"equal"``; mixed: weights, means,
+        covariances, categories, init, ``"mixed"`` (5/10/10/60/15 %, the default) or
+        ``"equal"`` (:mod:`p2pem.dp.mixed`).  None: the family's default (the bound spec
+        records the one used).
     weight_floor, smoothing : float
         Weight post-processing, :func:`p2pem.dp.postprocess.clip_weights`.
     covariance_repair : {"eigclamp", "diagshift", "xi"}
@@ -198,7 +275,7 @@ class DPProtocol(ProtocolSpec):
     mechanism: Literal["gaussian", "laplace"] = "gaussian"
     accountant: Literal["rdp", "zcdp", "basic"] = "rdp"
     bound: Union[float, None] = None
-    split: str = "wu"
+    split: Union[str, None] = None
     weight_floor: float = 1e-3
     smoothing: float = 0.0
     covariance_repair: Literal["eigclamp", "diagshift", "xi"] = "eigclamp"
@@ -213,7 +290,8 @@ class DPProtocol(ProtocolSpec):
         accounting.check_budget(self.mechanism, self.accountant, float(self.epsilon), float(self.delta))
         if self.bound is not None and not (math.isfinite(self.bound) and self.bound > 0):
             raise ConfigError(f"{who}: bound must be a finite number > 0, got {self.bound!r}")
-        accounting.parse_split(self.split)
+        if self.split is not None and not any(self.split in p.splits for p in PRIVATE_FAMILIES.values()):
+            accounting.parse_split(self.split, {name: f for p in PRIVATE_FAMILIES.values() for name, f in p.splits.items()}, None)
         if not 0 <= self.weight_floor < 1 or not self.smoothing >= 0:
             raise ConfigError(f"{who}: weight_floor must be in [0, 1) and smoothing >= 0")
         if not (math.isfinite(self.eig_floor) and self.eig_floor > 0):
@@ -232,18 +310,23 @@ class DPProtocol(ProtocolSpec):
         Raises
         ------
         ConfigError
-            ``settings.tol`` is not 0, or the family is not Gaussian.
+            ``settings.tol`` is not 0, the family has no private release
+            (:data:`PRIVATE_FAMILIES`), or the split does not fit the family.
         """
         if settings.tol != 0:
             raise ConfigError(f"{self.label}: a private run has a fixed number of EM iterations: set tol = 0 (em.tol)")
-        if not isinstance(settings.family, GaussianFamily):
-            raise ConfigError(f"{self.label}: the released statistics and their sensitivities are derived for the gaussian family only, "
-                              f"not {settings.family.name!r}")
+        private = private_family(settings.family, self.label)
+        split = self.split if self.split is not None else next(iter(private.splits))
+        try:
+            fractions = private.fractions(split)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.label}: {settings.family.name} family ({', '.join(private.kinds)}, init): {exc}") from None
         d = int(parts[0].shape[1])
         k = settings.n_components
+        cols = private.bounded(settings.family, d)
         bound, from_data = self.bound, False
         if bound is None:
-            bound = float(max(np.max(np.abs(p)) for p in parts))
+            bound = float(max(np.max(np.abs(p[:, cols]), initial=0.0) for p in parts)) or 1.0
             from_data = True
             warnings.warn(
                 f"{self.label}: no 'bound' given, so the data domain [-{bound:.4g}, {bound:.4g}] was read off the data: "
@@ -251,27 +334,29 @@ class DPProtocol(ProtocolSpec):
                 DataBoundWarning,
                 stacklevel=3,
             )
-        clipped = [np.clip(p, -bound, bound) for p in parts]
+        clipped = [p.copy() for p in parts]
+        for c in clipped:
+            c[:, cols] = np.clip(c[:, cols], -bound, bound)
         n_clipped = sum(int(np.count_nonzero(c != p)) for c, p in zip(clipped, parts, strict=True))
         if n_clipped:
             log.info("%s: %d feature values clipped to [-%g, %g]", self.label, n_clipped, bound, bound)
-        em = mechanisms.em_blocks(k, d, bound)
-        init = mechanisms.init_blocks(d, bound) if settings.init is None else []
-        rel = accounting.releases(em, init, settings.max_iter, accounting.parse_split(self.split))
+        em = private.em_blocks(settings.family, k, d, bound)
+        init = private.init_blocks(settings.family, d, bound) if settings.init is None else []
+        rel = accounting.releases(em, init, settings.max_iter, fractions)
         scales = accounting.calibrate(self.mechanism, self.accountant, float(self.epsilon), float(self.delta), rel)
         by_name = {r.block.name: s for r, s in zip(rel, scales, strict=True)}
         plan = NoisePlan(
             mechanism=self.mechanism,
-            init_scale=mechanisms.scale_vector(init, [by_name.get(b.name, 0.0) for b in init], init_stats_size(d)),
-            em_scale=mechanisms.scale_vector(em, [by_name.get(b.name, 0.0) for b in em], mechanisms.em_release_size(k, d)),
+            init_scale=mechanisms.scale_vector(init, [by_name.get(b.name, 0.0) for b in init], settings.family.init_stats_size(d)),
+            em_scale=mechanisms.scale_vector(em, [by_name.get(b.name, 0.0) for b in em], settings.family.stats_size(k, d) + 1),
             releases=tuple(rel),
             scales=tuple(scales),
             bound=bound,
             bound_from_data=from_data,
             aggregator_rng=protocol_streams(seed, len(parts))[-1],
         )
-        hook = PrivateEM(k, d, len(parts), bound, self.weight_floor, self.smoothing, self.covariance_repair, self.eig_floor)
-        return dataclasses.replace(self, plan=plan), dataclasses.replace(settings, privacy=hook), clipped
+        hook = private.hook(settings.family, k, d, len(parts), bound, self)
+        return dataclasses.replace(self, plan=plan, split=split), dataclasses.replace(settings, privacy=hook), clipped
 
     @property
     def label(self) -> str:
@@ -444,4 +529,4 @@ class NoisyNode(Aggregation):
         return out
 
 
-__all__ = ["DPCentral", "DPDistributed", "DPProtocol", "DataBoundWarning", "NoisePlan", "PrivateEM"]
+__all__ = ["PRIVATE_FAMILIES", "DPCentral", "DPDistributed", "DPProtocol", "DataBoundWarning", "NoisePlan", "PrivateEM", "PrivateFamily", "private_family"]

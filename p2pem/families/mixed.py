@@ -204,7 +204,7 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
         return tuple(j for j in range(len(self.n_categories)) if j != self.stratify)
 
     @cached_property
-    def _cells(self) -> IntpArray:
+    def counted_cells(self) -> IntpArray:
         """Indices (into the S probability cells) of the counted cells, in statistics order."""
         offsets = self.offsets
         return np.concatenate([np.arange(offsets[j], offsets[j] + self.n_categories[j]) for j in self.counted] or [np.zeros(0, np.intp)])
@@ -233,11 +233,11 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
 
     def stats_size(self, n_components: int, n_features: int) -> int:
         self._check_shape(n_components, n_features)
-        return n_components * (1 + self.n_continuous + self._q() + len(self._cells)) + 1
+        return n_components * (1 + self.n_continuous + self._q() + len(self.counted_cells)) + 1
 
     def init_stats_size(self, n_features: int) -> int:
         self._check_shape(self.n_strata(), n_features)
-        return 1 + self.n_continuous + self._q() + len(self._cells)
+        return 1 + self.n_continuous + self._q() + len(self.counted_cells)
 
     def flat_size(self, n_components: int, n_features: int) -> int:
         p = self.n_continuous
@@ -250,7 +250,7 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
 
     def unpack(self, stats: FloatArray, n_components: int) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
         """Split (..., P) statistics into ``a`` (..., K), ``b`` (..., K, p), ``C`` (..., K, p or q), ``N`` (..., K, S'), ``ll``."""
-        k, p, q, s = n_components, self.n_continuous, self._q(), len(self._cells)
+        k, p, q, s = n_components, self.n_continuous, self._q(), len(self.counted_cells)
         if stats.shape[-1] != k * (1 + p + q + s) + 1:
             raise ProtocolError(f"statistics vector has length {stats.shape[-1]}, expected {k * (1 + p + q + s) + 1}")
         lead = stats.shape[:-1]
@@ -336,7 +336,7 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
 
     def _count_keys(self, codes: IntpArray, offsets: IntpArray, n_rows: int) -> IntpArray:
         """Per row and counted column, the bin of (node, cell) in an (N, S') count table, raveled row by row."""
-        s = len(self._cells)
+        s = len(self.counted_cells)
         node_of_row = np.repeat(np.arange(len(offsets)), np.diff(np.append(offsets, n_rows)))
         local = np.concatenate([[0], np.cumsum([self.n_categories[j] for j in self.counted])[:-1]]).astype(np.intp)
         return (node_of_row[:, None] * s + local + codes[:, list(self.counted)]).ravel()
@@ -347,7 +347,7 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
         ``np.bincount`` adds each bin's weights in row order, so a node's counts do not
         depend on the other nodes in the batch.
         """
-        s = len(self._cells)
+        s = len(self.counted_cells)
         if s == 0:
             return np.zeros((n_nodes, 0))
         w = np.repeat(weights, len(self.counted))
@@ -367,8 +367,8 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
         averages = np.asarray(averages, dtype=float)
         n, p = averages.shape[0], self.n_continuous
         q = self._q()
-        if averages.shape[1] != 1 + p + q + len(self._cells):
-            raise ProtocolError(f"init statistics vector has length {averages.shape[1]}, expected {1 + p + q + len(self._cells)}")
+        if averages.shape[1] != 1 + p + q + len(self.counted_cells):
+            raise ProtocolError(f"init statistics vector has length {averages.shape[1]}, expected {1 + p + q + len(self.counted_cells)}")
         count = averages[:, :1]
         mean = gmm.quantise_columns(averages[:, 1 : 1 + p] / count)
         second = averages[:, 1 + p : 1 + p + q] / count
@@ -381,7 +381,7 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
             full[:, iu[1], iu[0]] = second
             full = full - mean[:, :, None] * mean[:, None, :]
             spread = gmm.quantise_columns(full.reshape(n, p * p)) if p else full.reshape(n, 0)
-        freq = gmm.quantise_columns(averages[:, 1 + p + q :] / count) if len(self._cells) else averages[:, :0]
+        freq = gmm.quantise_columns(averages[:, 1 + p + q :] / count) if len(self.counted_cells) else averages[:, :0]
         rng = np.random.default_rng(seed)
         u = rng.standard_normal((n_components, p))
         z = rng.standard_normal((n_components, self.n_cells))
@@ -410,7 +410,7 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
             means = mean + u @ chol.T
             covariances = np.broadcast_to(cov, (n_components, p, p)).copy()
         probabilities = np.empty((n_components, self.n_cells))
-        cells = self._cells
+        cells = self.counted_cells
         start = 0
         for j in self.counted:
             c = self.n_categories[j]
@@ -420,13 +420,13 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
             theta = f * np.exp(INIT_SPREAD * z[:, cells[start : start + c]])
             probabilities[:, cells[start : start + c]] = theta / gmm.sum_in_order([theta[:, i] for i in range(c)])[:, None]
             start += c
-        self._fix_strata(probabilities, n_components)
+        self.fix_strata(probabilities, n_components)
         group = self.group(n_components)
         shares = np.full(self.n_strata(), 1.0 / self.n_strata()) if self.strata_weights is None else np.asarray(self.strata_weights)
         weights = shares[group] / (n_components // self.n_strata())
         return weights, means, covariances, probabilities
 
-    def _fix_strata(self, probabilities: FloatArray, n_components: int) -> None:
+    def fix_strata(self, probabilities: FloatArray, n_components: int) -> None:
         """Set the stratifying column's probabilities (..., K, S) to each group's one-hot, in place."""
         if self.stratify is None:
             return
@@ -442,7 +442,7 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
         n_nodes = len(offsets)
         node_of_row = np.repeat(np.arange(n_nodes), np.diff(np.append(offsets, n_rows)))
         log_probs, diffs = self._log_densities(X, codes, node_of_row, params)
-        norm = gmm.log_sum_exp_in_order(log_probs)
+        norm = gmm.logsumexp_in_order(log_probs)
         iu = np.triu_indices(p)
         keys = self._count_keys(codes, offsets, n_rows)
         a, b, c, counts = [], [], [], []
@@ -492,7 +492,7 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
         probabilities = np.zeros((n, k, self.n_cells))
         counts = np.maximum(counts, 0.0)
         start = 0
-        cells = self._cells
+        cells = self.counted_cells
         for j in self.counted:
             size = self.n_categories[j]
             block = counts[..., start : start + size]
@@ -502,7 +502,7 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
                 raise ProtocolError(f"component {comp}: no counts for categorical column {j}{where}: decrease n_components")
             probabilities[..., cells[start : start + size]] = block / sums[..., None]
             start += size
-        self._fix_strata(probabilities, k)
+        self.fix_strata(probabilities, k)
         return MixedBatch(self._weights(a, total, k), means, covariances, probabilities), ll / total
 
     def _weights(self, a: FloatArray, total: FloatArray, n_components: int) -> FloatArray:
@@ -593,7 +593,7 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
                 raise InitError("probabilities", f"of categorical column {c} (cells {start}..{start + size - 1}) must be >= 0 and sum to 1 per component")
         if self.stratify is not None:
             expected = np.array(probs)
-            self._fix_strata(expected, k)
+            self.fix_strata(expected, k)
             if not np.array_equal(expected, probs):
                 raise InitError("probabilities", f"of the stratifying column {self.stratify} must be each component group's one-hot")
         return MixedParams(weights, arrays["means"], cov, probs)
@@ -604,7 +604,7 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
         batch = self.broadcast(params, 1)
         self.check(batch)
         log_probs, _ = self._log_densities(X, self.codes(X), np.zeros(X.shape[0], dtype=np.intp), batch)
-        norm = gmm.log_sum_exp_in_order(log_probs)
+        norm = gmm.logsumexp_in_order(log_probs)
         return np.stack(log_probs, axis=1) - norm[:, None], norm
 
     def sample(

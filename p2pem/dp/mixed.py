@@ -60,8 +60,10 @@ SPLITS: dict[str, tuple[float, ...]] = {
     "equal": (0.2, 0.2, 0.2, 0.2, 0.2),
 }
 
-#: Smallest category probability a private model keeps (then renormalised).
-PROBABILITY_FLOOR = 1e-6
+#: Smallest category probability a private model keeps: far below anything a sample draws,
+#: but with a finite log, so a row whose category every noisy component lost keeps a finite
+#: likelihood (that column then weighs equally in every component's posterior).
+PROBABILITY_FLOOR = 1e-100
 
 
 def _sensitivities(family: MixedFamily, bound: float) -> list[tuple[int, float, float]]:

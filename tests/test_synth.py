@@ -108,7 +108,9 @@ def test_a_private_release_states_its_budget(tmp_path):
     result = synthesize(scenario, releases=1)
     privacy = result.release["privacy"]
     assert privacy["differentially_private"] is True and privacy["epsilon"] == 2.0
-    assert privacy["epsilon_spent"]["rdp"] == pytest.approx(2.0, rel=1e-6)
+    assert privacy["epsilon_spent"]["colluders"]["rdp"] == pytest.approx(2.0, rel=1e-6)  # the configured budget holds
+    assert privacy["colluders"] == 9 and privacy["epsilon_against"]["aggregator"] is None  # all other nodes; not the aggregator
+    assert any("bound" in item for item in privacy["excluded"])
     assert result.release["protocol"]["params"]["bound_used"] == 1.0  # the encoding's public box
     train, test = load_tables(scenario)
     assert result.train.n_rows == train.n_rows and test is not None

@@ -45,19 +45,24 @@ SPLITS: dict[str, tuple[float, float, float, float]] = {
     # every parameter kind the same share
     "equal": (0.25, 0.25, 0.25, 0.25),
 }
+#: What the four fractions of a split pay for, in order.
+SPLIT_BLOCKS = ("weights", "means", "covariances", "init")
 
 
-def parse_split(split: str, presets: Mapping[str, tuple[float, ...]] = SPLITS, n_fractions: int | None = 4) -> tuple[float, ...]:
-    """A preset name from ``presets``, or comma-separated non-negative fractions.
+def parse_split(split: str, presets: Mapping[str, tuple[float, ...]] = SPLITS, names: Sequence[str] | None = SPLIT_BLOCKS) -> tuple[float, ...]:
+    """A preset name from ``presets``, or comma-separated fractions, each > 0.
 
-    The fractions are one per released block kind of the model family, then the init's
-    (the Gaussian family: weights, means, covariances, init; :data:`SPLITS`).
-    ``n_fractions = None`` accepts any number of at least two (a syntax check).
+    The fractions pay, in order, for ``names``: a model family's released block kinds, then
+    the init (the Gaussian family's :data:`SPLIT_BLOCKS`; the mixed family's in
+    :mod:`p2pem.dp.mixed`); ``names = None`` accepts any number of at least two (a syntax
+    check).  A zero fraction is refused rather than read as "release that block without
+    noise" or "do not release it": every block of every iteration is released, so every
+    block must be paid for.  The fractions need not sum to one (they are normalised).
 
     Raises
     ------
     ConfigError
-        Unknown name, not ``n_fractions`` numbers, a negative one, or all zero.
+        Unknown name, not one number per name, or a fraction that is zero, negative or not finite.
     """
     if split in presets:
         return presets[split]
@@ -65,10 +70,13 @@ def parse_split(split: str, presets: Mapping[str, tuple[float, ...]] = SPLITS, n
         parts = tuple(float(v) for v in split.split(","))
     except ValueError:
         parts = ()
-    wrong_count = len(parts) < 2 if n_fractions is None else len(parts) != n_fractions
-    if wrong_count or any(not math.isfinite(v) or v < 0 for v in parts) or sum(parts) <= 0:
-        count = "comma-separated fractions" if n_fractions is None else f"{n_fractions} comma-separated fractions"
-        raise ConfigError(f"split must be one of {', '.join(presets)} or {count} (one per released block kind, then init), got {split!r}")
+    if len(parts) < 2 if names is None else len(parts) != len(names):
+        what = "comma-separated fractions" if names is None else f"{len(names)} fractions '{','.join(names)}'"
+        raise ConfigError(f"'split' must be one of {', '.join(presets)} or {what}, got {split!r}")
+    labels = list(names) if names is not None else [f"fraction {i + 1}" for i in range(len(parts))]
+    bad = next((name for name, v in zip(labels, parts, strict=True) if not (math.isfinite(v) and v > 0)), None)
+    if bad is not None:
+        raise ConfigError(f"'split': the {bad} fraction must be a finite number > 0 (every released block is paid for), got {split!r}")
     return parts
 
 
@@ -99,9 +107,9 @@ def releases(em_blocks: Sequence[Block], init_blocks: Sequence[Block], n_iter: i
     if init_blocks:
         parts += [(b, 1, i / len(init_blocks)) for b in init_blocks]
     total = sum(f for _, _, f in parts)
-    if parts and total <= 0:
-        raise ConfigError("the budget split gives no share to anything this run releases")
-    return [Release(b, cnt, f / total / cnt) for b, cnt, f in parts if f > 0]
+    if any(not f > 0 for _, _, f in parts):
+        raise ConfigError("the budget split gives no share to a block this run releases")
+    return [Release(b, cnt, f / total / cnt) for b, cnt, f in parts]
 
 
 def _rho_for(epsilon: float, delta: float) -> float:

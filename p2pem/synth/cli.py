@@ -59,11 +59,20 @@ def cmd_synth(args: argparse.Namespace) -> int:
             bar.close()
     release = result.release
     privacy = release["privacy"]
-    if privacy.get("epsilon") is not None or "epsilon" in privacy:
+    if "epsilon" in privacy:
         spent = privacy.get("epsilon_spent") or {}
-        what = f"epsilon {privacy['epsilon']} (delta {privacy['delta']}), spent per accountant: " + ", ".join(
-            f"{k} {v:.4g}" if v is not None else f"{k} unbounded" for k, v in spent.items() if not isinstance(v, dict)
-        )
+        against = spent.get("colluders", spent) if isinstance(spent.get("colluders"), dict) else spent
+
+        def show(table: dict) -> str:
+            return ", ".join(f"{k} {v:.4g}" if v is not None else f"{k} none" for k, v in table.items())
+
+        what = f"epsilon {privacy['epsilon']} (delta {privacy['delta']})"
+        if privacy.get("colluders") is not None:
+            what += f", against {privacy['colluders']} colluding nodes per accountant: {show(against)}"
+        else:
+            what += f", spent per accountant: {show(against)}"
+        if not privacy.get("differentially_private"):
+            what += " -- NOT differentially private: " + privacy.get("note", "see release.json")
     else:
         what = "no noise (an exact protocol: the release is as good, and as revealing, as the central non-private fit)"
     title = f"{scenario.name}: {release['model']} fitted with {release['protocol']['name']}"

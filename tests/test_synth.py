@@ -6,11 +6,13 @@ import json
 import shutil
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
 from p2pem.builders import load_tables
 from p2pem.cli import main
+from p2pem.schemas import load_schema as load_output_schema
 from p2pem.scenario import load_scenario
 from p2pem.streams import synth_child
 from p2pem.synth.run import sample_release, synthesize
@@ -81,6 +83,11 @@ def test_synth_writes_rows_under_the_schema_a_release_and_a_report(tmp_path, cap
     report = json.loads((out / "report.json").read_text())
     assert report["format"] == "p2pem-synth-report" and report["rows"] == {"train": 152, "test": 50, "synthetic": [120, 120]}
     assert len(report["reproducibility"]["releases"]) == 2
+    for doc in (release, report):  # both validate against the schemas shipped for their format
+        jsonschema.validate(doc, load_output_schema(doc["format"]), cls=jsonschema.Draft202012Validator)
+    del release["parameters"]["probabilities"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(release, load_output_schema("p2pem-synth-release"), cls=jsonschema.Draft202012Validator)
 
 
 def test_synth_is_deterministic_for_a_seed(tmp_path, capsys):

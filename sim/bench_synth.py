@@ -24,7 +24,7 @@ Usage::
 
     .venv/bin/python sim/bench_synth.py                      # the epsilon table (< 5 min on 2 cores)
     .venv/bin/python sim/bench_synth.py --figure docs/synth_epsilon.png --markdown docs/generated/synth_bench.md
-    .venv/bin/python sim/bench_synth.py --sweep --markdown docs/generated/synth_sweep.md
+    .venv/bin/python sim/bench_synth.py --sweep --seeds 3 --markdown docs/generated/synth_sweep.md
 
 Writes a versioned JSON (``format = "p2pem-bench-synth"``).  Not a test: nothing is asserted;
 timings depend on the machine and its load.  BLAS runs on one thread in the evaluation.
@@ -125,12 +125,16 @@ def epsilon_table(scenario, train, test, epsilons: list[float], n_releases: int)
     return runs
 
 
-def sweep(scenario, train, test, epsilons: list[float]) -> list[dict[str, Any]]:
-    """The modelling choices against epsilon, with dp-central (module docstring)."""
+def sweep(scenario, train, test, epsilons: list[float], n_seeds: int) -> list[dict[str, Any]]:
+    """The modelling choices against epsilon, with dp-central (module docstring); each cell the mean over
+    ``n_seeds`` scenario seeds (data split, initialisation, noise and sampling all change)."""
+    import numpy as np
+
     runs = []
     base = {"per_class": scenario.em.n_components // 2, "max_iter": scenario.em.max_iter, "binned": scenario.data.binned}
     grid: list[dict[str, Any]] = [
-        *({"per_class": k} for k in (2, 5, 10, 20)),
+        {},
+        *({"per_class": k} for k in (2, 10, 20)),
         *({"max_iter": t} for t in (10, 20)),
         {"binned": ("education-num", "hours-per-week")},
         {"binned": ()},
@@ -142,8 +146,15 @@ def sweep(scenario, train, test, epsilons: list[float]) -> list[dict[str, Any]]:
         split = settings.pop("split", None)
         for eps in epsilons:
             extra = {"split": split} if split is not None else {}
-            run = evaluate(variant(scenario, protocol=dp("dp-central", eps, **extra), **settings), train, test, 1)
-            run["change"] = {k: list(v) if isinstance(v, tuple) else v for k, v in change.items()}
+            seeded = [
+                evaluate(variant(dataclasses.replace(scenario, seed=scenario.seed + s), protocol=dp("dp-central", eps, **extra), **settings),
+                         train, test, 1)
+                for s in range(n_seeds)
+            ]
+            run = {**seeded[0], "seeds": n_seeds, "change": {k: list(v) if isinstance(v, tuple) else v for k, v in change.items()}}
+            for key in ("tstr_logistic", "tvd_2way_mean", "fit_s"):
+                values = [r[key] for r in seeded]
+                run[key], run[f"{key}_sd"] = float(np.mean(values)), float(np.std(values))
             runs.append(run)
             _print_progress(run)
     return runs
@@ -166,10 +177,11 @@ def figure(runs: list[dict[str, Any]], path: str) -> None:
     finite = sorted({r["epsilon"] for r in runs if r["epsilon"] is not None and math.isfinite(r["epsilon"])})
     inf_x = finite[-1] * 4 if finite else 1.0
     for key, ax, label in (("tstr_logistic", axes[0], "TSTR accuracy (logistic regression)"), ("tvd_2way_mean", axes[1], "mean 2-way marginal TVD")):
+        labels = {"dp-central-gaussian": "dp-central", "dp-pdmm-sp-gaussian": "dp-distributed over pdmm-sp (tolerates n/2 colluders)"}
         for protocol, style in (("dp-central-gaussian", "o-"), ("dp-pdmm-sp-gaussian", "s--")):
             rows = sorted((r for r in runs if r["protocol"] == protocol), key=lambda r: r["epsilon"] if r["epsilon"] is not None else math.inf)
             xs = [inf_x if r["epsilon"] is None or math.isinf(r["epsilon"]) else r["epsilon"] for r in rows]
-            ax.plot(xs, [r[key] for r in rows], style, label=protocol.replace("-gaussian", ""))
+            ax.plot(xs, [r[key] for r in rows], style, label=labels[protocol])
         exact = next((r for r in runs if r["protocol"] == "pdmm-sp"), None)
         if exact is not None:
             ax.axhline(exact[key], color="tab:green", linestyle=":", label="pdmm-sp (exact, no noise)")
@@ -202,10 +214,13 @@ def markdown(runs: list[dict[str, Any]], path: str, *, sweep: bool, wall: float)
         lines.append("|---|" + "---|" * len(dict.fromkeys(eps(r) for r in runs)))
         for change in dict.fromkeys(repr(r["change"]) for r in runs):
             cells = [f"{r['tstr_logistic']:.3f} / {r['tvd_2way_mean']:.3f}" for r in runs if repr(r["change"]) == change]
-            label = ", ".join(f"{k} = {v}" for k, v in runs[[repr(r["change"]) for r in runs].index(change)]["change"].items())
+            label = ", ".join(f"{k} = {v}" for k, v in runs[[repr(r["change"]) for r in runs].index(change)]["change"].items()) or "(the defaults)"
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        intro = ("TSTR accuracy / mean 2-way TVD of one release, dp-central, one seed; defaults: 5 components per income "
-                 "class, 5 iterations, all six numeric columns binned, split `mixed`, stratified by income")
+        seeds = runs[0].get("seeds", 1)
+        spread = max(r["tvd_2way_mean_sd"] for r in runs) if seeds > 1 else None
+        intro = (f"TSTR accuracy / mean 2-way TVD of one release, dp-central, mean over {seeds} seed{'s' if seeds > 1 else ''}"
+                 + (f" (largest standard deviation of a TVD cell: {spread:.3f})" if spread is not None else "")
+                 + "; defaults: 5 components per income class, 5 iterations, all six numeric columns binned, split `mixed`, stratified by income")
     else:
         lines = ["| protocol | ε | TSTR (logistic) | mean 2-way TVD | reproduced (of 20) | mean abs. coef. error | fit s |",
                  "|---|---|---|---|---|---|---|"]
@@ -226,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epsilons", default="0.1,0.4,1.6,6.4,inf", help="comma-separated (inf: no noise)")
     parser.add_argument("--releases", type=int, default=20, help="releases per fit for the reproducibility rate (default 20)")
     parser.add_argument("--sweep", action="store_true", help="measure the modelling choices instead (dp-central)")
+    parser.add_argument("--seeds", type=int, default=1, help="--sweep: scenario seeds per cell (default 1)")
     parser.add_argument("--json", metavar="PATH", help="write the runs here (default results/synth_bench.json or results/synth_sweep.json)")
     parser.add_argument("--figure", metavar="PATH", help="draw TSTR and TVD against epsilon here (PNG)")
     parser.add_argument("--markdown", metavar="PATH", help="write the table the docs include here (docs/generated/synth_bench.md, synth_sweep.md)")
@@ -242,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     assert test is not None
     epsilons = [float(v) for v in args.epsilons.split(",")]
     print(f"Adult: {train.n_rows} training rows over {scenario.graph.n_nodes} nodes, {test.n_rows} test rows")
-    runs = sweep(scenario, train, test, epsilons) if args.sweep else epsilon_table(scenario, train, test, epsilons, args.releases)
+    runs = sweep(scenario, train, test, epsilons, args.seeds) if args.sweep else epsilon_table(scenario, train, test, epsilons, args.releases)
     wall = time.perf_counter() - t0
 
     headers = ["protocol", "epsilon", "K", "T", "binned", "split", "TSTR", "2-way TVD", "reproduced", "|coef err|", "fit s"]

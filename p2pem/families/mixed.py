@@ -134,6 +134,10 @@ class MixedBatch:
 class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
     """``mixed``: mixtures of independent Gaussian and categorical columns (module docstring).
 
+    All of its fields are public configuration every node shares: the column types and
+    category counts of a public schema (:meth:`p2pem.families.encoding.TableEncoding.family`
+    builds it from one), the covariance form and the stratification.
+
     Parameters
     ----------
     n_continuous : int
@@ -148,9 +152,6 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
     strata_weights : tuple of float or None
         Public shares of the strata (declared public, summing to 1); None releases them
         through the weights.
-
-    All of it is public configuration every node shares (a schema's column types and
-    category counts: :func:`p2pem.synth.mixture.mixed_family` builds it from one).
     """
 
     n_continuous: int = 0

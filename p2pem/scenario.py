@@ -38,6 +38,8 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     test_fraction = 0.2            # schema, optional: or hold out this share of the rows
     binned = ["hours"]             # schema, optional: continuous columns modelled as
                                    # categorical over their public bins
+    atoms = { gain = [0] }         # schema, optional: public values of binned columns
+                                   # modelled as categories of their own
     n_bins = 10                    # schema, default 10: bins per binned column
 
     [graph]
@@ -189,6 +191,8 @@ class DataConfig:
         Continuous schema columns modelled as categorical over their public bins.
     n_bins : int
         Bins per binned column.
+    atoms : tuple of (str, tuple of float)
+        Per binned column, public values modelled as categories of their own.
     """
 
     source: str
@@ -208,11 +212,12 @@ class DataConfig:
     test_fraction: float | None = None
     binned: tuple[str, ...] = ()
     n_bins: int = DEFAULT_BINS
+    atoms: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
     @property
     def encoding(self) -> TableEncoding | None:
         """How the schema's rows become model rows (:class:`p2pem.families.encoding.TableEncoding`); None without a schema."""
-        return None if self.schema is None else TableEncoding(self.schema, self.binned, self.n_bins)
+        return None if self.schema is None else TableEncoding(self.schema, self.binned, self.n_bins, self.atoms)
 
 
 @dataclass(frozen=True)
@@ -467,8 +472,9 @@ _DATA_KEYS = (
     "test_fraction",
     "binned",
     "n_bins",
+    "atoms",
 )
-_SCHEMA_ONLY = ("test", "test_fraction", "binned", "n_bins")
+_SCHEMA_ONLY = ("test", "test_fraction", "binned", "n_bins", "atoms")
 _CSV_ONLY = ("path", "columns", "drop_columns", "schema", *_SCHEMA_ONLY)
 _SYNTHETIC_ONLY = ("n_samples", "n_features", "n_components", "separation")
 #: [data] keys of float tables that a schema replaces (it names the columns; the encoding scales them)
@@ -551,13 +557,17 @@ def _parse_schema_data(sec: Table, folder: Path, common: dict[str, Any], path: P
         sec.fail(f"{sec.key('test_fraction')!r} must be < 1, got {test_fraction}")
     binned = sec.string_list("binned", default=()) or ()
     n_bins = sec.integer("n_bins", default=DEFAULT_BINS, minimum=2)
+    atoms: list[tuple[str, tuple[float, ...]]] = []
+    if sec.has("atoms"):
+        table = sec.section("atoms", None)
+        atoms = [(name, tuple(table.number_array(name, ndim=1).tolist())) for name in table.table]
     data = DataConfig(
-        **common, path=path, schema=schema, test=test, test_fraction=test_fraction, binned=tuple(binned), n_bins=n_bins
+        **common, path=path, schema=schema, test=test, test_fraction=test_fraction, binned=tuple(binned), n_bins=n_bins, atoms=tuple(atoms)
     )
     try:
-        data.encoding  # noqa: B018  (validates the binned names against the schema)
+        data.encoding  # noqa: B018  (validates the binned names and atoms against the schema)
     except ConfigError as exc:
-        sec.fail(f"{sec.key('binned')!r}: {exc}")
+        sec.fail(f"{sec.key('atoms' if 'atom' in str(exc) else 'binned')!r}: {exc}")
     return data
 
 

@@ -10,12 +10,14 @@ so the mapping costs no privacy and every party computes it alone:
   public range ``[low, high]`` to ``[-1, 1]`` (so a differentially private run clips to the
   public box ``bound = 1``, and noise and floors act on one scale for every column), or --
   when listed in ``binned`` -- by a categorical distribution over its ``n_bins`` public
-  equal-width bins (:func:`p2pem.tabular.bin_edges`).
+  equal-width bins (:func:`p2pem.tabular.bin_edges`), preceded by one category per public
+  **atom** of the column (``atoms``: values that carry mass of their own, such as a zero
+  capital gain), so that a row holding exactly an atom keeps it.
 
 Back from model rows to a table (:meth:`TableEncoding.table`): Gaussian values are mapped
 back, clipped to the public range and rounded in integer columns; a bin is turned into a
-value drawn uniformly inside it (:func:`p2pem.tabular.undiscretize`); codes become
-categories.  That is post-processing with public information.
+value drawn uniformly inside it (:func:`p2pem.tabular.undiscretize`), an atom into its
+value; codes become categories.  That is post-processing with public information.
 
 Why bins: a Gaussian per column and component cannot hold a column whose mass sits on a few
 values and spreads around them (Adult's ``hours-per-week``, 47 % at 40), and a noisy
@@ -53,16 +55,22 @@ class TableEncoding:
         Continuous columns modelled as categorical over their public bins.
     n_bins : int, default 10
         Equal-width bins per binned column.
+    atoms : tuple of (str, tuple of float), default ()
+        Per binned column, public values modelled as categories of their own before its
+        bins (``(("capital-gain", (0.0,)),)``).
 
     Raises
     ------
     ConfigError
-        A binned name is not a continuous column of the schema, or ``n_bins`` < 2.
+        A binned name is not a continuous column of the schema, ``n_bins`` < 2, or an atom
+        belongs to no binned column, lies outside its public range, is not whole in an
+        integer column or is listed twice.
     """
 
     schema: Schema
     binned: tuple[str, ...] = ()
     n_bins: int = DEFAULT_BINS
+    atoms: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         for name in self.binned:
@@ -72,6 +80,19 @@ class TableEncoding:
             raise ConfigError(f"binned lists a column twice: {list(self.binned)}")
         if isinstance(self.n_bins, bool) or not isinstance(self.n_bins, int) or self.n_bins < 2:
             raise ConfigError(f"n_bins must be an integer >= 2, got {self.n_bins!r}")
+        for name, values in self.atoms:
+            if name not in self.binned:
+                raise ConfigError(f"atoms of {name!r}: only a binned column has atoms (add it to binned)")
+            column = self.schema.column(name)
+            assert isinstance(column, Continuous)  # binned columns are continuous (checked above)
+            if not values or len(set(values)) != len(values):
+                raise ConfigError(f"atoms of {name!r} must be distinct values, got {list(values)}")
+            bad = [v for v in values if not column.low <= v <= column.high or (column.integer and v != round(v))]
+            if bad:
+                raise ConfigError(f"atom {bad[0]!r} of {name!r} is not a {'whole number ' if column.integer else ''}in its public range "
+                                  f"[{column.low!r}, {column.high!r}]")
+        if len({name for name, _ in self.atoms}) != len(self.atoms):
+            raise ConfigError("atoms name a column twice")
 
     @property
     def gaussian(self) -> tuple[Continuous, ...]:
@@ -88,9 +109,13 @@ class TableEncoding:
         """The schema columns in the order of a model row."""
         return tuple(c.name for c in self.gaussian + self.discrete)
 
+    def atoms_of(self, name: str) -> tuple[float, ...]:
+        """The atoms of a column (none for most)."""
+        return dict(self.atoms).get(name, ())
+
     def n_values(self, column: Categorical | Continuous) -> int:
-        """Categories of a discrete column (its bins for a binned one)."""
-        return column.n_categories if isinstance(column, Categorical) else self.n_bins
+        """Categories of a discrete column (its atoms and bins for a binned one)."""
+        return column.n_categories if isinstance(column, Categorical) else len(self.atoms_of(column.name)) + self.n_bins
 
     def family(
         self,
@@ -127,7 +152,15 @@ class TableEncoding:
         binned = discretize(table, self.n_bins)
         position = {name: j for j, name in enumerate(self.schema.names)}
         columns = [self._scale(c, np.asarray(table.column(c.name), dtype=np.float64)) for c in self.gaussian]
-        columns += [binned[:, position[c.name]].astype(np.float64) for c in self.discrete]
+        for c in self.discrete:
+            codes = binned[:, position[c.name]].astype(np.float64)
+            atoms = self.atoms_of(c.name)
+            if atoms:  # an atom's own code first; the bins follow
+                values = table.column(c.name)
+                codes = codes + len(atoms)
+                for i, atom in enumerate(atoms):
+                    codes = np.where(values == atom, float(i), codes)
+            columns.append(codes)
         return np.column_stack(columns) if columns else np.empty((table.n_rows, 0))
 
     def table(self, X: npt.ArrayLike, *, rng: np.random.Generator) -> Table:
@@ -158,8 +191,13 @@ class TableEncoding:
         if binned:
             sub = self.schema.select(binned)
             index = [j for j, c in enumerate(self.discrete) if isinstance(c, Continuous)]
-            drawn = undiscretize(sub, whole[:, index], n_bins=self.n_bins, rng=rng)
-            values.update({name: drawn.continuous[:, j] for j, name in enumerate(binned)})
+            n_atoms = np.array([len(self.atoms_of(name)) for name in binned])
+            bins = np.maximum(whole[:, index] - n_atoms, 0)
+            drawn = undiscretize(sub, bins, n_bins=self.n_bins, rng=rng)
+            for j, name in enumerate(binned):
+                atoms = np.asarray(self.atoms_of(name) + (np.nan,))
+                code = whole[:, index[j]]
+                values[name] = np.where(code < n_atoms[j], atoms[np.minimum(code, n_atoms[j])], drawn.continuous[:, j])
         position = {c.name: j for j, c in enumerate(self.discrete)}
         continuous = np.column_stack([values[c.name] for c in self.schema.continuous]) if self.schema.continuous else None
         categories = np.column_stack([whole[:, position[c.name]] for c in self.schema.categorical]) if self.schema.categorical else None
@@ -170,6 +208,7 @@ class TableEncoding:
         return {
             "gaussian": [c.name for c in self.gaussian],
             "binned": list(self.binned),
+            "atoms": {name: list(values) for name, values in self.atoms},
             "categorical": [c.name for c in self.schema.categorical],
             "n_bins": self.n_bins,
             "scaling": "each Gaussian column mapped affinely from its public range [low, high] to [-1, 1]",

@@ -61,7 +61,8 @@ class MixtureSynthesizer:
         run = run_protocol(parts, graph, protocol, em_settings(scenario), seed=scenario.streams()["protocol"], progress=progress)
         public = [
             f"the encoding: Gaussian columns {', '.join(c.name for c in encoding.gaussian) or '(none)'} scaled by their public ranges; "
-            f"binned columns {', '.join(encoding.binned) or '(none)'} on {encoding.n_bins} public equal-width bins",
+            f"binned columns {', '.join(encoding.binned) or '(none)'} on {encoding.n_bins} public equal-width bins"
+            + (f", with the atoms {dict(encoding.atoms)}" if encoding.atoms else ""),
             f"the model's size: {scenario.em.n_components} components, {scenario.em.max_iter} EM iterations",
         ]
         if family.stratify is not None:
@@ -96,7 +97,8 @@ class MixtureSynthesizer:
             raise DataError(f"not a {self.name!r} release (model {release.get('model')!r})")
         try:
             enc = release["encoding"]
-            encoding = TableEncoding(schema, tuple(enc["binned"]), int(enc["n_bins"]))
+            atoms = tuple((name, tuple(float(v) for v in values)) for name, values in enc.get("atoms", {}).items())
+            encoding = TableEncoding(schema, tuple(enc["binned"]), int(enc["n_bins"]), atoms)
             config = {key: value for key, value in release["family"].items() if key != "name"}
             family = make_family("mixed", **config)
             params = family.params_from_dict(release["parameters"], int(release["n_components"]))

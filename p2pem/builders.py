@@ -16,7 +16,6 @@ import numpy.typing as npt
 from p2pem.data import check_parts, load_table, pca, split_rows, standardize, synthetic_mixture
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError
-from p2pem.gmm import GMMParams
 from p2pem.graphs import geometric_graph, graph_from_edges
 from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
@@ -161,12 +160,12 @@ def split_prepared(scenario: Scenario, X: npt.NDArray[np.float64], rng: np.rando
         check_parts(parts, scenario.em.n_components)
     except DataError as exc:
         raise DataError(f"{scenario.path}: {exc}") from exc
-    init = scenario.em.init
-    if isinstance(init, GMMParams) and init.means.shape[1] != X.shape[1]:  # other families check their width when parsed
-        raise ConfigError(
-            f"{scenario.path}: 'em.init.means' has {init.means.shape[1]} columns "
-            f"but the prepared data has {X.shape[1]} features"
-        )
+    init, family = scenario.em.init, scenario.em.family
+    if init is not None and scenario.data.encoding is None:  # under a schema the family checks its columns when parsed
+        key = next(key for key, ndim in family.param_keys if ndim == 2)  # the first (K, d) array: means, locations
+        width = np.asarray(getattr(init, key)).shape[1]
+        if width != X.shape[1]:
+            raise ConfigError(f"{scenario.path}: 'em.init.{key}' has {width} columns but the prepared data has {X.shape[1]} features")
     return parts
 
 

@@ -53,13 +53,15 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     max_iter = 100                 # default 100 (0 allowed: initialise only)
     tol = 0.0                      # default 0.0
     reg_covar = 1e-6               # default 1e-6
-    family = "gaussian"            # default "gaussian" ("mixed" with a [data] schema), or a
-                                   # table [em.family] with name and settings; "mixed":
+    family = "gaussian"            # default "gaussian" ("mixed" with a [data] schema): any
+                                   # name of p2pem.families.FAMILIES, or a table [em.family]
+                                   # with name = ... and its settings; "mixed":
                                    # covariance = "diag" | "full", stratify = "column",
                                    # strata_weights = [public shares] (see MixedFamily)
-    [em.init]                      # optional; all the family's keys together
-    weights = [...]
-    means = [[...], ...]
+    [em.init]                      # optional; all of the family's keys together
+    weights = [...]                #   gaussian: weights, means, covariances
+    means = [[...], ...]           #   skew-normal: weights, locations, scales, shapes
+                                   #   mixed: weights, means, covariances, probabilities
     covariances = [[[...]], ...]
 
     [[protocols]]                  # one or more, run in order
@@ -73,6 +75,7 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     test_fraction = 0.2            #   held-out rows (drawn from the "montecarlo" stream)
     classify = "status"            #   optional: label column of the Bayes classifier
     class_components = 2           #   mixture components per class
+    families = ["gaussian", "skew-normal"]  # optional: sweep these families (default [em]'s)
                                    #   (see TradeoffConfig)
 
     [leakage]                      # optional, free-form
@@ -105,10 +108,11 @@ from typing import Any
 import numpy as np
 
 from p2pem.data import SPLITS, Preprocessing
-from p2pem.errors import ConfigError, GraphError, InitError
+from p2pem.errors import ConfigError, GraphError
 from p2pem.families import GAUSSIAN, MixtureFamily, make_family
 from p2pem.families.encoding import TableEncoding
-from p2pem.gmm import INIT_KEYS, GMMParams, params_from_dict
+from p2pem.families.toml import parse_family
+from p2pem.families.toml import parse_init as parse_family_init
 from p2pem.graphs import default_radius, graph_from_edges
 from p2pem.registry import PROTOCOLS as _REGISTRY
 from p2pem.registry import make_protocol
@@ -291,7 +295,7 @@ class ProtocolConfig:
 
 #: epsilon grid of ``[tradeoff]`` when the scenario gives none: 10 values from 0.1 to 100
 DEFAULT_EPSILONS = tuple(float(f"{v:.3g}") for v in np.logspace(-1, 2, 10))
-TRADEOFF_KEYS = ("epsilons", "n_seeds", "test_fraction", "classify", "class_components")
+TRADEOFF_KEYS = ("epsilons", "n_seeds", "test_fraction", "classify", "class_components", "families")
 
 
 @dataclass(frozen=True)
@@ -310,6 +314,9 @@ class TradeoffConfig:
         Label column for the Bayes classifier (CSV data only).
     class_components : int
         Mixture components per class.
+    families : tuple of str or None
+        Model families to sweep every protocol with (each where it applies); None: the
+        scenario's ``[em] family``.
     """
 
     epsilons: tuple[float, ...] = DEFAULT_EPSILONS
@@ -317,6 +324,7 @@ class TradeoffConfig:
     test_fraction: float = 0.2
     classify: str | None = None
     class_components: int = 2
+    families: tuple[str, ...] | None = None
 
 
 def parse_tradeoff(sec: Table) -> TradeoffConfig:
@@ -333,12 +341,19 @@ def parse_tradeoff(sec: Table) -> TradeoffConfig:
     test_fraction = sec.number("test_fraction", default=0.2, positive=True)
     if test_fraction >= 1:
         sec.fail(f"{sec.key('test_fraction')!r} must be < 1, got {test_fraction}")
+    families = sec.string_list("families", default=None)
+    for name in families or ():
+        try:
+            make_family(name)
+        except ConfigError as exc:
+            sec.fail_key("families", str(exc))
     return TradeoffConfig(
         epsilons=epsilons,
         n_seeds=sec.integer("n_seeds", default=10, minimum=1),
         test_fraction=test_fraction,
         classify=sec.string("classify", default=None),
         class_components=sec.integer("class_components", default=2, minimum=1),
+        families=families,
     )
 
 
@@ -658,10 +673,7 @@ def _parse_em(sec: Table, data: DataConfig) -> EMConfig:
             sec.fail(f"{sec.key('n_components')!r}: {exc}")
     init = None
     if sec.has("init"):
-        if family is GAUSSIAN:
-            init = parse_init(sec.section("init", INIT_KEYS), n_components, _static_width(data))
-        else:
-            init = _parse_family_init(sec.section("init", [key for key, _ in family.param_keys]), family, n_components, _static_width(data))
+        init = parse_init(sec.section("init", None), n_components, _static_width(data), family)
     return EMConfig(n_components=n_components, max_iter=max_iter, tol=tol, reg_covar=reg_covar, init=init, family=family)
 
 
@@ -670,26 +682,19 @@ _MIXED_KEYS = ("name", "covariance", "stratify", "strata_weights")
 
 
 def _parse_family(sec: Table, data: DataConfig) -> MixtureFamily:
-    """``[em] family``: a name or a table with ``name``; a schema's table is fitted by the ``mixed`` family."""
+    """``[em] family`` (:func:`p2pem.families.toml.parse_family`); a schema's table is fitted by the ``mixed`` family."""
     encoding = data.encoding
     raw = sec.table.get("family", "mixed" if encoding is not None else "gaussian")
-    if isinstance(raw, str):
-        name, table = raw, Table(sec.where, {"name": raw}, sec.key("family"), None)
-    elif isinstance(raw, dict):
-        table = sec.section("family", None)
-        name = table.string("name")
-    else:
-        sec.fail(f"{sec.key('family')!r} must be a model family name or a table with a 'name', got {show(raw)}")
+    name = raw.get("name") if isinstance(raw, dict) else raw
     if encoding is None:
         if name == "mixed":
             sec.fail(f"{sec.key('family')!r}: the mixed family needs a public schema of the columns ([data] schema)")
-        try:
-            return make_family(name, **{k: v for k, v in table.table.items() if k != "name"})
-        except ConfigError as exc:
-            sec.fail(f"{sec.key('family')!r}: {exc}")
-    if name != "mixed":
+        return parse_family(sec)
+    if not isinstance(raw, (str, dict)):
+        sec.fail(f"{sec.key('family')!r} must be a model family name or a table with a 'name', got {show(raw)}")
+    table = sec.section("family", _MIXED_KEYS) if isinstance(raw, dict) else Table(sec.where, {"name": raw}, sec.key("family"), None)
+    if table.string("name") != "mixed":
         sec.fail(f"{sec.key('family')!r} = {name!r}: a table under a schema (mixed-type columns) is fitted by the 'mixed' family")
-    table = Table(table.where, table.table, table.prefix, _MIXED_KEYS)
     stratify = table.string("stratify", default=None)
     weights = None
     if table.has("strata_weights"):
@@ -700,28 +705,14 @@ def _parse_family(sec: Table, data: DataConfig) -> MixtureFamily:
         table.fail(f"{table.prefix!r}: {exc}")
 
 
-def _parse_family_init(sec: Table, family: MixtureFamily, n_components: int, n_features: int | None) -> Any:
-    """``[em.init]`` of a family other than the Gaussian: its ``param_keys`` as arrays, checked by the family."""
-    values = {key: sec.number_array(key, ndim=ndim) for key, ndim in family.param_keys}
-    try:
-        return family.params_from_dict(values, n_components, n_features)
-    except InitError as exc:
-        sec.fail_key(exc.key, exc.problem)
+def parse_init(sec: Table, n_components: int, n_features: int | None, family: MixtureFamily = GAUSSIAN) -> Any:
+    """An ``init`` table as the family's single parameters (:func:`p2pem.families.toml.parse_init`).
 
-
-def parse_init(sec: Table, n_components: int, n_features: int | None) -> GMMParams:
-    """An ``init`` table (``weights``, ``means``, ``covariances``) as :class:`GMMParams`.
-
-    The TOML types are checked here (arrays of finite numbers); everything else by
-    :func:`p2pem.gmm.params_from_dict`, whose error becomes one line naming the file and the
-    dotted key, e.g. ``s.toml: 'em.init.covariances[1]' is not positive definite``.
-    Rosters (:mod:`p2pem.deploy.config`) read their ``[em.init]`` through it too.
+    Errors are one line naming the file and the dotted key, e.g.
+    ``s.toml: 'em.init.covariances[1]' is not positive definite``.  Rosters
+    (:mod:`p2pem.deploy.roster`) read their ``[em.init]`` through it too.
     """
-    values = {key: sec.number_array(key, ndim=ndim) for ndim, key in enumerate(INIT_KEYS, start=1)}
-    try:
-        return params_from_dict(values, n_components, n_features)
-    except InitError as exc:
-        sec.fail_key(exc.key, exc.problem)
+    return parse_family_init(sec, family, n_components, n_features)
 
 
 def _parse_protocols(top: Table) -> tuple[ProtocolConfig, ...]:

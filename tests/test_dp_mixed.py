@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from p2pem import geometric_graph, make_protocol, run_protocol
-from p2pem.dp.mixed import PrivateMixedEM, em_blocks, init_blocks, project_to_simplex
+from p2pem.dp.releases.mixed import PrivateMixedEM, em_blocks, init_blocks, project_to_simplex
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError
 from p2pem.families import MixedFamily

@@ -245,7 +245,7 @@ def test_protocol_parameters_and_free_tables(tmp_path: Path) -> None:
         ('split = "even"', 'split = "evn"', "'data.split' must be one of 'even', 'contiguous', 'random', got 'evn'"),
         ('source = "synthetic"', 'source = "sql"', "'data.source' must be one of 'csv', 'synthetic', got 'sql'"),
         ('kind = "geometric"', 'kind = "ring"', "'graph.kind' must be one of 'geometric', 'edges', got 'ring'"),
-        ('name = "federated"', 'name = "fedavg"', "'protocols[1].name' must be one of 'pdmm-sp', 'secure-sum', 'federated', 'centralized', 'dp-central', 'dp-distributed', got 'fedavg'"),
+        ('name = "federated"', 'name = "fedavg"', "'protocols[1].name' must be one of 'pdmm-sp', 'secure-sum', 'federated', 'centralized', 'dp-central', 'dp-distributed', 'dp-msnm', got 'fedavg'"),
         ('name = "federated"', "mode = 1", "missing required key 'protocols[1].name'"),
         ("seed = 7\n", "", "missing required key 'seed'"),
         ("n_nodes = 10\n", "", "missing required key 'graph.n_nodes'"),

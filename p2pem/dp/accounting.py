@@ -54,7 +54,7 @@ def parse_split(split: str, presets: Mapping[str, tuple[float, ...]] = SPLITS, n
 
     The fractions pay, in order, for ``names``: a model family's released block kinds, then
     the init (the Gaussian family's :data:`SPLIT_BLOCKS`; the mixed family's in
-    :mod:`p2pem.dp.mixed`); ``names = None`` accepts any number of at least two (a syntax
+    :mod:`p2pem.dp.releases.mixed`); ``names = None`` accepts any number of at least two (a syntax
     check).  A zero fraction is refused rather than read as "release that block without
     noise" or "do not release it": every block of every iteration is released, so every
     block must be paid for.  The fractions need not sum to one (they are normalised).
@@ -89,23 +89,33 @@ class Release:
     share: float  # f_r of ONE release; sum over releases of count * share = 1
 
 
-def releases(em_blocks: Sequence[Block], init_blocks: Sequence[Block], n_iter: int, split: tuple[float, ...]) -> list[Release]:
+def releases(
+    em_blocks: Sequence[Block], init_blocks: Sequence[Block], n_iter: int, split: tuple[float, ...], names: Sequence[str] = SPLIT_BLOCKS
+) -> list[Release]:
     """The releases of a run with its split; shares renormalised over what is actually released.
 
-    ``split`` holds one fraction per EM block (in order) and then the init's.  When the
-    initialisation is public (``init_blocks`` empty) the init fraction is not spent and the
-    others are scaled up to the whole budget (likewise the EM fractions when ``n_iter`` is
-    0, and the fraction of a block that releases nothing, e.g. the means of a model without
-    Gaussian columns).
+    Each block is paid from the fraction of its kind (:attr:`p2pem.dp.mechanisms.Block.split_kind`),
+    shared equally by the blocks of that kind; ``names`` says what the fractions of ``split``
+    pay for, in order (the family's kinds, then "init":
+    :attr:`p2pem.dp.releases.PrivateFamily.names`).  When the initialisation is public
+    (``init_blocks`` empty) the init fraction is not spent and the others are scaled up to
+    the whole budget (likewise the EM fractions when ``n_iter`` is 0, or a kind no block has,
+    or one whose blocks release nothing, e.g. the means of a model without Gaussian columns).
     """
-    *em_fractions, i = split
-    init_blocks = [b for b in init_blocks if b.stop > b.start]  # a family may release nothing of a kind
+    fractions = dict(zip(names, split, strict=True))
+    em_blocks = [b for b in em_blocks if b.stop > b.start]  # a family may release nothing of a kind
+    init_blocks = [b for b in init_blocks if b.stop > b.start]
+    kinds = [b.split_kind for b in em_blocks]
+    unknown = next((b.name for b in [*em_blocks, *init_blocks] if b.split_kind not in fractions), None)
+    if unknown is not None:
+        raise ConfigError(f"released block {unknown!r} has no budget kind (one of {', '.join(names)})")
     parts: list[tuple[Block, int, float]] = []
     if n_iter > 0:
-        # a prefix of the blocks may be released alone (shares are renormalised below)
-        parts += [(b, n_iter, f) for b, f in zip(em_blocks, em_fractions, strict=False) if b.stop > b.start]
+        # a kind's fraction is shared by its blocks (the Gaussian family has one block per
+        # kind); blocks of a kind the run does not release leave their fraction unspent
+        parts += [(b, n_iter, fractions[k] / kinds.count(k)) for b, k in zip(em_blocks, kinds, strict=True)]
     if init_blocks:
-        parts += [(b, 1, i / len(init_blocks)) for b in init_blocks]
+        parts += [(b, 1, fractions["init"] / len(init_blocks)) for b in init_blocks]
     total = sum(f for _, _, f in parts)
     if any(not f > 0 for _, _, f in parts):
         raise ConfigError("the budget split gives no share to a block this run releases")

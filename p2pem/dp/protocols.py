@@ -38,16 +38,15 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass, field
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Literal, Union
 
 import numpy as np
 
-from p2pem.dp import accounting, guarantees, mechanisms, mixed, postprocess
+from p2pem.dp import accounting, guarantees, mechanisms
+from p2pem.dp.releases import PRIVATE_FAMILIES, RepairOptions, private_family
+from p2pem.dp.releases.gaussian import PrivateEM
 from p2pem.errors import ConfigError, ProtocolError
-from p2pem.families import MixedFamily, MixtureFamily
-from p2pem.families.gaussian import GaussianBatch
-from p2pem.gmm import FloatArray, unpack_statistics
+from p2pem.gmm import FloatArray
 from p2pem.messages import Message
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology, parameter_fields
 from p2pem.protocols.exact import Federated, SecureSum, ServerNode, UploadNode, fsum_average
@@ -57,174 +56,13 @@ from p2pem.streams import protocol_streams
 if TYPE_CHECKING:
     import networkx as nx
 
-    from p2pem.em import EMSettings, PrivacyHook
+    from p2pem.em import EMSettings
 
 log = logging.getLogger(__name__)
 
 
 class DataBoundWarning(UserWarning):
     """The feature bound of a private run was read off the data (so the run is not DP)."""
-
-
-# ------------------------------------------------------------------------- the EM side
-
-
-@dataclass(frozen=True, eq=False)
-class PrivateEM:
-    """What a private run changes in the Gaussian EM loop (a :class:`p2pem.em.PrivacyHook`).
-
-    ``encode`` turns a node's centred statistics into the uncentred sums that are released
-    (and blanks the log-likelihood); ``decode`` turns a noisy network average back into
-    centred statistics, with every count at least one row; ``repair`` post-processes the
-    M-step (weights clipped, means clipped to the public box, covariances repaired);
-    ``decode_init`` repairs the noisy global moments of the private initialisation.  All of
-    it is post-processing of released values or a node's own data, so it costs no budget.
-    """
-
-    n_components: int
-    n_features: int
-    n_nodes: int
-    bound: float
-    weight_floor: float = 1e-3
-    smoothing: float = 0.0
-    repair_method: str = "eigclamp"
-    eig_floor: float = 1e-3
-
-    def encode(self, stats: FloatArray, params: GaussianBatch) -> FloatArray:
-        """(N, P) statistics centred at ``params.means`` (N, K, d) -> released uncentred sums, ll = 0."""
-        k, d = self.n_components, self.n_features
-        a, b, c, _ = unpack_statistics(stats, k, d)
-        mu = params.means
-        first = b + a[..., None] * mu
-        mb = mu[..., :, None] * b[..., None, :]
-        second = c + mb + np.swapaxes(mb, -1, -2) + a[..., None, None] * (mu[..., :, None] * mu[..., None, :])
-        return self._pack(a, first, second, np.zeros(stats.shape[0]))
-
-    def decode(self, stats: FloatArray, params: GaussianBatch) -> FloatArray:
-        """Noisy released averages (N, P) -> statistics centred at ``params.means``, counts >= 1 row."""
-        k, d = self.n_components, self.n_features
-        a, first, second, ll = unpack_statistics(stats, k, d)
-        a = np.maximum(a, 1.0 / self.n_nodes)  # averages: one row is 1/n
-        mu = params.means
-        b = first - a[..., None] * mu
-        mf = mu[..., :, None] * first[..., None, :]
-        c = second - mf - np.swapaxes(mf, -1, -2) + a[..., None, None] * (mu[..., :, None] * mu[..., None, :])
-        return self._pack(a, b, c, ll)
-
-    def repair(self, params: GaussianBatch) -> GaussianBatch:
-        w = postprocess.clip_weights(params.weights, self.weight_floor, self.smoothing)
-        m = np.clip(params.means, -self.bound, self.bound)
-        if np.array_equal(m, params.means):
-            m = params.means
-        c = postprocess.repair_covariances(params.covariances, self.repair_method, self.eig_floor)
-        return GaussianBatch(w, m, c)
-
-    def decode_init(self, rows: FloatArray) -> FloatArray:
-        """Noisy [n, sum x, upper sum x x^T] averages (N, P0) -> consistent ones (PD covariance).
-
-        The covariance is repaired, and its eigenvalues are kept in [floor, d B^2]: no data
-        in the box [-B, B]^d has a larger variance, and the floor is at least 1e-4 of the
-        largest eigenvalue, so that the initialisation's rounding to 6 significant digits
-        (:func:`p2pem.gmm.init_from_global`) leaves it positive definite.  A covariance
-        already inside those limits is left as it is.
-        """
-        d = self.n_features
-        rows = np.array(rows, dtype=float)
-        iu = np.triu_indices(d)
-        ceiling = d * self.bound**2
-        for row in rows:
-            count = max(row[0], 1.0 / self.n_nodes)
-            mean = np.clip(row[1 : 1 + d] / count, -self.bound, self.bound)
-            second = np.empty((d, d))
-            second[iu] = row[1 + d :] / count
-            second.T[iu] = row[1 + d :] / count
-            cov = postprocess.repair_covariances(second - np.outer(mean, mean), self.repair_method, self.eig_floor)
-            lam, vec = np.linalg.eigh(cov)
-            floor = max(self.eig_floor, 1e-4 * min(float(lam[-1]), ceiling))
-            if lam[0] < floor or lam[-1] > ceiling:
-                lam = np.clip(lam, floor, ceiling)
-                cov = (vec * lam) @ vec.T
-                cov = (cov + cov.T) / 2
-            row[0] = count
-            row[1 : 1 + d] = count * mean
-            row[1 + d :] = (count * (cov + np.outer(mean, mean)))[iu]
-        return rows
-
-    def _pack(self, a, first, second, ll) -> FloatArray:
-        n = a.shape[0]
-        iu = np.triu_indices(self.n_features)
-        return np.concatenate([a, first.reshape(n, -1), second[..., iu[0], iu[1]].reshape(n, -1), ll[:, None]], axis=1)
-
-
-# ------------------------------------------------------------------------- per family
-
-
-@dataclass(frozen=True)
-class PrivateFamily:
-    """How a model family's statistics are released privately (what :meth:`DPProtocol.bind` asks of it).
-
-    Attributes
-    ----------
-    kinds : tuple of str
-        The released block kinds of an EM iteration, in the order a split gives them
-        fractions (the init's fraction comes last).
-    splits : mapping of str to tuple of float
-        Named budget splits over ``kinds`` and the init; the first is the default.
-    em_blocks : callable(family, n_components, n_features, bound) -> list of Block
-        The blocks of one EM iteration with their sensitivities, one per kind.
-    init_blocks : callable(family, n_features, bound) -> list of Block
-        The blocks of the private initialisation.
-    bounded : callable(family, n_features) -> slice
-        The columns of a row that the public box [-bound, bound] holds (clipped to it; the
-        others, e.g. category codes, have public domains of their own).
-    hook : callable(family, n_components, n_features, n_nodes, bound, spec) -> PrivacyHook
-        Encoding, decoding and repair of the EM loop.
-    """
-
-    kinds: tuple[str, ...]
-    splits: Mapping[str, tuple[float, ...]]
-    em_blocks: Callable[[Any, int, int, float], list[mechanisms.Block]]
-    init_blocks: Callable[[Any, int, float], list[mechanisms.Block]]
-    bounded: Callable[[Any, int], slice]
-    hook: Callable[[Any, int, int, int, float, DPProtocol], PrivacyHook]
-
-    def fractions(self, split: str) -> tuple[float, ...]:
-        """The fractions of ``split`` (a preset name or numbers) for these kinds and the init."""
-        return accounting.parse_split(split, self.splits, (*self.kinds, "init"))
-
-
-#: The families a private protocol can release, by family name.
-PRIVATE_FAMILIES: dict[str, PrivateFamily] = {
-    "gaussian": PrivateFamily(
-        kinds=("weights", "means", "covariances"),
-        splits=accounting.SPLITS,
-        em_blocks=lambda family, k, d, bound: mechanisms.em_blocks(k, d, bound),
-        init_blocks=lambda family, d, bound: mechanisms.init_blocks(d, bound),
-        bounded=lambda family, d: slice(0, d),
-        hook=lambda family, k, d, n, bound, spec: PrivateEM(
-            k, d, n, bound, spec.weight_floor, spec.smoothing, spec.covariance_repair, spec.eig_floor
-        ),
-    ),
-    "mixed": PrivateFamily(
-        kinds=mixed.KINDS,
-        splits=mixed.SPLITS,
-        em_blocks=lambda family, k, d, bound: mixed.em_blocks(family, k, bound),
-        init_blocks=lambda family, d, bound: mixed.init_blocks(family, bound),
-        bounded=lambda family, d: slice(0, family.n_continuous),
-        hook=lambda family, k, d, n, bound, spec: mixed.PrivateMixedEM(
-            family, k, n, bound, spec.weight_floor, spec.smoothing, spec.covariance_repair, spec.eig_floor
-        ),
-    ),
-}
-
-
-def private_family(family: MixtureFamily, who: str) -> PrivateFamily:
-    """The private release of ``family``; ConfigError naming the protocol when there is none."""
-    private = PRIVATE_FAMILIES.get(family.name)
-    if private is None or (family.name == "mixed" and not isinstance(family, MixedFamily)):
-        raise ConfigError(f"{who}: the released statistics and their sensitivities are derived for the families "
-                          f"{', '.join(PRIVATE_FAMILIES)} only, not {family.name!r}")
-    return private
 
 
 # ------------------------------------------------------------------------- the plan
@@ -285,7 +123,7 @@ class DPProtocol(ProtocolSpec):
         preset or comma-separated fractions.  Gaussian: weights, means, covariances, init,
         ``"wu"`` (4/16/70/10 %, the default) or ``"equal"``; mixed: weights, means,
         covariances, categories, init, ``"mixed"`` (5/10/10/60/15 %, the default) or
-        ``"equal"`` (:mod:`p2pem.dp.mixed`).  None: the family's default (the bound spec
+        ``"equal"`` (:mod:`p2pem.dp.releases.mixed`).  None: the family's default (the bound spec
         records the one used).
     weight_floor, smoothing : float
         Weight post-processing, :func:`p2pem.dp.postprocess.clip_weights`.
@@ -342,7 +180,7 @@ class DPProtocol(ProtocolSpec):
         ------
         ConfigError
             ``settings.tol`` is not 0, ``settings.max_iter`` is 0, the family has no private
-            release (:data:`PRIVATE_FAMILIES`), or the split does not fit the family.
+            release (:data:`p2pem.dp.releases.PRIVATE_FAMILIES`), or the split does not fit the family.
         """
         if settings.tol != 0:
             raise ConfigError(f"{self.label}: a private run has a fixed number of EM iterations: set tol = 0 (em.tol)")
@@ -350,7 +188,10 @@ class DPProtocol(ProtocolSpec):
             # with no M-step the only aggregation after the init would deliver the
             # log-likelihood of the init: statistics the budget has no share for
             raise ConfigError(f"{self.label}: a private run needs at least one EM iteration, got max_iter = {settings.max_iter} (em.max_iter)")
-        private = private_family(settings.family, self.label)
+        try:
+            private = private_family(settings.family)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.label}: {exc}") from None
         split = self.split if self.split is not None else next(iter(private.splits))
         try:
             fractions = private.fractions(split)
@@ -375,16 +216,18 @@ class DPProtocol(ProtocolSpec):
         n_clipped = sum(int(np.count_nonzero(c != p)) for c, p in zip(clipped, parts, strict=True))
         if n_clipped:
             log.info("%s: %d feature values clipped to [-%g, %g]", self.label, n_clipped, bound, bound)
-        em = private.em_blocks(settings.family, k, d, bound)
-        init = private.init_blocks(settings.family, d, bound) if settings.init is None else []
-        rel = accounting.releases(em, init, settings.max_iter, fractions)
+        options = RepairOptions(self.weight_floor, self.smoothing, self.covariance_repair, self.eig_floor)
+        layout = private.release(settings.family, k, d, len(parts), bound, mechanism=self.mechanism, private_init=settings.init is None,
+                                 options=options)
+        em, init = list(layout.em), list(layout.init)
+        rel = accounting.releases(em, init, settings.max_iter, fractions, private.names)
         scales = accounting.calibrate(self.mechanism, self.accountant, float(self.epsilon), float(self.delta), rel)
         by_name = {r.block.name: s for r, s in zip(rel, scales, strict=True)}
         colluders, shares = self._collusion(len(parts))
         plan = NoisePlan(
             mechanism=self.mechanism,
-            init_scale=mechanisms.scale_vector(init, [by_name.get(b.name, 0.0) for b in init], settings.family.init_stats_size(d)),
-            em_scale=mechanisms.scale_vector(em, [by_name.get(b.name, 0.0) for b in em], settings.family.stats_size(k, d) + 1),
+            init_scale=mechanisms.scale_vector(init, [by_name.get(b.name, 0.0) for b in init], layout.init_size),
+            em_scale=mechanisms.scale_vector(em, [by_name.get(b.name, 0.0) for b in em], layout.em_size),
             releases=tuple(rel),
             scales=tuple(scales),
             bound=bound,
@@ -395,8 +238,7 @@ class DPProtocol(ProtocolSpec):
             excluded=self._excluded(bound, from_data, settings),
             aggregator_rng=protocol_streams(seed, len(parts))[-1],
         )
-        hook = private.hook(settings.family, k, d, len(parts), bound, self)
-        return dataclasses.replace(self, plan=plan, split=split), dataclasses.replace(settings, privacy=hook), clipped
+        return dataclasses.replace(self, plan=plan, split=split), dataclasses.replace(settings, privacy=layout.hook), clipped
 
     def _collusion(self, n_nodes: int) -> tuple[int, int]:
         """(colluding nodes the guarantee survives, shares per calibrated draw): one trusted draw."""
@@ -639,4 +481,4 @@ class NoisyNode(Aggregation):
         return out
 
 
-__all__ = ["PRIVATE_FAMILIES", "DPCentral", "DPDistributed", "DPProtocol", "DataBoundWarning", "NoisePlan", "PrivateEM", "PrivateFamily", "private_family"]
+__all__ = ["DPCentral", "DPDistributed", "DPProtocol", "DataBoundWarning", "NoisePlan", "PrivateEM"]

@@ -45,10 +45,11 @@ import numpy as np
 
 from p2pem.dp import postprocess
 from p2pem.dp.mechanisms import Block
+from p2pem.dp.releases.base import ReleaseLayout, RepairOptions
 from p2pem.families.mixed import MixedBatch, MixedFamily
 from p2pem.gmm import FloatArray
 
-__all__ = ["KINDS", "PROBABILITY_FLOOR", "PrivateMixedEM", "SPLITS", "em_blocks", "init_blocks", "project_to_simplex"]
+__all__ = ["KINDS", "PROBABILITY_FLOOR", "PrivateMixedEM", "SPLITS", "bounded", "em_blocks", "init_blocks", "project_to_simplex", "release"]
 
 #: The released block kinds of an EM iteration, in the order a split gives them fractions (then the init's).
 KINDS = ("weights", "means", "covariances", "categories")
@@ -89,6 +90,23 @@ def init_blocks(family: MixedFamily, bound: float) -> list[Block]:
     return [Block(f"init-{b.name}", b.start, b.stop, b.l1, b.l2) for b in em_blocks(family, 1, bound)]
 
 
+def bounded(family: MixedFamily, n_features: int) -> slice:
+    """The columns the public box [-B, B] holds: the Gaussian ones (category codes have public sets of their own)."""
+    return slice(0, family.n_continuous)
+
+
+def release(family: MixedFamily, n_components: int, n_features: int, n_nodes: int, bound: float, *, mechanism: str,
+            private_init: bool, options: RepairOptions) -> ReleaseLayout:
+    """The mixed family's layout (module docstring) and its :class:`PrivateMixedEM`."""
+    return ReleaseLayout(
+        em=tuple(em_blocks(family, n_components, bound)),
+        init=tuple(init_blocks(family, bound)) if private_init else (),
+        em_size=family.stats_size(n_components, n_features) + 1,
+        init_size=family.init_stats_size(n_features),
+        hook=PrivateMixedEM(family, n_components, n_nodes, bound, options),
+    )
+
+
 def project_to_simplex(v: FloatArray) -> FloatArray:
     """Euclidean projection of every vector along the last axis onto the probability simplex.
 
@@ -121,10 +139,7 @@ class PrivateMixedEM:
     n_components: int
     n_nodes: int
     bound: float
-    weight_floor: float = 1e-3
-    smoothing: float = 0.0
-    repair_method: str = "eigclamp"
-    eig_floor: float = 1e-3
+    options: RepairOptions = RepairOptions()
 
     def encode(self, stats: FloatArray, params: MixedBatch) -> FloatArray:
         a, b, c, counts, _ = self.family.unpack(stats, self.n_components)
@@ -139,12 +154,12 @@ class PrivateMixedEM:
 
     def repair(self, params: MixedBatch) -> MixedBatch:
         bound = self.bound
-        weights = postprocess.clip_weights(params.weights, self.weight_floor, self.smoothing)
+        weights = postprocess.clip_weights(params.weights, self.options.weight_floor, self.options.smoothing)
         means = np.clip(params.means, -bound, bound)
         if self.family.covariance == "diag":
-            covariances = np.clip(params.covariances, self.eig_floor, bound * bound)
+            covariances = np.clip(params.covariances, self.options.eig_floor, bound * bound)
         else:
-            covariances = postprocess.repair_covariances(params.covariances, self.repair_method, self.eig_floor)
+            covariances = postprocess.repair_covariances(params.covariances, self.options.covariance_repair, self.options.eig_floor)
         return MixedBatch(weights, means, covariances, self._floored(params.probabilities))
 
     def decode_init(self, rows: FloatArray) -> FloatArray:
@@ -155,14 +170,14 @@ class PrivateMixedEM:
         q = p if family.covariance == "diag" else p * (p + 1) // 2
         second = rows[:, 1 + p : 1 + p + q] / count
         if family.covariance == "diag":
-            second = np.clip(second - mean * mean, self.eig_floor, self.bound**2) + mean * mean
+            second = np.clip(second - mean * mean, self.options.eig_floor, self.bound**2) + mean * mean
         else:
             iu = np.triu_indices(p)
             for i in range(len(rows)):
                 full = np.empty((p, p))
                 full[iu] = second[i]
                 full.T[iu] = second[i]
-                cov = postprocess.repair_covariances(full - np.outer(mean[i], mean[i]), self.repair_method, self.eig_floor)
+                cov = postprocess.repair_covariances(full - np.outer(mean[i], mean[i]), self.options.covariance_repair, self.options.eig_floor)
                 second[i] = (cov + np.outer(mean[i], mean[i]))[iu]
         counts = self._counts(rows[:, None, 1 + p + q :], count, floor=True)[:, 0]
         return np.concatenate([count, count * mean, count * second, counts], axis=1)

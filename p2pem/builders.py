@@ -21,9 +21,12 @@ from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
 from p2pem.scenario import Scenario
 from p2pem.streams import init_seed
-from p2pem.tabular import Table
+from p2pem.tabular import Table, read_table
 
-__all__ = ["build_graph", "build_protocols", "em_settings", "load_data", "prepare_rows", "split_prepared", "split_table"]
+__all__ = [
+    "build_graph", "build_protocols", "em_settings", "load_data", "load_table_parts", "load_tables", "prepare_rows", "split_prepared",
+    "split_table",
+]
 
 
 def load_data(scenario: Scenario) -> list[npt.NDArray[np.float64]]:
@@ -81,6 +84,11 @@ def prepare_rows(
         rng = np.random.default_rng(scenario.streams()["data"])
     names: Sequence[str] | None = None
     labels = None
+    if cfg.encoding is not None:
+        if label_column is not None:
+            raise ConfigError(f"{scenario.path}: a label column of a table under a schema is one of its categorical columns")
+        train, _ = _tables(scenario, rng)
+        return cfg.encoding.rows(train), None
     if cfg.source == "csv":
         assert cfg.path is not None
         X, names = load_table(cfg.path, columns=cfg.columns, drop_columns=cfg.drop_columns)
@@ -112,6 +120,64 @@ def prepare_rows(
     return X, labels
 
 
+def load_tables(scenario: Scenario) -> tuple[Table, Table | None]:
+    """The training rows and the held-out test rows of a scenario whose data has a schema.
+
+    The training rows are what :func:`load_data` encodes and spreads over the nodes (the
+    same rows, in the same order); the test rows are ``[data] test`` read under the schema,
+    or the ``test_fraction`` of the rows held out with the ``"data"`` stream (drawn before
+    the split over nodes), or None.
+
+    Raises
+    ------
+    ConfigError
+        The scenario's data has no schema.
+    DataError
+        A file cannot be read under the schema (naming the file, line, column and value).
+    """
+    if scenario.data.schema is None:
+        raise ConfigError(f"{scenario.path}: the data has no schema ([data] schema): it is not a table of named, typed columns")
+    return _tables(scenario, np.random.default_rng(scenario.streams()["data"]))
+
+
+def load_table_parts(scenario: Scenario) -> tuple[list[Table], Table | None]:
+    """Every node's training rows and the held-out test rows of a scenario whose data has a schema.
+
+    The same rows on the same nodes as :func:`load_data` (the ``"data"`` stream draws the
+    test split, then the split over nodes), as tables under the schema: what a synthesizer
+    that reads tables rather than encoded rows (a Bayesian-network release) fits.
+
+    Raises
+    ------
+    ConfigError, DataError
+        As :func:`load_tables`; a node without rows.
+    """
+    if scenario.data.schema is None:
+        raise ConfigError(f"{scenario.path}: the data has no schema ([data] schema): it is not a table of named, typed columns")
+    rng = np.random.default_rng(scenario.streams()["data"])
+    train, test = _tables(scenario, rng)
+    try:
+        return split_table(train, scenario.graph.n_nodes, how=scenario.data.split, rng=rng), test
+    except DataError as exc:
+        raise DataError(f"{scenario.path}: {exc}") from exc
+
+
+def _tables(scenario: Scenario, rng: np.random.Generator) -> tuple[Table, Table | None]:
+    cfg = scenario.data
+    assert cfg.path is not None and cfg.schema is not None  # a schema needs csv data
+    rows = read_table(cfg.path, cfg.schema)
+    if cfg.test is not None:
+        return rows, read_table(cfg.test, cfg.schema)
+    if cfg.test_fraction is None:
+        return rows, None
+    n_test = int(round(cfg.test_fraction * rows.n_rows))
+    if not 0 < n_test < rows.n_rows:
+        raise DataError(f"{scenario.path}: 'data.test_fraction' = {cfg.test_fraction} of {rows.n_rows} rows leaves no test or no training row")
+    held = np.zeros(rows.n_rows, dtype=bool)
+    held[rng.permutation(rows.n_rows)[:n_test]] = True
+    return rows.take(~held), rows.take(held)
+
+
 def split_prepared(scenario: Scenario, X: npt.NDArray[np.float64], rng: np.random.Generator) -> list[npt.NDArray[np.float64]]:
     """Split prepared rows over the scenario's nodes and validate them (see :func:`load_data`)."""
     try:
@@ -120,7 +186,7 @@ def split_prepared(scenario: Scenario, X: npt.NDArray[np.float64], rng: np.rando
     except DataError as exc:
         raise DataError(f"{scenario.path}: {exc}") from exc
     init, family = scenario.em.init, scenario.em.family
-    if init is not None:
+    if init is not None and scenario.data.encoding is None:  # under a schema the family checks its columns when parsed
         key = next(key for key, ndim in family.param_keys if ndim == 2)  # the first (K, d) array: means, locations
         width = np.asarray(getattr(init, key)).shape[1]
         if width != X.shape[1]:

@@ -112,7 +112,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(header)
     print("-" * len(header))
     for r in result.runs:
-        err = "" if ref is None else f"{max_relative_difference(r, ref):11.1e}"
+        err = "" if ref is None else f"{max_relative_difference(r.params, ref.params, r.family):11.1e}"
         cons = f"{sum(r.consensus_iterations) / max(len(r.consensus_iterations), 1):13.1f}" if r.consensus_iterations else f"{'-':>13}"
         print(f"{r.protocol:<12} {r.n_iter:>6} {r.loglik[-1]:>13.6f} {err:>11} {cons} {r.messages:>10} {r.bytes / 1e6:>8.2f} {r.wall_s:>7.3f}")
         if r.unconverged_iterations:
@@ -135,7 +135,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 "protocol": r.protocol,
                 "n_iter": r.n_iter,
                 "final_loglik": None if r.loglik[-1] != r.loglik[-1] else r.loglik[-1],
-                "max_rel_err": None if ref is None else max_relative_difference(r, ref),
+                "max_rel_err": None if ref is None else max_relative_difference(r.params, ref.params, r.family),
                 "messages": r.messages,
                 "bytes": r.bytes,
                 "wall_s": r.wall_s,
@@ -247,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--out", required=True, help="output folder (created; files are written atomically)")
     sel.set_defaults(func=cmd_select)
 
-    for module in ("p2pem.leakage.cli", "p2pem.deploy.cli", "p2pem.dp.cli"):
+    for module in ("p2pem.leakage.cli", "p2pem.deploy.cli", "p2pem.dp.cli", "p2pem.synth.cli"):
         try:
             mod = __import__(module, fromlist=["add_commands"])
         except ModuleNotFoundError as exc:

@@ -18,6 +18,8 @@ protocol stream of node i           ``child(protocol seed, i)``; ``i = n``: the 
                                     schedule / dp-central's aggregator (:func:`protocol_streams`)
 trade-off key ``(k, ...)``          ``child(scenario stream "montecarlo", k, ...)``
                                     (:func:`montecarlo_child`)
+synthetic release r                 ``child(scenario stream "synth", 0, r)``; the report's
+                                    row samples ``child(.., 1)`` (:func:`synth_child`)
 Bayesian-network release            ``child(scenario stream "bayesnet", 0)`` the seed every
                                     node shares, ``(1, i)`` node i's private seed (noise
                                     shares, commit-and-reveal) (:func:`bayesnet_child`)
@@ -43,11 +45,12 @@ __all__ = [
     "node_stream_key",
     "protocol_streams",
     "scenario_streams",
+    "synth_child",
 ]
 
 #: Names of the random streams derived from a scenario's seed, in spawn order.  Append new
 #: streams at the end: a stream's identity is its position.
-STREAMS = ("data", "graph", "init", "protocol", "montecarlo", "bayesnet")
+STREAMS = ("data", "graph", "init", "protocol", "montecarlo", "synth", "bayesnet")
 
 Seed = int | np.random.SeedSequence
 
@@ -78,7 +81,7 @@ def scenario_streams(seed: int) -> dict[str, np.random.SeedSequence]:
     -------
     dict of str to numpy.random.SeedSequence
         Keys ``"data"``, ``"graph"``, ``"init"``, ``"protocol"``, ``"montecarlo"``,
-        ``"bayesnet"`` (:data:`STREAMS`).  Make a generator with
+        ``"synth"``, ``"bayesnet"`` (:data:`STREAMS`).  Make a generator with
         ``numpy.random.default_rng(streams["data"])``; split a stream further with
         :func:`child`.
 
@@ -143,6 +146,12 @@ def montecarlo_child(seed: int, *key: int) -> np.random.SeedSequence:
     (``(0,)`` held-out rows, ``(1, s)`` protocol seed s, ``(2,)`` class split, ``(3, s)`` the
     classifier's seed s; see :mod:`p2pem.dp.tradeoff`)."""
     return child(scenario_streams(seed)["montecarlo"], *key)
+
+
+def synth_child(seed: int, *key: int) -> np.random.SeedSequence:
+    """``child(scenario_streams(seed)["synth"], *key)``: ``(0, r)`` draws synthetic release r,
+    ``(1,)`` the synthetic-data report's row samples (see :mod:`p2pem.synth`)."""
+    return child(scenario_streams(seed)["synth"], *key)
 
 
 def bayesnet_child(seed: int, *key: int) -> np.random.SeedSequence:

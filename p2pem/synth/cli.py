@@ -59,22 +59,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
             bar.close()
     release = result.release
     privacy = release["privacy"]
-    if "epsilon" in privacy:
-        spent = privacy.get("epsilon_spent") or {}
-        against = spent.get("colluders", spent) if isinstance(spent.get("colluders"), dict) else spent
-
-        def show(table: dict) -> str:
-            return ", ".join(f"{k} {v:.4g}" if v is not None else f"{k} none" for k, v in table.items())
-
-        what = f"epsilon {privacy['epsilon']} (delta {privacy['delta']})"
-        if privacy.get("colluders") is not None:
-            what += f", against {privacy['colluders']} colluding nodes per accountant: {show(against)}"
-        else:
-            what += f", spent per accountant: {show(against)}"
-        if not privacy.get("differentially_private"):
-            what += " -- NOT differentially private: " + privacy.get("note", "see release.json")
-    else:
-        what = "no noise (an exact protocol: the release is as good, and as revealing, as the central non-private fit)"
+    what = privacy_line(privacy)
     title = f"{scenario.name}: {release['model']} fitted with {release['protocol']['name']}"
     files = write_synthesis(args.out, result, title=title)
     print(f"scenario {scenario.name}: {release['training_rows']} training rows over {release['n_nodes']} nodes, model {release['model']}, "
@@ -110,3 +95,38 @@ def cmd_synth(args: argparse.Namespace) -> int:
         "reproducibility_rate": None if report is None or report.get("reproducibility") is None else report["reproducibility"]["rate"],
     }
     return 0
+
+
+def privacy_line(privacy: dict) -> str:
+    """One line saying what a release's privacy block holds (``release.json``'s ``privacy``).
+
+    ``epsilon_spent`` is per accountant, or per adversary and then per accountant (a
+    Bayesian-network release: ``outsider``, ``colluders`` or ``curator``; None where no
+    guarantee holds).
+    """
+    if "epsilon" not in privacy:
+        return "no noise (an exact protocol: the release is as good, and as revealing, as the central non-private fit)"
+
+    def show(table: dict) -> str:
+        return ", ".join(f"{k} {v:.4g}" if v is not None else f"{k} none" for k, v in table.items())
+
+    spent = privacy.get("epsilon_spent") or {}
+    what = f"epsilon {privacy['epsilon']} (delta {privacy['delta']})"
+    if isinstance(spent.get("outsider"), dict):  # per adversary
+        what += f", against an outsider per accountant: {show(spent['outsider'])}"
+        members = spent.get("colluders")
+        if isinstance(members, dict):
+            guaranteed = any(v is not None for v in members.values())
+            what += f"; against {privacy.get('colluders')} colluding members: " + (
+                show(members) if guaranteed else "none (they see what the noise does not cover; release.json 'excluded' says what)")
+        elif "curator" in spent:
+            what += "; none against the curator (it holds every row)"
+    else:
+        against = spent.get("colluders", spent) if isinstance(spent.get("colluders"), dict) else spent
+        if privacy.get("colluders") is not None:
+            what += f", against {privacy['colluders']} colluding nodes per accountant: {show(against)}"
+        else:
+            what += f", spent per accountant: {show(against)}"
+    if not privacy.get("differentially_private"):
+        what += " -- NOT differentially private: " + privacy.get("note", "see release.json")
+    return what

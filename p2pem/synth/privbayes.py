@@ -33,22 +33,23 @@ import numpy as np
 
 from p2pem.bayesnet import BayesNetSettings, BayesNetTask, Conditional, Network, sample_networks
 from p2pem.bayesnet.privacy import REPORT_DELTA
+from p2pem.builders import build_graph, load_table_parts
 from p2pem.errors import ConfigError, DataError, ProtocolError
 from p2pem.protocols import Centralized, ProtocolSpec
 from p2pem.protocols.base import Topology
 from p2pem.runner import output_header
 from p2pem.scenario import Scenario
 from p2pem.simulate import Traffic, drive_messages, drive_vectorised
+from p2pem.synth.bayesconfig import parse_bayesnet
+from p2pem.synth.synthesizer import RELEASE_FORMAT, Progress
 from p2pem.streams import bayesnet_child, protocol_streams, scenario_streams
 from p2pem.tabular import Continuous, Schema, Table, discretize, domain_sizes, schema_from_dict, schema_to_toml, undiscretize
 from p2pem.task import drive
 
-__all__ = ["AGGREGATIONS", "RELEASE_FORMAT", "BayesNetRun", "check_table", "fit_bayesnet", "release_document", "sample_release"]
+__all__ = ["AGGREGATIONS", "BayesNetRun", "BayesNetSynthesizer", "check_table", "fit_bayesnet", "release_document", "sample_release"]
 
 #: The protocols that can sum a release's counts (the private EM protocols add noise of their own).
 AGGREGATIONS = ("pdmm-sp", "secure-sum", "federated", "centralized")
-#: ``format`` and ``version`` of a release document (shared with the mixture synthesizer).
-RELEASE_FORMAT = ("p2pem-synth-release", 1)
 
 
 @dataclass
@@ -359,3 +360,61 @@ def sample_release(release: Mapping[str, Any], n_rows: int, rng: np.random.Gener
     binned = sample_networks(_release_networks(release, schema, n_bins), int(n_rows), rng)
     return undiscretize(schema, binned, n_bins=n_bins, rng=rng)
 
+
+# ------------------------------------------------------------------------------ synthesizer
+
+
+@dataclass(frozen=True)
+class BayesNetSynthesizer:
+    """``privbayes`` and ``hmprivbayes``: a private Bayesian network fitted across the scenario's nodes.
+
+    The synthesizer interface of :mod:`p2pem.synth.synthesizer` over :func:`fit_bayesnet`:
+    the scenario's ``[data] schema`` gives the public columns, its ``[bayesnet]`` table the
+    settings (:mod:`p2pem.synth.bayesconfig`; ``n_bins`` defaults to ``[data] n_bins``), its
+    graph and ``"data"`` stream spread the training rows over the nodes exactly as the
+    mixture synthesizer's, and the protocol (``[synth] protocol``) sums the counts: one of
+    :data:`AGGREGATIONS` (per-node noise shares are ``[bayesnet] noise = "shares"``).  A
+    release takes seconds, so ``progress`` is not called.
+    """
+
+    name: str = "privbayes"
+
+    def fit(self, scenario: Scenario, protocol: ProtocolSpec, *, progress: Progress | None = None) -> dict[str, Any]:
+        """Fit the scenario's Bayesian network with ``protocol``; the release document (:func:`release_document`).
+
+        Raises
+        ------
+        ConfigError
+            No ``[data] schema``, a bad ``[bayesnet]`` table, a protocol that cannot sum
+            counts, a schema that is not public, too many categories.
+        """
+        schema = scenario.data.schema
+        if schema is None:
+            raise ConfigError(f"{scenario.path}: the {self.name} synthesizer needs a [data] schema (a table of named, typed columns)")
+        table = dict(scenario.bayesnet)
+        table.setdefault("n_bins", scenario.data.n_bins)
+        settings = parse_bayesnet(table, schema, self.name, where=str(scenario.path))
+        where = str(scenario.path)
+        try:
+            check_table(schema, settings)
+            parts, _ = load_table_parts(scenario)
+            graph = None if isinstance(protocol, Centralized) else build_graph(scenario)
+            run = fit_bayesnet(parts, settings, protocol, graph=graph, seed=scenario.seed)
+        except ConfigError as exc:
+            message = str(exc)
+            if message.startswith("bayesnet: "):  # a setting the task refused
+                message = "[bayesnet] " + message.removeprefix("bayesnet: ")
+            raise ConfigError(message if message.startswith(where) else f"{where}: {message}") from None
+        return release_document(run, schema, scenario=scenario)
+
+    def sample(self, release: Mapping[str, Any], n_rows: int, rng: np.random.Generator) -> Table:
+        """``n_rows`` rows drawn from the release alone (:func:`sample_release`).
+
+        Raises
+        ------
+        DataError
+            The document is not a release of this model.
+        """
+        if release.get("model") != self.name:
+            raise DataError(f"not a {self.name!r} release (model {release.get('model')!r})")
+        return sample_release(release, n_rows, rng)

@@ -30,7 +30,7 @@ The variants (each with the same seeds):
 
 Usage::
 
-    .venv/bin/python sim/bench_bayesnet.py          # 3 seeds, about 4 minutes (mostly the reports)
+    .venv/bin/python sim/bench_bayesnet.py          # 3 seeds, about 2.5 minutes (mostly the reports)
     .venv/bin/python sim/bench_bayesnet.py --figure docs/bayesnet_adult.png --markdown docs/generated/bayesnet_adult.md
 
 Writes the numbers as JSON (``--json``, format ``p2pem-bench-bayesnet``).  Not a test:

@@ -391,12 +391,12 @@ class BayesNetSynthesizer:
         schema = scenario.data.schema
         if schema is None:
             raise ConfigError(f"{scenario.path}: the {self.name} synthesizer needs a [data] schema (a table of named, typed columns)")
+        where = str(scenario.path)
         table = dict(scenario.bayesnet)
         table.setdefault("n_bins", scenario.data.n_bins)
-        settings = parse_bayesnet(table, schema, self.name, where=str(scenario.path))
-        where = str(scenario.path)
+        settings = parse_bayesnet(table, schema, self.name, where=where)
         try:
-            check_table(schema, settings)
+            check_table(schema, settings)  # before the rows are read
             parts, _ = load_table_parts(scenario)
             graph = None if isinstance(protocol, Centralized) else build_graph(scenario)
             run = fit_bayesnet(parts, settings, protocol, graph=graph, seed=scenario.seed)

@@ -16,7 +16,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "synth",
         help="fit the scenario's synthesizer with its protocol and release synthetic rows with a utility and risk report",
         description="Fit the synthesizer of a scenario whose data has a public schema ([synth] model, default the mixed-type "
-        "mixture) to its training rows spread over the nodes, with one of its protocols ([synth] protocol, default the first; "
+        "mixture 'mixture'; 'privbayes' or 'hmprivbayes' for a differentially private Bayesian network with its [bayesnet] "
+        "settings) to its training rows spread over the nodes, with one of its protocols ([synth] protocol, default the first; "
         "exact or differentially private), then draw synthetic rows from the fitted model alone.  Writes OUT/synthetic.csv "
         "(header row, the schema's column names, order and types; with --releases R also synthetic-2.csv ... synthetic-R.csv), "
         "OUT/release.json (format p2pem-synth-release: the model, its parameters and provenance: protocol, epsilon spent per "

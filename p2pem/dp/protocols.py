@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Literal, Union
 import numpy as np
 
 from p2pem.dp import accounting, guarantees, mechanisms
-from p2pem.dp.releases import PRIVATE_FAMILIES, RepairOptions, private_family
+from p2pem.dp.releases import PRIVATE_FAMILIES, PrivateFamily, RepairOptions, check_private
 from p2pem.dp.releases.gaussian import PrivateEM
 from p2pem.errors import ConfigError, ProtocolError
 from p2pem.gmm import FloatArray
@@ -168,13 +168,8 @@ class DPProtocol(ProtocolSpec):
 
     # -- binding to a run ----------------------------------------------------------------
 
-    def bind(
-        self, settings: EMSettings, parts: list[FloatArray], *, seed: int | np.random.SeedSequence = 0
-    ) -> tuple[DPProtocol, EMSettings, list[FloatArray]]:
-        """Bind to a run: clip the data to the public box, calibrate the noise, hook the EM.
-
-        See :meth:`p2pem.protocols.base.ProtocolSpec.bind`.  The bound spec (a new frozen
-        instance carrying the :class:`NoisePlan`) serves that one run.
+    def check_settings(self, settings: EMSettings) -> None:
+        """Refuse a run this private protocol cannot account for; see :meth:`ProtocolSpec.check_settings`.
 
         Raises
         ------
@@ -189,14 +184,35 @@ class DPProtocol(ProtocolSpec):
             # log-likelihood of the init: statistics the budget has no share for
             raise ConfigError(f"{self.label}: a private run needs at least one EM iteration, got max_iter = {settings.max_iter} (em.max_iter)")
         try:
-            private = private_family(settings.family)
+            private = check_private(settings.family)
         except ConfigError as exc:
-            raise ConfigError(f"{self.label}: {exc}") from None
-        split = self.split if self.split is not None else next(iter(private.splits))
+            raise ConfigError(f"{self.label}: {exc} (em.family)") from None
         try:
-            fractions = private.fractions(split)
+            private.fractions(self._split(private))
         except ConfigError as exc:
             raise ConfigError(f"{self.label}: {settings.family.name} family: {exc}") from None
+
+    def _split(self, private: PrivateFamily) -> str:
+        """The split of this run: the one given, or the family's default (its first named split)."""
+        return self.split if self.split is not None else next(iter(private.splits))
+
+    def bind(
+        self, settings: EMSettings, parts: list[FloatArray], *, seed: int | np.random.SeedSequence = 0
+    ) -> tuple[DPProtocol, EMSettings, list[FloatArray]]:
+        """Bind to a run: clip the data to the public box, calibrate the noise, hook the EM.
+
+        See :meth:`p2pem.protocols.base.ProtocolSpec.bind`.  The bound spec (a new frozen
+        instance carrying the :class:`NoisePlan`) serves that one run.
+
+        Raises
+        ------
+        ConfigError
+            :meth:`check_settings` refuses the settings.
+        """
+        self.check_settings(settings)
+        private = PRIVATE_FAMILIES[settings.family.name]
+        split = self._split(private)
+        fractions = private.fractions(split)
         d = int(parts[0].shape[1])
         k = settings.n_components
         cols = private.bounded(settings.family, d)

@@ -37,7 +37,7 @@ from p2pem.dp.releases.base import ReleaseLayout, RepairOptions
 from p2pem.errors import ConfigError
 from p2pem.families import MixtureFamily
 
-__all__ = ["PRIVATE_FAMILIES", "PrivateFamily", "ReleaseLayout", "RepairOptions", "private_family", "private_release"]
+__all__ = ["PRIVATE_FAMILIES", "PrivateFamily", "ReleaseLayout", "RepairOptions", "check_private", "private_release"]
 
 
 def _every_column(family: Any, n_features: int) -> slice:
@@ -87,13 +87,13 @@ PRIVATE_FAMILIES: dict[str, PrivateFamily] = {
 }
 
 
-def private_family(family: MixtureFamily) -> PrivateFamily:
-    """The private release of ``family``.
+def check_private(family: MixtureFamily) -> PrivateFamily:
+    """The private release of ``family``, refusing a family with none.
 
     Raises
     ------
     ConfigError
-        The family has no private release (naming the ones that do).
+        ``family`` is not in :data:`PRIVATE_FAMILIES` (naming the families that are).
     """
     private = PRIVATE_FAMILIES.get(family.name)
     if private is None:
@@ -115,7 +115,13 @@ def private_release(
     private_init: bool,
     options: RepairOptions,
 ) -> ReleaseLayout:
-    """The release layout and EM hook of ``family`` for one run (:func:`private_family`'s ``release``)."""
-    return private_family(family).release(
+    """The release layout and EM hook of ``family`` for one run (:func:`check_private`'s ``release``).
+
+    Raises
+    ------
+    ConfigError
+        The family has no private release (naming the ones that do).
+    """
+    return check_private(family).release(
         family, n_components, n_features, n_nodes, bound, mechanism=mechanism, private_init=private_init, options=options
     )

@@ -279,3 +279,24 @@ def test_a_table_with_categorical_columns_needs_the_mixed_family(tmp_path, capsy
     assert code == 2 and err.count("\n") == 1
     assert "'em.family' = 'skew-normal': a table under a schema with categorical or binned columns (sex, sport, Fe)" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_private_protocols_under_a_schema_take_the_encodings_public_box(tmp_path):
+    """Every command builds the private protocols of a schema scenario with bound = 1 (the encoding's
+    public box), so none reads a bound off the data; a bound given is kept."""
+    import warnings
+
+    from p2pem.builders import build_protocols
+    from p2pem.dp.protocols import DataBoundWarning
+    from p2pem.runner import run_scenario
+
+    specs = build_protocols(load_scenario(scenario_file(tmp_path)))
+    assert [getattr(s, "bound", "-") for s in specs] == ["-", 1.0]
+    path = scenario_file(tmp_path, extra="")
+    path.write_text(path.read_text().replace("epsilon = 2.0\n", "epsilon = 2.0\nbound = 0.5\n"))
+    assert build_protocols(load_scenario(path))[1].bound == 0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataBoundWarning)
+        result = run_scenario(load_scenario(scenario_file(tmp_path)))
+    private = [r for r in result.runs if "dp" in r.protocol]
+    assert private and private[0].protocol_params["bound_used"] == 1.0

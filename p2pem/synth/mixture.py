@@ -22,8 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from p2pem.builders import build_graph, em_settings, load_data
-from p2pem.dp.protocols import DPProtocol
+from p2pem.builders import build_graph, em_settings, load_data, with_public_box
 from p2pem.errors import ConfigError, DataError, InitError
 from p2pem.families import MixedFamily, family_from_document
 from p2pem.families.encoding import TableEncoding
@@ -56,8 +55,7 @@ class MixtureSynthesizer:
             raise ConfigError(f"{scenario.path}: the mixture synthesizer needs a [data] schema (a table of named, typed columns)")
         if encoding.discrete and not isinstance(family, MixedFamily):
             raise ConfigError(f"{scenario.path}: a table with categorical or binned columns is fitted by the mixed family, not {family.name!r}")
-        if isinstance(protocol, DPProtocol) and protocol.bound is None:
-            protocol = dataclasses.replace(protocol, bound=1.0)  # the encoding's public box
+        protocol = with_public_box(scenario, protocol)  # a private run's box: the encoding's [-1, 1]
         parts = load_data(scenario)
         graph = build_graph(scenario)
         if not isinstance(protocol, Centralized):

@@ -7,6 +7,7 @@ those into the objects a run needs, each from the scenario's own random stream
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import networkx as nx
@@ -14,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pem.data import check_parts, load_table, pca, split_rows, standardize, synthetic_mixture
+from p2pem.dp.protocols import DPProtocol
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError
 from p2pem.graphs import geometric_graph, graph_from_edges
@@ -25,7 +27,7 @@ from p2pem.tabular import Table, read_table
 
 __all__ = [
     "build_graph", "build_protocols", "em_settings", "load_data", "load_table_parts", "load_tables", "prepare_rows", "split_prepared",
-    "split_table",
+    "split_table", "with_public_box",
 ]
 
 
@@ -210,8 +212,20 @@ def em_settings(scenario: Scenario) -> EMSettings:
 
 
 def build_protocols(scenario: Scenario) -> list[ProtocolSpec]:
-    """The scenario's protocol specs, in order."""
-    return [make_protocol(p.name, dict(p.params)) for p in scenario.protocols]
+    """The scenario's protocol specs, in order (a private one under a schema: :func:`with_public_box`)."""
+    return [with_public_box(scenario, make_protocol(p.name, dict(p.params))) for p in scenario.protocols]
+
+
+def with_public_box(scenario: Scenario, spec: ProtocolSpec) -> ProtocolSpec:
+    """``spec``, with ``bound = 1`` when it is private, gives no bound and the data has a schema.
+
+    A schema's encoding maps every Gaussian-modelled column onto [-1, 1] by its public range
+    (:class:`p2pem.families.encoding.TableEncoding`), so that box is public knowledge; reading
+    a bound off the data instead would make the run not differentially private.
+    """
+    if scenario.data.encoding is not None and isinstance(spec, DPProtocol) and spec.bound is None:
+        return dataclasses.replace(spec, bound=1.0)
+    return spec
 
 
 def split_table(train: Table, n_nodes: int, *, how: str = "even", rng: np.random.Generator) -> list[Table]:

@@ -155,7 +155,8 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(args.scenario)
     components = parse_components(args.components)
-    families = [name.strip() for name in args.families.split(",") if name.strip()]
+    text = args.families if args.families is not None else "mixed" if scenario.em.family.name == "mixed" else "gaussian,skew-normal"
+    families = [name.strip() for name in text.split(",") if name.strip()]
     if not families:
         raise P2pemError("--families needs at least one family name")
     total = len(components) * len(families) * args.n_init
@@ -241,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sel.add_argument("scenario", help="scenario TOML file, e.g. scenarios/ais_skew.toml")
     sel.add_argument("--components", default="1..4", help="component counts: a range 1..5 or a list 2,3,4 (default 1..4)")
-    sel.add_argument("--families", default="gaussian,skew-normal", help="comma-separated model families (default gaussian,skew-normal)")
+    sel.add_argument("--families", default=None,
+                     help="comma-separated model families (default gaussian,skew-normal; mixed for a table with categorical columns)")
     sel.add_argument("--protocol", default=None, help="protocol name (default: the scenario's first one other than centralized)")
     sel.add_argument("--n-init", type=int, default=5, help="private initialisations per fit; the best log-likelihood is kept (default 5)")
     sel.add_argument("--out", required=True, help="output folder (created; files are written atomically)")

@@ -691,7 +691,12 @@ _MIXED_KEYS = ("name", "covariance", "stratify", "strata_weights")
 
 
 def _parse_family(sec: Table, data: DataConfig) -> MixtureFamily:
-    """``[em] family`` (:func:`p2pem.families.toml.parse_family`); a schema's table is fitted by the ``mixed`` family."""
+    """``[em] family`` (:func:`p2pem.families.toml.parse_family`).
+
+    A table under a schema is fitted by the ``mixed`` family of its columns (the default), or,
+    when every column is continuous and none binned, by any family of continuous rows
+    (``gaussian``, ``skew-normal``).
+    """
     encoding = data.encoding
     raw = sec.table.get("family", "mixed" if encoding is not None else "gaussian")
     name = raw.get("name") if isinstance(raw, dict) else raw
@@ -703,7 +708,12 @@ def _parse_family(sec: Table, data: DataConfig) -> MixtureFamily:
         sec.fail(f"{sec.key('family')!r} must be a model family name or a table with a 'name', got {show(raw)}")
     table = sec.section("family", _MIXED_KEYS) if isinstance(raw, dict) else Table(sec.where, {"name": raw}, sec.key("family"), None)
     if table.string("name") != "mixed":
-        sec.fail(f"{sec.key('family')!r} = {name!r}: a table under a schema (mixed-type columns) is fitted by the 'mixed' family")
+        if not encoding.discrete:  # every column Gaussian-modelled: any family of continuous rows
+            return parse_family(sec)
+        sec.fail(
+            f"{sec.key('family')!r} = {name!r}: a table under a schema with categorical or binned columns "
+            f"({', '.join(c.name for c in encoding.discrete)}) is fitted by the 'mixed' family"
+        )
     stratify = table.string("stratify", default=None)
     weights = None
     if table.has("strata_weights"):

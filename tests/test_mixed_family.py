@@ -249,3 +249,24 @@ def test_a_collapsed_component_is_a_one_line_protocol_error(rows):
     dead = dataclasses.replace(init, means=np.array(init.means) + np.array([[0.0, 0.0], [0.0, 0.0], [1e3, 1e3]]))
     with pytest.raises(ProtocolError, match="component 2 collapsed"):
         fit_centralized(rows, EMSettings(3, max_iter=3, tol=0.0, init=dead, family=family))
+
+
+def test_the_estimator_fits_the_mixed_family(rows):
+    """DistributedMixedMixture through secure-sum equals the independent EM; inference through the family."""
+    from p2pem import DistributedMixedMixture
+
+    family = FAMILIES["stratified"]
+    init = initial_model(family, rows, 4)
+    keys = ("weights", "means", "covariances", "probabilities")
+    est = DistributedMixedMixture(4, protocol="secure-sum", max_iter=8, tol=0.0, init={key: getattr(init, key) for key in keys},
+                                  n_continuous=2, n_categories=CATEGORIES, stratify=1)
+    est.fit(split(rows, 10, 1), geometric_graph(10, seed=1, radius=0.7))
+    for key, ref in zip(keys, reference_em(rows, family, init, 8, 1e-6)[:4], strict=True):
+        assert relative_error(getattr(est, f"{key}_"), ref) <= 1e-10, key
+    proba = est.predict_proba(rows)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+    stratum = rows[:, 2 + 1].astype(int)  # the stratifying column: each row's posterior stays in its stratum's components
+    assert np.all(proba[np.arange(len(rows)), 2 * stratum] + proba[np.arange(len(rows)), 2 * stratum + 1] > 1 - 1e-12)
+    assert est.get_params()["n_categories"] == CATEGORIES and "stratify=1" in repr(est)
+    with pytest.raises(DataError, match=r"rows have 5 columns but the family has 4 \(1 continuous \+ 3 categorical\)"):
+        DistributedMixedMixture(4, protocol="secure-sum", n_continuous=1, n_categories=CATEGORIES).fit(split(rows, 10, 1))

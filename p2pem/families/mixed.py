@@ -223,12 +223,16 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
         """Number of strata (1 without stratification)."""
         return 1 if self.stratify is None else self.n_categories[self.stratify]
 
-    def _check_shape(self, n_components: int, n_features: int | None) -> None:
-        if n_features is not None and n_features != self.n_features:
+    def _check_width(self, n_features: int) -> None:
+        if n_features != self.n_features:
             raise DataError(
                 f"mixed family: rows have {n_features} columns but the family has {self.n_features} "
                 f"({self.n_continuous} continuous + {len(self.n_categories)} categorical)"
             )
+
+    def _check_shape(self, n_components: int, n_features: int | None) -> None:
+        if n_features is not None:
+            self._check_width(n_features)
         if n_components % self.n_strata():
             raise ConfigError(f"mixed family: {n_components} components do not split evenly over the {self.n_strata()} strata")
 
@@ -267,8 +271,10 @@ class MixedFamily(MixtureFamily[MixedParams, MixedBatch]):
         Raises
         ------
         DataError
-            A code is not a whole number in 0 .. C_j - 1 (naming the column and row).
+            The rows are not as wide as the family, or a code is not a whole number in
+            0 .. C_j - 1 (naming the column and row).
         """
+        self._check_width(X.shape[1])
         block = X[:, self.n_continuous :]
         codes = block.astype(np.intp)
         bad = (codes != block) | (codes < 0) | (codes >= np.asarray(self.n_categories, dtype=np.intp))

@@ -63,8 +63,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
     what = privacy_line(privacy)
     title = f"{scenario.name}: {release['model']} fitted with {release['protocol']['name']}"
     files = write_synthesis(args.out, result, title=title)
-    print(f"scenario {scenario.name}: {release['training_rows']} training rows over {release['n_nodes']} nodes, model {release['model']}, "
-          f"protocol {release['protocol']['name']}")
+    family = release.get("family", {}).get("name")
+    print(f"scenario {scenario.name}: {release['training_rows']} training rows over {release['n_nodes']} nodes, model {release['model']}"
+          + (f" ({family} family)" if family else "") + f", protocol {release['protocol']['name']}")
     print(f"  privacy: {what}")
     report = result.report
     if report is None:
@@ -83,8 +84,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
             ) + f"; majority class {report['reference']['majority_class']:.4f}")
         rep = report.get("reproducibility")
         if rep is not None and rep["rate"] is not None:
-            print(f"  finding reproduced in {rep['rate']:.0%} of {len(rep['releases'])} release(s); mean |coefficient error| "
-                  f"{rep['mean_abs_coef_error']:.4f}" if rep["mean_abs_coef_error"] is not None else "")
+            error = rep["mean_abs_coef_error"]
+            print(f"  finding reproduced in {rep['rate']:.0%} of {len(rep['releases'])} release(s)"
+                  + (f"; mean |coefficient error| {error:.4f}" if error is not None else ""))
         print(f"  closest-record distance: median {summary['dcr_median']:.4f} (real test rows {report['reference']['dcr_test']['median']:.4f}); "
               f"exact copies {summary['exact_copies']:.2%}")
     print(f"wrote {', '.join(str(f) for f in files[:3])}{' ...' if len(files) > 3 else ''} in {time.perf_counter() - t0:.2f} s")

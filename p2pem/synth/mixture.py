@@ -2,7 +2,9 @@
 
 The model is :class:`p2pem.families.mixed.MixedFamily` over the rows of a table under a
 public schema, encoded by :class:`p2pem.families.encoding.TableEncoding` (Gaussian columns
-scaled to [-1, 1] by their public ranges, binned columns and categories as codes).  It is
+scaled to [-1, 1] by their public ranges, binned columns and categories as codes); a table
+whose columns are all continuous may name any family of continuous rows instead
+(``[em] family = "skew-normal"`` or ``"gaussian"``: full covariances, skewed components).  It is
 fitted with the scenario's protocol -- any of them: an exact private aggregation
 (``pdmm-sp``, ``secure-sum``), ``federated``, ``centralized`` or a differentially private
 one (``dp-central``, ``dp-distributed``) -- and released as its parameters.  A sample is a
@@ -20,10 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from p2pem.builders import build_graph, em_settings, load_data
-from p2pem.dp.protocols import DPProtocol
+from p2pem.builders import build_graph, em_settings, load_data, with_public_box
 from p2pem.errors import ConfigError, DataError, InitError
-from p2pem.families import MixedFamily, make_family
+from p2pem.families import MixedFamily, family_from_document
 from p2pem.families.encoding import TableEncoding
 from p2pem.protocols import Centralized, ProtocolSpec
 from p2pem.scenario import Scenario
@@ -50,10 +51,11 @@ class MixtureSynthesizer:
         """
         encoding = scenario.data.encoding
         family = scenario.em.family
-        if encoding is None or not isinstance(family, MixedFamily):
-            raise ConfigError(f"{scenario.path}: the mixture synthesizer needs a [data] schema (its rows are fitted by the mixed family)")
-        if isinstance(protocol, DPProtocol) and protocol.bound is None:
-            protocol = dataclasses.replace(protocol, bound=1.0)  # the encoding's public box
+        if encoding is None:
+            raise ConfigError(f"{scenario.path}: the mixture synthesizer needs a [data] schema (a table of named, typed columns)")
+        if encoding.discrete and not isinstance(family, MixedFamily):
+            raise ConfigError(f"{scenario.path}: a table with categorical or binned columns is fitted by the mixed family, not {family.name!r}")
+        protocol = with_public_box(scenario, protocol)  # a private run's box: the encoding's [-1, 1]
         parts = load_data(scenario)
         graph = build_graph(scenario)
         if not isinstance(protocol, Centralized):
@@ -65,7 +67,7 @@ class MixtureSynthesizer:
             + (f", with the atoms {dict(encoding.atoms)}" if encoding.atoms else ""),
             f"the model's size: {scenario.em.n_components} components, {scenario.em.max_iter} EM iterations",
         ]
-        if family.stratify is not None:
+        if isinstance(family, MixedFamily) and family.stratify is not None:
             column = encoding.discrete[family.stratify].name
             public.append(
                 f"the strata of {column!r}: their shares {list(family.strata_weights)}, declared public"
@@ -78,7 +80,7 @@ class MixtureSynthesizer:
                 protocol=run.protocol, public=public,
             ),
             "encoding": encoding.describe(),
-            "family": {"name": family.name, **family.config()},
+            "family": family.describe(),
             "n_components": scenario.em.n_components,
             "n_iter": run.n_iter,
             "parameters": family.to_dict(run.params),
@@ -99,9 +101,8 @@ class MixtureSynthesizer:
             enc = release["encoding"]
             atoms = tuple((name, tuple(float(v) for v in values)) for name, values in enc.get("atoms", {}).items())
             encoding = TableEncoding(schema, tuple(enc["binned"]), int(enc["n_bins"]), atoms)
-            config = {key: value for key, value in release["family"].items() if key != "name"}
-            family = make_family("mixed", **config)
-            params = family.params_from_dict(release["parameters"], int(release["n_components"]))
+            family = family_from_document(release["family"])
+            params = family.params_from_dict(release["parameters"], int(release["n_components"]), len(encoding.names))
         except (KeyError, TypeError) as exc:
             raise DataError(f"mixture release: missing or malformed entry ({exc})") from None
         except (ConfigError, InitError) as exc:

@@ -117,7 +117,7 @@ def test_forged_abort_naming_another_node_is_rejected_and_its_sender_named(small
 
     def forge(m: Message) -> Message:
         # "node <framed> fell silent", in the name of node <origin>, with a made-up signature
-        return Message(INSIDER, m.receivers, -1, 0, "abort", (1, 2), False, (int(Reason.SILENT), m.iteration, m.round, origin, framed))
+        return Message(INSIDER, m.receivers, -1, origin, "abort", (1, 2), False, (int(Reason.SILENT), m.iteration, m.round, origin, 1, framed))
 
     codes, reports, insider = run_with_insider(kit, lambda launch: Insider(kit, 3, "primal", forge, launch=launch))
     assert insider.fired

@@ -96,11 +96,14 @@ def run_in_memory(
     out.mkdir(parents=True, exist_ok=True)
     broker = MemoryBroker(intercept) if broker is None else broker
     roster = Roster.load(kit.roster_path)
+    roster_path = kit.roster_path
+    if on_dropout != roster.on_dropout:  # the run's setting is the roster's
+        roster_path = replace(roster, on_dropout=on_dropout).save(out / "roster.toml")
     runtimes, links = [], []
     for i in range(kit.n_nodes):
         config = NodeConfig.load(kit.config_path(i))
         config = replace(
-            config, result=out / f"result{i}.json", on_dropout=on_dropout, timeouts=Timeouts(timeout=timeout, startup_timeout=10.0, heartbeat=timeout / 4)
+            config, roster=roster_path, result=out / f"result{i}.json", timeouts=Timeouts(timeout=timeout, startup_timeout=10.0, heartbeat=timeout / 4)
         )
         links.append(broker.link(subscriptions_for(roster.run_id, i, roster.neighbours[i]), name=f"node{i}"))
         runtimes.append(NodeRuntime(config, link=links[-1], launch=LAUNCH))
@@ -164,7 +167,9 @@ def test_honest_run_in_memory_equals_simulate(kit, honest):
     results, sent = honest
     assert [code for code, _ in results] == [0] * kit.n_nodes
     assert all(exact(rep, sim) for _, rep in results)
-    assert sent["final"] == sent["bye"] == 1 and sent["hello"] >= 1 and sent["primal"] > 0 and sent["dual-init"] > 0
+    # its own signed final and one relay of every other node's: the final results reach every node
+    assert sent["final"] == kit.n_nodes and sent["bye"] == 1 and sent["hello"] >= 1 and sent["primal"] > 0 and sent["dual-init"] > 0
+    assert 1 <= sent["stop"] <= kit.n_nodes * 3  # signed stop proposals, only those that lower the stop round
 
 
 def test_duplicates_delays_and_reordering_change_nothing(kit, tmp_path):
@@ -287,7 +292,7 @@ def test_forged_abort_is_pinned_on_its_sender(kit, tmp_path):
     framed = next(j for j in range(kit.n_nodes) if j not in (INSIDER, origin))
 
     def forge(m: Message) -> Message:
-        return Message(INSIDER, m.receivers, -1, 0, "abort", (7, 7), False, (1, m.iteration, m.round, origin, framed))
+        return Message(INSIDER, m.receivers, -1, origin, "abort", (7, 7), False, (1, m.iteration, m.round, origin, 1, framed))
 
     insider = Insider(kit, 5, "primal", forge)
     results = run_in_memory(kit, tmp_path, Faults(np.random.default_rng(0), rewrite=insider))
@@ -304,7 +309,7 @@ def test_messages_queued_ahead_are_bounded(kit, tmp_path):
     roster = Roster.load(kit.roster_path)
     victim = roster.neighbours[INSIDER][0]
 
-    ahead = [Message(INSIDER, (victim,), 1, r, "dual-init", np.zeros(23), True) for r in range(6)]
+    ahead = [Message(INSIDER, (victim,), 1, r, "dual-init", np.zeros(20), True) for r in range(6)]  # of the length of iteration 1
 
     class Flood(Insider):
         """Publishes its second primal unchanged, followed by six messages for the next EM iteration."""
@@ -389,7 +394,7 @@ def test_a_bug_inside_a_node_is_reported_not_raised(kit, tmp_path, monkeypatch):
     results = run_in_memory(kit, tmp_path)
     code, rep = results[3]
     assert code == 70 and rep["status"] == "failed" and "internal error" in rep["error"] and "KeyError" in rep["error"]
-    assert all(c != 0 and "node 3 hit an internal error" in r["error"] for i, (c, r) in enumerate(results) if i != 3)
+    assert all(c != 0 and "node 3 reports that it hit an internal error" in r["error"] for i, (c, r) in enumerate(results) if i != 3)
 
 
 def test_nodes_refuse_a_neighbour_whose_step_parameters_differ(kit, tmp_path, monkeypatch):

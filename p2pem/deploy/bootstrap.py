@@ -5,8 +5,8 @@ builds its Node, codec and link; every problem is a one-line ConfigError or Data
 the file.  :func:`connect` reaches the broker, retrying until the start-up timeout unless the
 broker refused the node's credentials.  :class:`Handshake` is the hello exchange:
 
-``hello``   meta ``(epoch,)``, payload the roster digest and a digest of the public step
-            parameters this node derived from the roster's graph (eigenvalues, so another
+``hello``   meta ``(epoch, phase, iteration, round, *awaited)``, payload the roster digest
+            and a digest of the public step parameters this node derived from the roster's graph (eigenvalues, so another
             host's linear algebra could differ in the last digits: nodes that disagree would
             converge to a wrong average together, so they refuse to start; after a dropout the
             survivors' parameters are bound into the tags instead).  Sent on start-up until
@@ -16,6 +16,11 @@ broker refused the node's credentials.  :class:`Handshake` is the hello exchange
             seconds, and at once after a reconnection with a new epoch.  A neighbour's new
             epoch means it reconnected and may have missed messages: the node re-publishes its
             recent envelopes (byte-identical, so duplicates to the receiver's ReplayGuard).
+            The rest of the meta is the sender's :class:`~p2pem.deploy.watchdog.Status`: its
+            phase (starting, running, final agreement), EM iteration, protocol round and the
+            nodes it waits for.  Hellos are rate-limited per sender (a
+            :class:`~p2pem.deploy.limits.TokenBucket`): one that sends more floods, a
+            violation.
 
 Start-up needs no fast periodic hellos: a node answers every neighbour's first hello at
 once, and a hello is only sent after the node's own subscriptions are acknowledged, so of any
@@ -38,6 +43,8 @@ from p2pem.deploy.control import HELLO, describe_payload, violation
 from p2pem.deploy.admission import CONTROL
 from p2pem.deploy.crypto import Identity
 from p2pem.deploy.failures import NodeFailure, Reason, nodes_text
+from p2pem.deploy.limits import TokenBucket
+from p2pem.deploy.watchdog import Status
 from p2pem.deploy.roster import Roster
 from p2pem.deploy.transports.base import AccessRefused, Link, subscriptions_for
 from p2pem.errors import ConfigError, DataError, TransportError
@@ -95,6 +102,8 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
     i = config.node_id
     if not 0 <= i < roster.n_nodes:
         raise ConfigError(f"{config.path}: node_id {i} is not in the roster ({roster.n_nodes} nodes: 0..{roster.n_nodes - 1})")
+    if config.on_dropout is not None and config.on_dropout != roster.on_dropout:
+        raise ConfigError(f"{config.path}: on_dropout is {config.on_dropout!r} but the roster says {roster.on_dropout!r} (every node runs with the roster's)")
     spec = roster.protocol_spec()
     topology = roster.topology()
     settings = roster.em_settings()
@@ -169,7 +178,7 @@ async def connect(link: Link, node_id: int, username: str | None, startup_timeou
 
 
 class Handshake:
-    """The hello exchange of one node: who is online, in which connection epoch.
+    """The hello exchange of one node: who is online, in which connection epoch, where it is.
 
     Parameters
     ----------
@@ -178,6 +187,12 @@ class Handshake:
         :meth:`Roster.digest` of this node's roster.
     params_digest : int
         :func:`public_parameters_digest` of the protocol on the roster's graph.
+    counters : collections.Counter, optional
+    peers_of : callable(j) -> collection of int, optional
+        The nodes sender j may wait for (its roster neighbours, and a server); a status
+        naming anyone else is a violation.  Default: anyone.
+    tick : float
+        The runtime's timer period: an honest node sends at most one hello per tick.
 
     Attributes
     ----------
@@ -188,44 +203,67 @@ class Handshake:
         protocol start (every neighbour heard); the runtime clears them when it acts.
     """
 
-    def __init__(self, node_id: int, roster_digest: bytes, params_digest: int, counters: Counter[str] | None = None) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        roster_digest: bytes,
+        params_digest: int,
+        counters: Counter[str] | None = None,
+        *,
+        peers_of=None,
+        tick: float = 0.2,
+    ) -> None:
         self.node_id = node_id
         self.digest = int.from_bytes(roster_digest, "big")
         self.params_digest = params_digest
         self.counters: Counter[str] = Counter() if counters is None else counters
+        self.peers_of = peers_of
+        # a burst of a few dozen, then one per tick (answers, reconnections) and one per heartbeat
+        self.capacity, self.rate = 30.0, 2.0 / tick + 1.0
         self.heard: dict[int, int] = {}
         self._seq = 0
         self._seen: dict[int, int] = {}
+        self._buckets: dict[int, TokenBucket] = {}
         self.hello_due = False
         self.republish_due = False
         self.start_due = False
 
-    def hello(self, neighbours: tuple[int, ...], epoch: int) -> Message:
-        """This node's next hello (each has a larger sequence number, so a replay is stale)."""
+    def hello(self, neighbours: tuple[int, ...], epoch: int, status: tuple[int, ...] = (0, 0, 0)) -> Message:
+        """This node's next hello (each has a larger sequence number, so a replay is stale).
+
+        ``status`` is ``(phase, iteration, round, *awaited)``.
+        """
         self._seq += 1
         self.hello_due = False
-        return Message(self.node_id, neighbours, CONTROL, self._seq, HELLO, (self.digest, self.params_digest), False, (epoch,))
+        return Message(self.node_id, neighbours, CONTROL, self._seq, HELLO, (self.digest, self.params_digest), False, (epoch, *status))
 
     def missing(self, neighbours: tuple[int, ...]) -> list[int]:
         """Neighbours not heard from yet."""
         return [j for j in neighbours if j not in self.heard]
 
-    def receive(self, msg: Message, plausible: bool, neighbours: tuple[int, ...], started: bool) -> bool:
-        """Check a neighbour's hello; True if it is new (not a stale sequence number).
+    def receive(self, msg: Message, plausible: bool, neighbours: tuple[int, ...], started: bool, now: float = 0.0) -> Status | None:
+        """Check a neighbour's hello; its status if it is new (not a stale sequence number).
 
         Raises
         ------
         ProtocolViolation
-            A malformed hello, or one to receivers that are not the sender's neighbours.
+            A malformed hello, one to receivers that are not the sender's neighbours, a
+            status naming nodes the sender cannot wait for, or one hello too many.
         NodeFailure
             :attr:`~p2pem.deploy.failures.Reason.MISMATCH`: the neighbour's roster or step
             parameters differ from this node's.
         """
-        j, payload = msg.sender, msg.payload
-        if not (isinstance(payload, tuple) and len(payload) == 2) or len(msg.meta) != 1 or msg.meta[0] < 0 or msg.round < 1:
-            raise violation(msg, "hello", f"payload of {describe_payload(payload)}, meta {msg.meta}, sequence {msg.round}")
+        j, payload, meta = msg.sender, msg.payload, tuple(msg.meta)
+        if not (isinstance(payload, tuple) and len(payload) == 2) or len(meta) < 4 or meta[0] < 0 or meta[1] not in (0, 1, 2) or min(meta[2], meta[3]) < 0 or msg.round < 1:
+            raise violation(msg, "hello", f"payload of {describe_payload(payload)}, meta {meta[:8]}, sequence {msg.round}")
         if not plausible:
             raise violation(msg, "hello", f"receivers {msg.receivers} are not the sender's neighbours")
+        awaited = frozenset(meta[4:])
+        if self.peers_of is not None and not awaited <= set(self.peers_of(j)):
+            raise violation(msg, "hello", f"its status says it waits for nodes {sorted(awaited)}, which are not all its neighbours")
+        bucket = self._buckets.setdefault(j, TokenBucket(self.capacity, self.rate))
+        if not bucket.take(now):
+            raise violation(msg, "rate", f"more than {self.capacity:g} hellos at once or {self.rate:g} per second (a flood)")
         if payload[0] != self.digest:
             raise NodeFailure(Reason.MISMATCH, self.node_id, f"neighbour node {j} runs with a different roster (every node needs the same roster.toml)", (j,))
         if payload[1] != self.params_digest:
@@ -239,9 +277,9 @@ class Handshake:
             )
         if msg.round <= self._seen.get(j, -1):
             self.counters["stale_hellos"] += 1
-            return False
+            return None
         self._seen[j] = msg.round
-        epoch, previous = int(msg.meta[0]), self.heard.get(j)
+        epoch, previous = int(meta[0]), self.heard.get(j)
         if previous is None:
             self.heard[j] = epoch
             self.hello_due = True  # let it hear us soon
@@ -254,7 +292,7 @@ class Handshake:
             log.info("node %d: node %d reconnected (epoch %d); re-publishing recent messages", self.node_id, j, epoch)
             self.republish_due = True
             self.hello_due = True
-        return True
+        return Status(int(meta[1]), int(meta[2]), int(meta[3]), awaited, now)
 
     def check_startup(self, neighbours: tuple[int, ...], waited: float, startup_timeout: float) -> None:
         """Raise :attr:`~p2pem.deploy.failures.Reason.OFFLINE` when neighbours are still unheard after the start-up timeout."""

@@ -2,7 +2,7 @@
 
 ``node.toml`` (one per node, partly secret) holds the node id, its key file, its own data
 file, where to write its result, the broker (address, user, password file, TLS), the
-timeouts and ``on_dropout``.  A ``[reproducibility]`` table may fix the seed of the protocol
+timeouts.  A ``[reproducibility]`` table may fix the seed of the protocol
 noise; that exists for tests and for comparing with ``p2pem simulate`` and must be left out
 of a real deployment (the noise is then drawn from the operating system's entropy, as
 privacy requires).  The public document every node shares is the roster
@@ -220,10 +220,9 @@ class NodeConfig:
         With ``seed``: the noise generator is ``default_rng(SeedSequence(seed, spawn_key))``;
         ``p2pem deploy`` writes the scenario seed and ``(3, node_id)``, exactly the
         generator ``p2pem simulate`` gives node ``node_id``.
-    on_dropout : {"stop", "continue"}
-        When a neighbour falls silent: stop the run (default), or agree with the other
-        nodes to drop it and go on without it (if the rest stays connected with a cycle).
-        Every node of a run needs the same value.
+    on_dropout : {"stop", "continue"}, optional
+        The run's setting is the roster's (:attr:`~p2pem.deploy.roster.Roster.on_dropout`);
+        a node config that states one must state the same (checked at load).
     path : pathlib.Path, optional
         Where the config was read from.
     """
@@ -238,7 +237,7 @@ class NodeConfig:
     columns: tuple[str, ...] | None = None
     seed: int | None = None
     spawn_key: tuple[int, ...] = ()
-    on_dropout: str = "stop"
+    on_dropout: str | None = None
     path: Path | None = None
 
     def protocol_rng(self) -> np.random.Generator:
@@ -286,7 +285,7 @@ class NodeConfig:
             if any(k < 0 for k in spawn_key):
                 r.fail("'reproducibility.spawn_key' must hold non-negative integers")
         columns = top.string_list("columns", default=None)
-        on_dropout = top.choice("on_dropout", ON_DROPOUT, default="stop")
+        on_dropout = top.choice("on_dropout", ON_DROPOUT) if "on_dropout" in doc else None
         return cls(
             node_id=node_id,
             roster=top.path("roster", base),
@@ -331,7 +330,8 @@ class NodeConfig:
         if self.columns is not None:
             doc["columns"] = list(self.columns)
         doc["result"] = rel(self.result)
-        doc["on_dropout"] = self.on_dropout
+        if self.on_dropout is not None:
+            doc["on_dropout"] = self.on_dropout
         doc["broker"] = broker
         doc["timeouts"] = self.timeouts.to_dict()
         if self.seed is not None:

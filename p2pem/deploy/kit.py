@@ -274,7 +274,8 @@ def prepare_kit(
     broker_dir = root / "broker"
     broker_dir.mkdir()
     identities = [Identity.generate() for _ in range(n)]
-    roster = Roster.build(run_id, graph, settings, spec, [ident.public for ident in identities], n_features=int(parts[0].shape[1]))
+    on_dropout = str(scenario.deploy.get("on_dropout", "stop")) if on_dropout is None else on_dropout
+    roster = Roster.build(run_id, graph, settings, spec, [ident.public for ident in identities], n_features=int(parts[0].shape[1]), on_dropout=on_dropout)
     roster.save(root / "roster.toml")
     write_broker_auth(broker_dir, run_id, n)
     host, port = broker
@@ -298,7 +299,6 @@ def prepare_kit(
             timeouts=timeouts,
             seed=key[0] if key is not None else None,
             spawn_key=key[1] if key is not None else (),
-            on_dropout=str(scenario.deploy.get("on_dropout", "stop")) if on_dropout is None else on_dropout,
         )
         config.save(d / "node.toml")
     kit = Kit(

@@ -46,6 +46,7 @@ def node_report(
     rejected: Mapping[str, int],
     timings: Mapping[str, float],
     costs: Mapping[str, float],
+    on_dropout: str = "stop",
 ) -> dict[str, Any]:
     """The node's result document.
 
@@ -66,7 +67,7 @@ def node_report(
         "run_id": run_id,
         "launch": launch.hex(),
         "insecure_reproducible_seed": config.seed is not None,
-        "on_dropout": config.on_dropout,
+        "on_dropout": on_dropout,
         "dropped": sorted(dropped, key=lambda d: d["node"]),
         "status": status,
         "error": None if error is None else str(error),

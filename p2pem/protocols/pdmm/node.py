@@ -59,6 +59,12 @@ class PdmmNode(Aggregation):
         self._x_nb: list[np.ndarray | None] = [None] * len(self.nbrs)
         self._g_nb = [0] * len(self.nbrs)
         self._stop_nb = False
+        # accountable stops (synchronous mode): this node's counter g(t) of every completed
+        # round t (g(0) = 0), the last counter each neighbour announced, and whether this
+        # node's own proposal was handed out
+        self.g_hist: list[int] = [0]
+        self._g_last: dict[int, tuple[int, int]] = {}
+        self._announced = False
 
     # -- shared pieces -----------------------------------------------------------------------
 
@@ -108,8 +114,12 @@ class PdmmNode(Aggregation):
         ``0 <= g < round`` (g grows by at most one per round; with a schedule
         ``g <= round - 1 - end``, as no node settles before the schedule's end) and ``stop_at`` either never or
         in ``[round, round - 1 + D]`` (a sender past its stop round has stopped; a stop round
-        is fixed at most D rounds ahead).  Both carry a finite float64 vector of this node's
-        input length.
+        is fixed at most D rounds ahead).  In synchronous mode the counter must also follow
+        from the counters it is a minimum of: g_j(t-1) = 1 + min(g_j(t-2), min over j's
+        neighbours of g(t-2)) when settled, so ``g_j(t-1) <= 1 + min(g_j(t-2), g_i(t-2))`` for
+        this node i (a member cannot inflate its counter, on which the others' stop
+        proposals rest).  Asynchronous mode: meta ``(g, stop flag)``, flag 0 or 1.  Both kinds
+        carry a finite float64 vector of this node's input length.
         """
         def bad(check: str, detail: str) -> ProtocolViolation:
             return ProtocolViolation(msg.sender, msg.iteration, msg.round, check, f"{msg.kind} message: {detail}")
@@ -126,13 +136,22 @@ class PdmmNode(Aggregation):
             if len(msg.meta) != 2:
                 raise bad("meta", f"{len(msg.meta)} meta fields, expected 2 (g, stop round)")
             g, stop_at = msg.meta
-            # g rides one round late and counts settled rounds, which start after settle_after
-            scheduled = not self.spec.asynchronous and self.prm.schedule is not None
-            g_max = max(0, t - 1 - self.prm.settle_after) if scheduled else t - 1
-            if not 0 <= g <= g_max:
-                raise bad("meta", f"settled counter {g} outside 0..{g_max}")
-            if stop_at != NEVER and not t <= stop_at <= t - 1 + self.diam:
-                raise bad("meta", f"stop round {stop_at} outside {t}..{t - 1 + self.diam}")
+            if self.spec.asynchronous:
+                if not 0 <= g <= t - 1 or stop_at not in (0, 1):
+                    raise bad("meta", f"settled counter {g} outside 0..{t - 1} or stop flag {stop_at} not 0 or 1")
+            else:
+                # g rides one round late and counts settled rounds, which start after settle_after
+                g_max = max(0, t - 1 - self.prm.settle_after) if self.prm.schedule is not None else t - 1
+                if not 0 <= g <= g_max:
+                    raise bad("meta", f"settled counter {g} outside 0..{g_max}")
+                if stop_at != NEVER and not t <= stop_at <= t - 1 + self.diam:
+                    raise bad("meta", f"stop round {stop_at} outside {t}..{t - 1 + self.diam}")
+                last = self._g_last.get(j)
+                previous = 0 if t == 1 else last[1] if last is not None and last[0] == t - 1 else g
+                own = self.g_hist[t - 2] if 2 <= t < len(self.g_hist) + 2 else 0 if t < 2 else previous
+                if g > 1 + min(previous, own):
+                    raise bad("meta", f"settled counter {g} exceeds 1 + min(its own {previous} and this node's {own} of round {t - 2})")
+                self._g_last[j] = (t, g)
         else:
             raise bad("kind", "pdmm-sp sends only dual-init and primal messages")
         check_vector(msg, self.s.shape[0])
@@ -195,10 +214,54 @@ class PdmmNode(Aggregation):
                              lambda g: min(g, g_nb), lambda stop_at: min(stop_at, stop_nb)):
             self._finish(x)
             return []
+        self.g_hist.append(self.rule.g)
         _, two_c, two_cd, w = self.prm.at(t)
         self.u, self.v = sums_update(self.u, self.v, x, nb_sum, two_c, two_cd, self.spec.theta, w)
         self.x_prev = x
         return self._broadcast_next()
+
+    # -- accountable stops (synchronous mode) -------------------------------------------------
+
+    def proposal(self) -> tuple[int, int] | None:
+        """This node's own stop proposal ``(t, t + e_i)``, once (see ``StopRule.proposed``)."""
+        if self._announced or self.spec.asynchronous or self.rule.proposed is None:
+            return None
+        self._announced = True
+        return self.rule.proposed
+
+    def claimed_stop(self, msg: Message) -> int | None:
+        """The stop round of a synchronous primal (None while it announces none)."""
+        if self.spec.asynchronous or msg.kind != "primal" or len(msg.meta) != 2 or msg.meta[1] == NEVER:
+            return None
+        return int(msg.meta[1])
+
+    def check_proposal(self, origin: int, proposed_at: int, stop: int) -> tuple[str, str] | None:
+        """Node ``origin``'s proposal against the public facts and this node's counters.
+
+        Form: the stop round is ``proposed_at + e_origin`` (its public eccentricity bound),
+        and ``proposed_at`` leaves room for e_origin + 1 settled rounds after the schedule's
+        special ones.  Counters: a proposal means g_origin(proposed_at) >= e_origin + 1, and
+        g drops by at most one per hop and round, so this node, at distance d, must have had
+        g(proposed_at - d) >= e_origin + 1 - d, in a round it has completed.
+        """
+        if self.spec.asynchronous:
+            return ("form", "asynchronous pdmm-sp makes no stop proposals")
+        topo = self.ctx.topology
+        if not 0 <= origin < topo.n_nodes:
+            return ("form", f"node {origin} is not in this aggregation")
+        e = int(topo.eccentricity[origin])
+        if stop != proposed_at + e:
+            return ("form", f"stop round {stop} is not the proposal round {proposed_at} plus node {origin}'s eccentricity {e}")
+        if not self.prm.settle_after + e + 1 <= proposed_at <= self.spec.max_iter:
+            return ("form", f"no node settles {e + 1} rounds by round {proposed_at} (rounds up to {self.prm.settle_after} never count)")
+        d = topo.distances(origin)[self.ctx.node_id]
+        need, r = e + 1 - d, proposed_at - d
+        completed = len(self.g_hist) - 1
+        if r > completed:
+            return ("counters", f"it needs this node (at distance {d}) to have completed round {r}, but it has completed {completed}")
+        if self.g_hist[r] < need:
+            return ("counters", f"it needs this node's settled counter in round {r} to be at least {need} (distance {d}), it was {self.g_hist[r]}")
+        return None
 
     # -- asynchronous -------------------------------------------------------------------------
 

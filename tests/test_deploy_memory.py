@@ -28,7 +28,9 @@ from hypothesis import strategies as st
 
 from p2pem.deploy.clock import run_virtual
 from p2pem.deploy.codec import Codec
+from p2pem.deploy.control import Signer, abort_message, make_abort
 from p2pem.deploy.crypto import Identity
+from p2pem.deploy.failures import Reason
 from p2pem.deploy.config import NodeConfig, Timeouts
 from p2pem.deploy.roster import Roster
 from p2pem.deploy.kit import prepare_kit
@@ -263,25 +265,104 @@ def replace_payload(m: Message, payload) -> Message:
     return Message(m.sender, m.receivers, m.iteration, m.round, m.kind, payload, m.encrypted, m.meta)
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(rewrite=rewrites(), kind=st.sampled_from(["primal", "dual-init", "hello", "final", "bye"]), data=st.data())
-def test_insider_never_splits_or_silently_corrupts_the_outcome(kit, honest, tmp_path_factory, rewrite, kind, data):
+class Statements(Insider):
+    """Node INSIDER signing statements of its own (valid signatures): at its ``nth`` primal it
+    publishes ``make(m)`` (a list of messages) before, or instead of, that primal."""
+
+    def __init__(self, kit, nth: int, make, *, keep: bool = True, launch: bytes = LAUNCH) -> None:
+        super().__init__(kit, nth, "primal", lambda m: m, launch=launch)
+        self.signer = Signer(Identity.load(kit.node_dir(INSIDER) / "node.key"), self.roster.public_keys(), self.roster.run_id, launch)
+        self.make, self.keep = make, keep
+
+    def __call__(self, topic: str, payload: bytes):
+        if super().__call__(topic, payload) is None:
+            return None
+        msg = self.receiver[self.observer.parse(payload).receivers[0]].decode(payload)
+        out = [(topic_for(self.roster.run_id, m), self.codec.encode(m)) for m in self.make(self, msg)]
+        return out + ([(topic, payload)] if self.keep else [])
+
+
+def early_stop(ins: Statements, m: Message) -> list[Message]:
+    """A validly signed stop proposal as if the insider's counter had triggered a round ago,
+    and the insider's primal announcing it: the others' counters contradict it."""
+    e = int(ins.roster.topology().eccentricity[INSIDER])
+    at = m.round - 1
+    fields = (m.iteration, 0, INSIDER, at, at + e)
+    stop = Message(INSIDER, m.receivers, -1, INSIDER, "stop", ins.signer.sign("stop", fields), False, fields)
+    return [stop, Message(m.sender, m.receivers, m.iteration, m.round, m.kind, m.payload, m.encrypted, (m.meta[0], at + e))]
+
+
+def inflated(ins: Statements, m: Message) -> list[Message]:
+    """The insider's counter claimed as high as the round allows (as if settled all along)."""
+    return [Message(m.sender, m.receivers, m.iteration, m.round, m.kind, m.payload, m.encrypted, (m.round - 1, m.meta[1]))]
+
+
+def vote_against(victim_at: int):
+    def make(ins: Statements, m: Message) -> list[Message]:
+        victim = ins.roster.neighbours[INSIDER][victim_at % len(ins.roster.neighbours[INSIDER])]
+        fields = (victim, m.iteration, INSIDER)
+        return [Message(INSIDER, m.receivers, -1, victim * ins.roster.n_nodes + INSIDER, "drop", ins.signer.sign("drop", fields), False, fields)]
+    return make
+
+
+def abort_naming(how: str):
+    """A signed abort: ``implausible`` names a node the insider cannot have watched (a violation
+    by a non-neighbour, or a disagreement outside the final phase); ``frame`` names a
+    neighbour, plausibly (nobody can disprove it, so the run stops: the claim is the insider's)."""
+    def make(ins: Statements, m: Message) -> list[Message]:
+        nbrs = ins.roster.neighbours[INSIDER]
+        stranger = next(k for k in range(ins.roster.n_nodes) if k != INSIDER and k not in nbrs)
+        reason, round_, culprit = {
+            "implausible": (Reason.VIOLATION, m.round, stranger),
+            "phase": (Reason.DISAGREE, m.round, nbrs[0]),
+            "frame": (Reason.VIOLATION, m.round, nbrs[0]),
+        }[how]
+        return [abort_message(INSIDER, m.receivers, make_abort(ins.signer, reason, m.iteration, round_, INSIDER, (culprit,)))]
+    return make
+
+
+@st.composite
+def attacks(draw, sent):
+    """One insider: a rewrite of its nth message of some kind, or statements it signs itself."""
+    what = draw(st.sampled_from(["rewrite", "early-stop", "inflate", "vote", "abort"]), label="attack")
+    if what == "rewrite":
+        kind = draw(st.sampled_from(["primal", "dual-init", "hello", "final", "bye", "stop"]), label="kind")
+        rewrite, change = draw(rewrites(), label="rewrite")
+        nth = draw(st.integers(1, sent[kind]), label=f"nth of {sent[kind]} {kind} messages")
+        # a stop relay may come after every node agreed (harmless then)
+        return f"rewrite {kind} {rewrite}", "stop", lambda kit: Insider(kit, nth, kind, change), kind in ("primal", "dual-init")
+    # statements it signs: at one of its primals after the first EM iteration has begun (counters
+    # exist), so that every run reaches it
+    nth = draw(st.integers(sent["primal"] // 3, sent["primal"]), label=f"at its nth of {sent['primal']} primals")
+    if what == "early-stop":
+        # harmless (and unnoticed) only at its last primal of an aggregation, when the stop is due anyway
+        return what, "stop", lambda kit: Statements(kit, nth, early_stop, keep=False), False
+    if what == "inflate":
+        return what, "stop", lambda kit: Statements(kit, nth, inflated, keep=False), False
+    if what == "vote":
+        on_dropout = draw(st.sampled_from(["stop", "continue"]), label="on_dropout")
+        victim_at = draw(st.integers(0, 5), label="victim")
+        return f"vote ({on_dropout})", on_dropout, lambda kit: Statements(kit, nth, vote_against(victim_at)), on_dropout == "stop"
+    how = draw(st.sampled_from(["implausible", "phase", "frame"]), label="abort")
+    return f"abort {how}", "stop", lambda kit: Statements(kit, nth, abort_naming(how)), True
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_insider_never_splits_or_silently_corrupts_the_outcome(kit, honest, tmp_path_factory, data):
+    """Every generated run has the insider act (the nth message it rewrites is one it sends in
+    every run: an honest run sends as many, and the run is honest until then), and ends with
+    every honest node exact or failed naming the insider, never split."""
     kit, sim = kit
-    what, change = rewrite
-    # which of the insider's messages of this kind it rewrites: one it sends in every run, since
-    # an honest run sends as many (the rounds do not depend on delays and duplicates), and the
-    # run is honest until the rewrite
     _, sent = honest
-    nth = data.draw(st.integers(1, sent[kind]), label=f"nth of {sent[kind]} {kind} messages")
-    insider = Insider(kit, nth, kind, change)
+    name, on_dropout, make, detected = data.draw(attacks(sent))
+    insider = make(kit)
     faults = Faults(np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="fault seed")), duplicate=0.05, delay=0.05, max_delay=0.002, rewrite=insider)
-    results = run_in_memory(kit, tmp_path_factory.mktemp("run"), faults)
-    assert insider.fired, f"the insider never sent its {nth}th {kind} message"
+    results = run_in_memory(kit, tmp_path_factory.mktemp("run"), faults, on_dropout=on_dropout)
+    assert insider.fired, f"the insider never acted ({name})"
     assert_honest_outcome(results, sim, INSIDER)
-    if kind in ("primal", "dual-init"):
-        # every rewrite of these is out of range (a control message may be rewritten harmlessly,
-        # e.g. a later hello sequence number)
-        assert any(code != 0 for i, (code, _) in enumerate(results) if i != INSIDER), f"a {what} rewrite went unnoticed"
+    if detected:  # what no honest node sends is noticed (a control message may be rewritten harmlessly)
+        assert any(code != 0 for i, (code, _) in enumerate(results) if i != INSIDER), f"{name} went unnoticed"
 
 
 def test_forged_abort_is_pinned_on_its_sender(kit, tmp_path):

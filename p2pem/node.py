@@ -202,6 +202,10 @@ class Node:
     def ready(self) -> bool:
         return not self.done and self.agg is not None and self.agg.ready
 
+    def may_wake(self) -> bool:
+        """Whether a deployment may wake the node now (see :meth:`Aggregation.may_wake`)."""
+        return not self.done and self.agg is not None and self.agg.may_wake()
+
     def waiting_for(self) -> str:
         """What the node is waiting for, for timeout messages."""
         return f"EM iteration {self.iteration}, protocol round {self.round}"

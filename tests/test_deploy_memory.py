@@ -35,7 +35,10 @@ from p2pem.deploy.config import NodeConfig, Timeouts
 from p2pem.deploy.roster import Roster
 from p2pem.deploy.kit import prepare_kit
 from p2pem.deploy.process import run_reported
+from p2pem.deploy.bootstrap import peers_for
 from p2pem.deploy.runtime import NodeRuntime
+from p2pem.deploy.server import ServerRuntime
+from p2pem.messages import SERVER
 from p2pem.messages import Message
 from p2pem.protocols.pdmm import NEVER
 from p2pem.builders import build_graph, em_settings, build_protocols as protocols
@@ -89,11 +92,13 @@ def run_in_memory(
     on_dropout: str = "stop",
     kill: tuple[int, int] | None = None,
     broker: MemoryBroker | None = None,
+    server: list | None = None,
 ) -> list[tuple[int, dict]]:
-    """Run every node of ``kit`` in this process, in virtual time; return (exit code, result.json) per node.
+    """Run every party of ``kit`` in this process, in virtual time; return (exit code, result.json) per node.
 
     ``kill = (node, n)``: that node dies (silently, like SIGKILL) after publishing n envelopes.
     ``broker``: the MemoryBroker to use (to read what was published afterwards).
+    ``server``: a list that receives the server's (exit code, result.json), where there is one.
     """
     out.mkdir(parents=True, exist_ok=True)
     broker = MemoryBroker(intercept) if broker is None else broker
@@ -101,14 +106,14 @@ def run_in_memory(
     roster_path = kit.roster_path
     if on_dropout != roster.on_dropout:  # the run's setting is the roster's
         roster_path = replace(roster, on_dropout=on_dropout).save(out / "roster.toml")
-    runtimes, links = [], []
-    for i in range(kit.n_nodes):
+    runtimes, links = [], {}
+    for i in kit.parties:
         config = NodeConfig.load(kit.config_path(i))
         config = replace(
             config, roster=roster_path, result=out / f"result{i}.json", timeouts=Timeouts(timeout=timeout, startup_timeout=10.0, heartbeat=timeout / 4)
         )
-        links.append(broker.link(subscriptions_for(roster.run_id, i, roster.neighbours[i]), name=f"node{i}"))
-        runtimes.append(NodeRuntime(config, link=links[-1], launch=LAUNCH))
+        links[i] = broker.link(subscriptions_for(roster.run_id, i, peers_for(roster, i)), name=f"node{i}")
+        runtimes.append((ServerRuntime if i == SERVER else NodeRuntime)(config, link=links[i], launch=LAUNCH))
 
     if kill is not None:  # the victim's link dies as it publishes its n-th envelope (delivered)
         victim, n = kill
@@ -128,10 +133,12 @@ def run_in_memory(
         return await run_reported(runtime)
 
     async def main():
-        return await asyncio.gather(*(node(i, rt) for i, rt in enumerate(runtimes)))
+        return await asyncio.gather(*(node(i, rt) for i, rt in zip(kit.parties, runtimes, strict=True)))
 
-    codes = run_virtual(main())
-    return [(code, json.loads((out / f"result{i}.json").read_text(), parse_constant=_no_nan)) for i, code in enumerate(codes)]
+    codes = dict(zip(kit.parties, run_virtual(main()), strict=True))
+    if server is not None and SERVER in codes:
+        server.append((codes[SERVER], json.loads((out / f"result{SERVER}.json").read_text(), parse_constant=_no_nan)))
+    return [(codes[i], json.loads((out / f"result{i}.json").read_text(), parse_constant=_no_nan)) for i in range(kit.n_nodes)]
 
 
 def _no_nan(token: str):

@@ -33,6 +33,8 @@ import asyncio
 import hashlib
 import logging
 from collections import Counter
+
+import numpy as np
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,12 +51,13 @@ from p2pem.deploy.roster import Roster
 from p2pem.deploy.transports.base import AccessRefused, Link, subscriptions_for
 from p2pem.errors import ConfigError, DataError, TransportError
 from p2pem.messages import Message
-from p2pem.node import Node
+from p2pem.messages import SERVER
+from p2pem.node import Node, Server
 from p2pem.protocols import NodeContext
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Handshake", "NodeSetup", "connect", "load_node", "public_parameters_digest"]
+__all__ = ["Handshake", "NodeSetup", "ServerSetup", "connect", "load_node", "load_server", "peers_for", "public_parameters_digest"]
 
 #: Pause between attempts to reach the broker at start-up, in seconds.
 CONNECT_PAUSE = 0.25
@@ -80,8 +83,32 @@ class NodeSetup:
     n_rows: int
 
 
+def _common(config: NodeConfig, launch: bytes, roster: Roster):
+    """The spec, settings, identity and codec every party loads, checked against the config."""
+    i = config.node_id
+    if config.on_dropout is not None and config.on_dropout != roster.on_dropout:
+        raise ConfigError(f"{config.path}: on_dropout is {config.on_dropout!r} but the roster says {roster.on_dropout!r} (every node runs with the roster's)")
+    spec = roster.protocol_spec()
+    settings = roster.em_settings()
+    identity = Identity.load(config.key_file)
+    try:
+        codec = Codec(roster.run_id, roster.public_keys(), identity=identity, node_id=i, launch=launch)
+    except ConfigError as exc:
+        raise ConfigError(f"{config.path}: {exc}") from None
+    if config.seed is not None:
+        log.warning(
+            "node %d: INSECURE REPRODUCIBLE SEED: protocol noise drawn from a fixed seed, so the results "
+            "are reproducible but the subspace perturbation hides nothing from whoever knows the seed",
+            i,
+        )
+    return spec, settings, identity, codec
+
+
 def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b"") -> NodeSetup:
     """Load the roster, the key file and the data of ``config`` and build the node's parts.
+
+    A protocol that binds to the run (the private ones: clipping to the public box, the noise
+    plan, the EM hook) is bound here with this node's rows and the roster's node count.
 
     Parameters
     ----------
@@ -100,18 +127,10 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
     """
     roster = Roster.load(config.roster)
     i = config.node_id
-    if not 0 <= i < roster.n_nodes:
-        raise ConfigError(f"{config.path}: node_id {i} is not in the roster ({roster.n_nodes} nodes: 0..{roster.n_nodes - 1})")
-    if config.on_dropout is not None and config.on_dropout != roster.on_dropout:
-        raise ConfigError(f"{config.path}: on_dropout is {config.on_dropout!r} but the roster says {roster.on_dropout!r} (every node runs with the roster's)")
-    spec = roster.protocol_spec()
+    if not 0 <= i < roster.n_nodes or config.data is None:
+        raise ConfigError(f"{config.path}: node_id {i} is not a node of the roster ({roster.n_nodes} nodes: 0..{roster.n_nodes - 1}) with a data file")
+    spec, settings, identity, codec = _common(config, launch, roster)
     topology = roster.topology()
-    settings = roster.em_settings()
-    identity = Identity.load(config.key_file)
-    try:
-        codec = Codec(roster.run_id, roster.public_keys(), identity=identity, node_id=i, launch=launch)
-    except ConfigError as exc:
-        raise ConfigError(f"{config.path}: {exc}") from None
     X = load_node_data(config.data, config.columns)
     n_features = roster.n_features
     if n_features is None and settings.init is not None:
@@ -121,28 +140,68 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
             f"node {i}: {config.data} has {X.shape[1]} columns, but the roster's model has {n_features} features "
             f"(every node's data must have the same columns)"
         )
-    if config.seed is not None:
-        log.warning(
-            "node %d: INSECURE REPRODUCIBLE SEED: protocol noise drawn from a fixed seed, so the results "
-            "are reproducible but the subspace perturbation hides nothing from whoever knows the seed",
-            i,
-        )
-    node = Node.for_em(NodeContext(i, topology, config.protocol_rng()), X, settings, spec)
+    # the other parts are empty: binding reads only the node count and the public bound from them
+    spec, settings, parts = spec.bind(settings, [X] + [X[:0]] * (roster.n_nodes - 1), seed=0)
+    node = Node.for_em(NodeContext(i, topology, config.protocol_rng()), parts[0], settings, spec)
     node.validate = True
     if link is None:
         link = mqtt_link(config, roster)
     return NodeSetup(config, roster, identity, codec, node, spec, link, int(X.shape[0]))
 
 
+@dataclass
+class ServerSetup:
+    """What the server of ``federated`` or ``dp-central`` builds before it talks to anyone."""
+
+    config: NodeConfig
+    roster: Roster
+    identity: Identity
+    codec: Codec
+    server: Server
+    spec: Any
+    settings: Any
+    link: Link
+
+
+def load_server(config: NodeConfig, *, link: Link | None = None, launch: bytes = b"") -> ServerSetup:
+    """Load the roster and key file of the server process (node id -1) and build its parts.
+
+    dp-central's server draws its noise from the config's reproducibility seed, or from the
+    operating system's entropy (the default, and what privacy requires).
+
+    Raises
+    ------
+    ConfigError
+        A file is missing or invalid, or the roster's protocol has no server.
+    """
+    from dataclasses import replace
+
+    roster = Roster.load(config.roster)
+    spec, settings, identity, codec = _common(config, launch, roster)
+    topology = roster.topology()
+    if spec.server_aggregation(topology, 0) is None:
+        raise ConfigError(f"{config.path}: node_id -1 is the server, but protocol {spec.name!r} has none")
+    d = roster.n_features
+    if d is None:
+        raise ConfigError(f"{roster.where}: em.n_features is needed by the server")
+    spec, settings, _ = spec.bind(settings, [np.zeros((0, d))] * roster.n_nodes, seed=0)
+    plan = getattr(spec, "plan", None)
+    if plan is not None:  # dp-central: its own noise, not a seed's
+        spec = replace(spec, plan=replace(plan, aggregator_rng=config.protocol_rng()))
+    if link is None:
+        link = mqtt_link(config, roster)
+    return ServerSetup(config, roster, identity, codec, Server(spec, topology), spec, settings, link)
+
+
 def mqtt_link(config: NodeConfig, roster: Roster) -> Link:
-    """The node's link to its configured broker, subscribed to its neighbours' topics."""
+    """The party's link to its configured broker, subscribed to its peers' topics."""
     from p2pem.deploy.transports.mqtt import MqttLink  # aiomqtt: only a node process needs it
 
     broker, i, timeout = config.broker, config.node_id, config.timeouts.timeout
     return MqttLink(
         broker.host,
         broker.port,
-        subscriptions=subscriptions_for(roster.run_id, i, roster.neighbours[i]),
+        subscriptions=subscriptions_for(roster.run_id, i, peers_for(roster, i)),
         username=broker.username,
         password=broker.password(),
         identifier=f"{roster.run_id}-node{i}",
@@ -151,6 +210,14 @@ def mqtt_link(config: NodeConfig, roster: Roster) -> Link:
         keepalive=max(5, int(timeout)),
         subscribe_qos=0,  # see MqttLink: with clean sessions QoS 1 adds nothing on this leg
     )
+
+
+def peers_for(roster: Roster, i: int) -> tuple[int, ...]:
+    """Whom party ``i`` exchanges messages with: its graph neighbours and the server (if any),
+    or every node for the server."""
+    if i == SERVER:
+        return tuple(range(roster.n_nodes))
+    return tuple(sorted((*roster.neighbours[i], *((SERVER,) if roster.server_key is not None else ()))))
 
 
 async def connect(link: Link, node_id: int, username: str | None, startup_timeout: float, clock: Clock) -> None:

@@ -63,7 +63,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         metavar="HEX",
         default=os.environ.get("P2PEM_LAUNCH", ""),
         help="nonce of this launch (hex, same for every node; default $P2PEM_LAUNCH): bound into every message, "
-        "so messages of an earlier launch of the same roster are refused. `p2pem deploy` and nodes/launch.sh draw a fresh one",
+        "so messages of an earlier launch of the same roster are refused. `p2pem deploy` and nodes/launch.sh draw a fresh one; "
+        "a node refuses to start without one",
+    )
+    node.add_argument(
+        "--insecure-no-launch-nonce",
+        action="store_true",
+        help="INSECURE, for trying things out only: start without a launch nonce, so that messages (and retained aborts) "
+        "of an earlier launch of this roster are accepted by this one",
     )
     node.set_defaults(func=cmd_node)
 
@@ -118,7 +125,9 @@ def cmd_node(args: argparse.Namespace) -> int:
     from p2pem.deploy.process import run_node
     from p2pem.deploy.report import write_failure
     from p2pem.deploy.runtime import NodeRuntime
+    from p2pem.deploy.server import ServerRuntime
     from p2pem.errors import P2pemError
+    from p2pem.messages import SERVER
 
     parent = os.getppid() if args.exit_with_parent else None
     if parent is not None:
@@ -129,25 +138,32 @@ def cmd_node(args: argparse.Namespace) -> int:
         launch = bytes.fromhex(args.launch)
     except ValueError:
         raise ConfigError(f"--launch must be hex digits, got {args.launch!r}") from None
+    if not launch and not args.insecure_no_launch_nonce:
+        raise ConfigError(
+            "no launch nonce: give --launch HEX (or $P2PEM_LAUNCH), the same fresh one for every node of this launch "
+            "(`p2pem deploy` and nodes/launch.sh draw one); to try things out without, --insecure-no-launch-nonce"
+        )
     if not launch:
         import logging
 
         logging.getLogger(__name__).warning(
-            "no launch nonce (--launch/P2PEM_LAUNCH): messages of an earlier launch of this roster would be accepted"
+            "INSECURE: NO LAUNCH NONCE (--insecure-no-launch-nonce): messages and retained aborts of an earlier launch "
+            "of this roster are accepted by this one"
         )
 
     def progress(event: str, n_iter: int, max_iter: int) -> None:
         _say("online" if event == "online" else f"progress {n_iter} {max_iter}")
 
     config = NodeConfig.load(args.config)
+    party = ServerRuntime if config.node_id == SERVER else NodeRuntime
     try:
-        runtime = NodeRuntime(config, progress=progress if args.progress else None, parent_pid=parent, launch=launch)
+        runtime = party(config, progress=progress if args.progress else None, parent_pid=parent, launch=launch)
     except P2pemError as exc:
         write_failure(config, exc)
         raise
     report = run_node(runtime)
     args.exit_at_once = True  # the result file is written: p2pem.cli.main may skip the interpreter's teardown
-    if not args.progress:
+    if not args.progress and config.node_id != SERVER:
         ll = report["loglik"][-1] if report["loglik"] else float("nan")
         _say(
             f"node {report['node_id']}: {report['n_iter']} EM iterations, final loglik {ll:.6f}, "
@@ -275,8 +291,12 @@ def _print_summary(kit, doc: dict, elapsed: float) -> None:
         f"{dep['envelopes_published']} envelopes ({dep['wire_bytes'] / 1e6:.2f} MB), {dep['deliveries']} deliveries, "
         f"{dep['duplicates']} duplicates, {dep['rejected']} rejected, {dep['reconnects']} reconnects"
     )
-    for d in dep.get("dropped", []):
-        print(f"  node {d['node']} dropped out in EM iteration {d['iteration']} (noticed by node {d['detected_by']}); the model is the EM of the other nodes' rows")
+    for d in dep.get("evicted", []):
+        witnesses = ", ".join(map(str, d["witnesses"]))
+        print(
+            f"  EVICTED: node {d['node']} in EM iteration {d['iteration']}, on the signed word of its neighbours {witnesses} "
+            f"that it fell silent; the model is the EM of the other nodes' rows only"
+        )
     if dep.get("seeded"):
         print("  INSECURE: protocol noise from the scenario seed (--insecure-reproducible-seed); not private")
     startup = dep["startup_s"]

@@ -200,6 +200,8 @@ class NodeConfig:
     Parameters
     ----------
     node_id : int
+        The node's id in the roster, or -1 for the server process of ``federated`` and
+        ``dp-central`` (which has no data file).
     roster : pathlib.Path
         The run's roster file.
     key_file : pathlib.Path
@@ -230,7 +232,7 @@ class NodeConfig:
     node_id: int
     roster: Path
     key_file: Path
-    data: Path
+    data: Path | None
     result: Path
     broker: BrokerConfig
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -254,7 +256,7 @@ class NodeConfig:
         where = str(path)
         base = path.parent
         top = Table(where, doc, "", ("node_id", "roster", "key_file", "data", "columns", "result", "broker", "timeouts", "reproducibility", "on_dropout"))
-        node_id = top.integer("node_id", minimum=0)
+        node_id = top.integer("node_id", minimum=-1)  # -1: the server of federated and dp-central
         b = top.section("broker", BrokerConfig.KEYS)
         port = b.integer("port", default=1883, minimum=1)
         if port > 65535:
@@ -290,7 +292,7 @@ class NodeConfig:
             node_id=node_id,
             roster=top.path("roster", base),
             key_file=top.path("key_file", base),
-            data=top.path("data", base),
+            data=top.path("data", base) if node_id >= 0 or "data" in doc else None,
             result=top.path("result", base),
             broker=broker,
             timeouts=timeouts,
@@ -325,7 +327,7 @@ class NodeConfig:
             "node_id": self.node_id,
             "roster": rel(self.roster),
             "key_file": rel(self.key_file),
-            "data": rel(self.data),
+            "data": rel(self.data),  # None (left out) for a server
         }
         if self.columns is not None:
             doc["columns"] = list(self.columns)

@@ -104,7 +104,7 @@ class Peer:
         self.progress = progress
         self.parent_pid = parent_pid
         self.clock: Clock = loop_clock if clock is None else clock
-        self.server = spec.server_aggregation(roster.topology(), 0) is not None
+        self.has_server = spec.server_aggregation(roster.topology(), 0) is not None
         self.neighbours: tuple[int, ...] = tuple(peers)
         self._nbr_set = frozenset(self.neighbours)
         self.counters: Counter[str] = Counter()
@@ -138,7 +138,7 @@ class Peer:
         """The parties node ``j`` exchanges messages with (a status naming others is a violation)."""
         if j == SERVER:
             return frozenset(range(self.n_nodes))
-        return frozenset(self.roster.neighbours[j]) | ({SERVER} if self.server else frozenset())
+        return frozenset(self.roster.neighbours[j]) | ({SERVER} if self.has_server else frozenset())
 
     def where(self) -> str:
         raise NotImplementedError
@@ -375,7 +375,7 @@ class Peer:
         ProtocolViolation
             Naming the sender (which signed it or relayed it unchecked).
         """
-        abort = parse_abort(msg, self.n_nodes, self.server)
+        abort = parse_abort(msg, self.n_nodes, self.has_server)
         self.signer.check(msg, ABORT, abort.origin, abort.fields(), abort.signature)
         why = implausible(abort, self.peers_of, self.iteration, lambda v, a, b: separates(self.roster.neighbours, v, a, b))
         if why is not None:

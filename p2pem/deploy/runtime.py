@@ -295,8 +295,8 @@ class NodeRuntime(Peer):
             await self._wake()
 
     async def _wake(self) -> None:
-        """An asynchronous activation, when the Node has something to do."""
-        if self.node.ready:
+        """An asynchronous activation, when the Node may (see :meth:`~p2pem.protocols.base.Aggregation.may_wake`)."""
+        if self.node.may_wake():
             try:
                 out = self.node.wake()
             except ProtocolError as exc:

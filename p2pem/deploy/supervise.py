@@ -61,7 +61,8 @@ class Deployment:
     verbose : int
         ``-v`` flags passed to the nodes (their logs go to ``node.log``).
     nodes : sequence of int, optional
-        Start only these nodes (default all; tests run the others themselves).
+        Start only these parties (default all, the server -1 included; tests run the others
+        themselves).
     """
 
     def __init__(
@@ -74,12 +75,12 @@ class Deployment:
         nodes: Sequence[int] | None = None,
     ) -> None:
         self.kit = kit
-        self.nodes = list(range(kit.n_nodes)) if nodes is None else list(nodes)
+        self.nodes = kit.parties if nodes is None else list(nodes)
         self.wrap = wrap
         self.python = python
         self.verbose = verbose
         self.processes: list[subprocess.Popen[bytes]] = []
-        self.states = [_NodeState() for _ in range(kit.n_nodes)]
+        self.states = {i: _NodeState() for i in kit.parties}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.last_event = time.monotonic()
@@ -140,7 +141,7 @@ class Deployment:
 
     def progress(self) -> DeployProgress:
         with self._lock:
-            states = list(self.states)
+            states = [s for i, s in self.states.items() if i >= 0]  # the server counts no EM iterations
             codes = [p.poll() for p in self.processes]
         return DeployProgress(
             n_nodes=self.kit.n_nodes,

@@ -485,6 +485,11 @@ class Aggregation(abc.ABC):
         """True when a wake would do something (asynchronous protocols)."""
         return False
 
+    def may_wake(self) -> bool:
+        """Whether a deployment may wake this node now (asynchronous protocols): by default
+        when it is :attr:`ready`; a protocol whose neighbours must not wake at once says so."""
+        return self.ready
+
 
 def parameter_fields(spec: type | object) -> tuple[dataclasses.Field, ...]:
     """The user-settable parameters of a protocol spec (class or instance): its ``__init__``

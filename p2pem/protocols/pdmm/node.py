@@ -63,6 +63,8 @@ class PdmmNode(Aggregation):
         # round t (g(0) = 0), the last counter each neighbour announced, and whether this
         # node's own proposal was handed out
         self.g_hist: list[int] = [0]
+        # asynchronous mode in a deployment: primals received from each neighbour (edge tokens)
+        self._received = [0] * len(self.nbrs)
         self._g_last: dict[int, tuple[int, int]] = {}
         self._announced = False
 
@@ -81,11 +83,15 @@ class PdmmNode(Aggregation):
 
     def awaiting(self) -> tuple[int, ...]:
         """The neighbours whose dual-init has not arrived; then (synchronous mode) those whose
-        primal of the current round has not (an asynchronous node goes on without them)."""
+        primal of the current round has not, or (asynchronous mode, in a deployment) those
+        whose edge token it waits for (see :meth:`may_wake`)."""
         if self.done:
             return ()
-        if len(self._inits) < len(self.nbrs) or self.spec.asynchronous:
+        if len(self._inits) < len(self.nbrs):
             return tuple(j for j in self.nbrs if j not in self._inits)
+        if self.spec.asynchronous:
+            i, t = self.ctx.node_id, self.round
+            return tuple(j for k, j in enumerate(self.nbrs) if self._received[k] + (i < j) <= t)
         box = self._round_msgs.get(self.round, {})
         return tuple(j for j in self.nbrs if j not in box)
 
@@ -282,9 +288,29 @@ class PdmmNode(Aggregation):
             self._finish(x)
         return out
 
+    def may_wake(self) -> bool:
+        """Whether a deployment may wake this node now: it holds the token of every edge.
+
+        Asynchronous PDMM updates both ends of an edge's duals from one broadcast, so two
+        neighbours must never wake while each other's broadcast is in flight (the simulator
+        delivers every broadcast before the next wake).  A deployment orders them by
+        scheduling by edge reversal (Barbosa & Gafni, 1989): the token of edge {i, j} starts
+        at the smaller id, a node wakes only when it holds all of its tokens, and its broadcast
+        hands each of them to the neighbour.  The holders' orientation stays acyclic, so some
+        node can always wake, every node wakes again after each of its neighbours, and every
+        wake sees its neighbours' latest broadcasts.  Node i holds the token of edge {i, j}
+        when the primals it received from j, plus one if it started with it, exceed its own
+        wakes.
+        """
+        if not self.ready:
+            return False
+        i, t = self.ctx.node_id, self.round
+        return all(self._received[k] + (i < j) > t for k, j in enumerate(self.nbrs))
+
     def _receive_async(self, k: int, msg: Message) -> list[Message]:
         if msg.sender not in self._inits:
             raise ProtocolError(f"pdmm-sp: primal from node {msg.sender} before its dual-init")
+        self._received[k] += 1
         if self.done:
             return []
         x_j = np.asarray(msg.payload)

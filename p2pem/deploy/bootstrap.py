@@ -48,7 +48,7 @@ from p2pem.deploy.failures import NodeFailure, Reason, nodes_text
 from p2pem.deploy.limits import TokenBucket
 from p2pem.deploy.watchdog import Status
 from p2pem.deploy.roster import Roster
-from p2pem.deploy.transports.base import AccessRefused, Link, subscriptions_for
+from p2pem.deploy.transports.base import AccessRefused, CertificateRefused, Link, subscriptions_for
 from p2pem.errors import ConfigError, DataError, TransportError
 from p2pem.messages import Message
 from p2pem.messages import SERVER
@@ -226,14 +226,16 @@ async def connect(link: Link, node_id: int, username: str | None, startup_timeou
     Raises
     ------
     TransportError
-        The broker refused the credentials (at once: retrying cannot help), or stayed
-        unreachable for ``startup_timeout`` seconds.
+        The broker refused the credentials or its TLS certificate did not verify (at once:
+        retrying cannot help), or it stayed unreachable for ``startup_timeout`` seconds.
     """
     deadline = clock() + startup_timeout
     while True:
         try:
             await link.connect()
             return
+        except CertificateRefused as exc:
+            raise TransportError(f"node {node_id}: {exc} (check broker.ca_file and broker.host in node.toml)") from None
         except AccessRefused as exc:
             raise TransportError(f"node {node_id}: the MQTT broker at {link.address} refused user {username!r}: {exc}") from None
         except TransportError as exc:

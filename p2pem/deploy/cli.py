@@ -37,10 +37,13 @@ counts).  Every node draws its secrets (initial duals) from the OS's entropy, so
 equals `p2pem simulate` up to the consensus error; --insecure-reproducible-seed draws them
 from the scenario seed instead (bit-identical to simulate, NOT private: whoever has the
 scenario file undoes the privacy noise).  Every message is validated; a node that breaks the
-protocol is named and the run stops; no node reports success before its neighbours showed it
-the same final model.  With `on_dropout = "continue"` in the scenario's [deploy] table the
-run goes on without a node that falls silent.  Ctrl-C, or killing this launcher, stops every
-node process and the broker.
+protocol is named and the run stops; no node reports success before every node showed it the
+same signed final model.  With `on_dropout = "continue"` in the scenario's [deploy] table the
+run goes on without a node that at least two of its neighbours signed fell silent (each
+eviction is printed with its witnesses).  Every protocol but centralized deploys (federated and
+dp-central with a server process beside the nodes).  --tls makes a CA and a broker certificate
+and runs the broker with TLS; --sites 2 runs two brokers joined by a Mosquitto bridge, as two
+sites would.  Ctrl-C, or killing this launcher, stops every node process and the broker.
 """
 
 KEYS_HELP = """\
@@ -78,7 +81,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     dep.add_argument("scenario", nargs="?", help="scenario TOML file, e.g. scenarios/parkinsons-20.toml")
     dep.add_argument("--out", metavar="DIR", help="new output folder for the kit, logs and result.json")
     dep.add_argument("--kit", metavar="DIR", help="run a kit prepared earlier with --prepare-only instead of a scenario")
-    dep.add_argument("--protocol", metavar="NAME", help="which of the scenario's protocols to deploy (default: the first); only pdmm-sp in sync mode can be deployed")
+    dep.add_argument("--protocol", metavar="NAME", help="which of the scenario's protocols to deploy: its name (the first of that name) or its position 1, 2, ... (default: the first); every protocol but centralized deploys")
     dep.add_argument("--broker", metavar="HOST:PORT", help="use this running broker instead of starting one (it must load DIR/broker/passwords and DIR/broker/acl, or allow anonymous clients)")
     dep.add_argument("--listen", metavar="HOST", default="127.0.0.1", help="address of the broker the launcher starts (default 127.0.0.1)")
     dep.add_argument("--run-id", metavar="ID", help="run id bound into message tags, keys and topics (default: scenario name + random suffix)")
@@ -86,6 +89,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     dep.add_argument("--startup-timeout", type=float, metavar="S", help="seconds every node's neighbours have to come online (default: [deploy] startup_timeout or 60)")
     dep.add_argument("--insecure-reproducible-seed", action="store_true", help="TESTING ONLY: draw the nodes' protocol noise from the scenario seed so that the result equals `p2pem simulate` bit for bit; anyone with the scenario file can then undo the privacy noise (recorded in result.json and the logs)")
     dep.add_argument("--os-entropy", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
+    dep.add_argument("--tls", action="store_true", help="generate a CA and a broker certificate (in DIR/broker) and run the broker with TLS; every node trusts that CA only")
+    dep.add_argument("--sites", type=int, choices=(1, 2), default=1, help="2: two brokers joined by a Mosquitto bridge (odd nodes use the second), as two sites would (default 1)")
     dep.add_argument("--prepare-only", action="store_true", help="write the kit (keys, roster, configs, broker files) and stop; run it later with --kit DIR or nodes/launch.sh DIR")
     dep.add_argument("--check", action="store_true", help="also run `p2pem simulate` on the same scenario and print the largest relative difference")
     dep.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -218,7 +223,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                 from p2pem.deploy.broker import free_port
 
                 address = broker or deploy_settings(scenario)[2] or (args.listen, free_port(args.listen))
-                kit = prepare_kit(scenario, args.out, broker=address, protocol=args.protocol, run_id=args.run_id, seeded=args.insecure_reproducible_seed, timeouts=timeouts)
+                kit = prepare_kit(
+                    scenario, args.out, broker=address, protocol=args.protocol, run_id=args.run_id, seeded=args.insecure_reproducible_seed,
+                    timeouts=timeouts, tls=args.tls, sites=args.sites,
+                )
                 print(f"prepared {kit.n_nodes} node kits for run {kit.run_id} in {kit.root} (broker {kit.broker_host}:{kit.broker_port})")
                 print(f"start them with: p2pem deploy --kit {kit.root}   or   nodes/launch.sh {kit.root}")
                 return 0
@@ -232,6 +240,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                 seeded=args.insecure_reproducible_seed,
                 timeouts=timeouts,
                 progress=progress,
+                tls=args.tls,
+                sites=args.sites,
             )
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -152,6 +152,18 @@ class Deployment:
             failed=sum(c not in (None, 0) for c in codes),
         )
 
+    def slowest(self) -> str:
+        """The running nodes that reported the fewest EM iterations, and how many (for the watchdog)."""
+        with self._lock:
+            running = [i for i, p in zip(self.nodes, self.processes, strict=True) if p.poll() is None and i >= 0]
+            if not running:
+                return "none (every process exited)"
+            least = min(self.states[i].n_iter for i in running)
+            slow = [i for i in running if self.states[i].n_iter == least]
+            offline = [i for i in slow if not self.states[i].online]
+        what = "never came online" if offline and len(offline) == len(slow) else f"at EM iteration {least}"
+        return ("node " if len(slow) == 1 else "nodes ") + ", ".join(map(str, slow[:10])) + f" ({what})"
+
     def running(self) -> bool:
         return any(p.poll() is None for p in self.processes)
 
@@ -173,8 +185,12 @@ class Deployment:
             if len(self.exit_times) == len(self.processes):
                 break
             if time.monotonic() - self.last_event > watchdog:
+                slow = self.slowest()
                 self.terminate()
-                raise DeploymentFailed(f"no node reported progress for {watchdog:g} s; terminated all node processes")
+                raise DeploymentFailed(
+                    f"no node reported progress for {watchdog:g} s (longer than the nodes' own limits allow); the slowest: {slow}; "
+                    f"terminated all node processes"
+                )
             time.sleep(0.05)
         for thread in self._threads:
             thread.join(timeout=2)

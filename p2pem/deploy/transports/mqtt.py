@@ -42,6 +42,7 @@ from p2pem.errors import ConfigError, TransportError
 from p2pem.deploy.transports.base import (
     TOPIC_ROOT,
     AccessRefused,
+    CertificateRefused,
     ConnectionLost,
     Inbox,
     Incoming,
@@ -250,6 +251,9 @@ class MqttLink(Inbox):
         try:
             await stack.enter_async_context(client)
         except aiomqtt.MqttError as exc:
+            cause = exc.__cause__ or exc.__context__
+            if self.tls_context is not None and isinstance(cause, ssl.SSLError):
+                raise CertificateRefused(f"TLS handshake with the MQTT broker at {self.address} failed: {getattr(cause, 'reason', None) or cause}") from None
             refused = isinstance(exc, aiomqtt.MqttCodeError) and _reason_value(exc.rc) in _REFUSED
             raise (AccessRefused if refused else TransportError)(f"cannot connect to MQTT broker at {self.address}: {exc}") from None
         self._client, self._stack, self._lost = client, stack, None

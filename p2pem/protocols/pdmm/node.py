@@ -20,6 +20,11 @@ from p2pem.protocols.pdmm.stopping import NEVER, StopRule, check_precision
 from p2pem.protocols.pdmm.updates import dual_update, neighbour_sum, sums_update
 
 
+#: An honest initial dual is a normal draw of standard deviation ``perturbation_std``; one
+#: beyond this many of them has probability below 1e-800: it convicts its sender.
+DUAL_SIGMAS = 64
+
+
 class PdmmNode(Aggregation):
     """One node of pdmm-sp for one aggregation (synchronous or asynchronous)."""
 
@@ -136,6 +141,11 @@ class PdmmNode(Aggregation):
         if msg.kind == "dual-init":
             if t != 0 or msg.receivers != (self.ctx.node_id,) or msg.meta != () or msg.encrypted != self.spec.encrypt_duals:
                 raise bad("header", f"round {t}, receivers {msg.receivers}, meta {msg.meta}, encrypted {msg.encrypted}")
+            check_vector(msg, self.s.shape[0])
+            limit = DUAL_SIGMAS * self.spec.perturbation_std
+            if not np.abs(msg.payload).max(initial=0.0) <= limit:
+                raise bad("range", f"initial dual beyond {DUAL_SIGMAS} times perturbation_std ({limit:g}): no normal draw gets there")
+            return
         elif msg.kind == "primal":
             if not 1 <= t <= self.spec.max_iter or msg.encrypted or tuple(msg.receivers) != self.ctx.topology.neighbours[j]:
                 raise bad("header", f"round {t} (1..{self.spec.max_iter}), receivers {msg.receivers}, encrypted {msg.encrypted}")

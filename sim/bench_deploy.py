@@ -9,12 +9,25 @@ and prints wall time, protocol messages, payload bytes and what crossed the brok
   on a free loopback port with the kit's password file and ACL, every message authenticated
   with one HMAC-SHA256 tag per receiver (per-edge keys) and every initial dual sealed per edge.
 
+Two more measurements on request:
+
+* ``--protocols``: every protocol of the scenario deployed in turn (pdmm-sp, secure-sum,
+  federated with its server process, dp-central, dp-distributed over secure-sum and over
+  pdmm-sp, asynchronous pdmm-sp), side by side with its simulation: protocol messages,
+  payload bytes, envelopes, wire bytes, deliveries and wall time over the 20 processes;
+* ``--baseline DIR``: the same pdmm-sp deployment run alternately with this tree's code and
+  with the code checked out in ``DIR`` (e.g. the main branch), ``--repeat`` times each, in the
+  same run, and the ratio of their wall times: what this tree's checks cost against that code.
+
 Usage::
 
     .venv/bin/python sim/bench_deploy.py                       # the issue's benchmark
     .venv/bin/python sim/bench_deploy.py --max-iter 5          # a quicker look
     .venv/bin/python sim/bench_deploy.py --out /tmp/bench      # keep the kit, logs and result.json
     .venv/bin/python sim/bench_deploy.py --max-iter 5 --profile /tmp/prof   # cProfile every node process
+    .venv/bin/python sim/bench_deploy.py --protocols           # the per-protocol table
+    .venv/bin/python sim/bench_deploy.py --baseline /work/main --repeat 2   # the checks against main's code
+    .venv/bin/python sim/bench_deploy.py --protocols --json out.json        # the numbers as JSON too
 
 Not a test: the numbers depend on the machine (and on whatever else runs on it; the load
 average is printed next to them).  Needs ``mosquitto`` installed.
@@ -39,7 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-iter", type=int, help="override the scenario's em.max_iter (written to a copy of the file)")
     parser.add_argument("--out", help="keep the deployment folder here (default: a temporary folder)")
     parser.add_argument("--profile", metavar="DIR", help="run every node under cProfile and write DIR/node-<pid>.prof (slower)")
+    parser.add_argument("--protocols", action="store_true", help="deploy every protocol of the scenario and print the per-protocol table")
+    parser.add_argument("--baseline", metavar="DIR", help="a checkout of other code (e.g. main) to deploy alternately with this tree's, for the cost of the checks")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each code with --baseline (default 2)")
+    parser.add_argument("--json", metavar="FILE", help="also write the measured numbers as JSON")
     args = parser.parse_args(argv)
+    if args.protocols or args.baseline:
+        return _extra(args)
 
     from p2pem.deploy.broker import free_port
     from p2pem.deploy.kit import prepare_kit, start_kit_broker
@@ -157,6 +176,93 @@ def main(argv: list[str] | None = None) -> int:
         print(f"all three together: about {100 * share:.1f} % of the deployment's wall time on {os.cpu_count()} CPUs (goal < 5 %)")
         if args.out:
             print(f"kit, logs and result.json in {out}")
+    return 0
+
+
+def _scenario_copy(args, tmp: Path) -> Path:
+    """The scenario, with ``--max-iter`` applied, as a file in ``tmp`` (data paths absolute)."""
+    import re
+
+    path = Path(args.scenario).resolve()
+    text = path.read_text().replace('"../data/', f'"{path.parent.parent}/data/')
+    if args.max_iter is not None:
+        text = re.sub(r"(?m)^max_iter = \d+", f"max_iter = {args.max_iter}", text, count=1)
+    out = tmp / path.name
+    out.write_text(text)
+    return out
+
+
+def _deploy_cli(scenario: Path, out: Path, protocol: str, pythonpath: str | None = None) -> dict:
+    """``p2pem deploy`` as its own process (with ``pythonpath`` first on the path); its result.json."""
+    import json
+    import subprocess
+
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "p2pem", "deploy", str(scenario), "--out", str(out), "-q", "--insecure-reproducible-seed", "--protocol", protocol]
+    t0 = time.perf_counter()
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if run.returncode != 0:
+        raise SystemExit(f"deploy --protocol {protocol} failed: {run.stderr.strip().splitlines()[-1] if run.stderr.strip() else run.returncode}")
+    doc = json.loads((out / "result.json").read_text())
+    doc["launcher_wall_s"] = wall
+    return doc
+
+
+def _extra(args) -> int:
+    """--protocols and --baseline (module docstring)."""
+    import json
+    import statistics
+
+    from _common import print_table
+
+    from p2pem.builders import build_graph, build_protocols, em_settings, load_data
+    from p2pem.scenario import load_scenario
+    from p2pem.simulate import run_protocol
+
+    report: dict = {"format": "p2pem-bench-deploy", "version": 1, "cpus": os.cpu_count(), "load_before": os.getloadavg()[0]}
+    with tempfile.TemporaryDirectory(prefix="p2pem-bench-") as tmp:
+        scenario_path = _scenario_copy(args, Path(tmp))
+        scenario = load_scenario(scenario_path)
+        n = scenario.graph.n_nodes
+        if args.protocols:
+            rows, table = [], []
+            specs = build_protocols(scenario)
+            for k, spec in enumerate(specs, 1):
+                sim = run_protocol(load_data(scenario), build_graph(scenario), spec, em_settings(scenario), seed=scenario.streams()["protocol"])
+                print(f"  deploying {k}/{len(specs)}: {spec.label} ...", file=sys.stderr)
+                doc = _deploy_cli(scenario_path, Path(tmp) / f"p{k}", str(k))
+                run, dep = doc["protocols"][0], doc["deployment"]
+                entry = {
+                    "protocol": run["protocol"], "processes": n + (1 if "server" in dep else 0), "em_iterations": run["n_iter"],
+                    "messages": run["messages"], "payload_bytes": run["bytes"], "simulated_messages": sim.messages,
+                    "envelopes": dep["envelopes_published"], "wire_bytes": dep["wire_bytes"], "deliveries": dep["deliveries"],
+                    "control_messages": dep["control_messages"], "wall_s": dep["wall_s"], "run_s": dep["run_s"], "node_cpu_s": dep["node_cpu_s"],
+                }
+                table.append(entry)
+                rows.append([entry["protocol"], entry["processes"], entry["messages"], f"{entry['payload_bytes'] / 1e6:.2f}", entry["envelopes"],
+                             f"{entry['wire_bytes'] / 1e6:.2f}", entry["deliveries"], f"{entry['wall_s']:.1f}", f"{entry['run_s']:.1f}"])
+            print(f"\n{scenario.name}: every protocol deployed, {n} nodes, {scenario.em.max_iter} EM iterations, {os.cpu_count()} CPUs")
+            print_table(["protocol", "processes", "messages", "payload MB", "envelopes", "wire MB", "deliveries", "wall s", "consensus s"], rows)
+            report["protocols"] = table
+        if args.baseline:
+            walls: dict[str, list[float]] = {"this tree": [], "baseline": []}
+            cpus: dict[str, list[float]] = {"this tree": [], "baseline": []}
+            for r in range(args.repeat):
+                for name, path in (("this tree", None), ("baseline", str(Path(args.baseline).resolve()))):
+                    doc = _deploy_cli(scenario_path, Path(tmp) / f"b{r}-{name.replace(' ', '')}", "pdmm-sp", path)
+                    walls[name].append(doc["deployment"]["wall_s"])
+                    cpus[name].append(doc["deployment"]["node_cpu_s"])
+            this, base = statistics.median(walls["this tree"]), statistics.median(walls["baseline"])
+            print(f"\npdmm-sp deployment, median of {args.repeat} alternating runs each: this tree {this:.2f} s, {args.baseline} {base:.2f} s "
+                  f"(ratio {this / base:.3f}, i.e. {100 * (this / base - 1):+.1f} % wall time); node CPU {statistics.median(cpus['this tree']):.1f} s "
+                  f"against {statistics.median(cpus['baseline']):.1f} s")
+            report["baseline"] = {"dir": args.baseline, "walls": walls, "node_cpu_s": cpus, "ratio": this / base}
+        report["load_after"] = os.getloadavg()[0]
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
     return 0
 
 

@@ -352,9 +352,10 @@ def attacks(draw, sent):
     if what == "vote":
         on_dropout = draw(st.sampled_from(["stop", "continue"]), label="on_dropout")
         victim_at = draw(st.integers(0, 5), label="victim")
-        return f"vote ({on_dropout})", on_dropout, lambda kit: Statements(kit, nth, vote_against(victim_at)), on_dropout == "stop"
+        return f"vote ({on_dropout})", on_dropout, lambda kit: Statements(kit, nth, vote_against(victim_at)), False
     how = draw(st.sampled_from(["implausible", "phase", "frame"]), label="abort")
-    return f"abort {how}", "stop", lambda kit: Statements(kit, nth, abort_naming(how)), True
+    # a delayed statement may arrive after every node agreed: harmless then, not necessarily noticed
+    return f"abort {how}", "stop", lambda kit: Statements(kit, nth, abort_naming(how)), False
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

@@ -11,7 +11,7 @@ enough, and the victim's other neighbours, hearing it, do not vote.
 
 A vote convicts the neighbour that sent it (it signed it, or relayed it unchecked) when it is
 forged, comes from a node that is not the victim's neighbour, is cast in a run whose roster
-says ``on_dropout = "stop"``, or names an EM iteration outside the receiver's window.
+says ``on_dropout = "stop"``, or names an EM iteration beyond the next one.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class Eviction:
         ProtocolViolation
             Naming the sender: a malformed or forged vote, a witness that is not the
             victim's neighbour, a vote in a run with ``on_dropout = "stop"``, or one for an EM
-            iteration outside ``iteration - 1 .. iteration + 1``.
+            iteration after ``iteration + 1`` (one before ``iteration - 1`` is ignored).
         """
         meta, n = tuple(msg.meta), self.n_nodes
         if len(meta) != 3 or not (0 <= meta[0] < n and 0 <= meta[2] < n and meta[1] >= 0) or msg.round != meta[0] * n + meta[2]:
@@ -86,8 +86,10 @@ class Eviction:
         self.signer.check(msg, DROP, witness, meta, msg.payload)
         if self.on_dropout != "continue":
             raise violation(msg, "drop", f"node {witness} votes to drop node {victim}, but the roster says on_dropout = 'stop'")
-        if not iteration - 1 <= it <= iteration + 1:
+        if it > iteration + 1:
             raise violation(msg, "drop", f"a vote for EM iteration {it}, this node is in EM iteration {iteration}")
+        if it < iteration - 1:
+            return None  # a vote the run has left behind (its victim went on): relayed late, harmless
         box = self.votes.setdefault((victim, it), {})
         if witness in box:
             return None

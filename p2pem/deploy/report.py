@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 __all__ = ["WIRE_COUNTERS", "node_model", "node_report", "write_failure", "write_report"]
 
 #: Counters of the runtime reported under ``wire`` (besides ``rejected``).
-WIRE_COUNTERS = ("published", "wire_bytes", "control_sent", "republished", "received", "duplicates", "not_addressed", "reconnects")
+WIRE_COUNTERS = ("published", "wire_bytes", "control_sent", "republished", "received", "duplicates", "stale", "held", "not_addressed", "reconnects")
 
 
 def node_report(

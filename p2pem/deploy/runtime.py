@@ -263,24 +263,24 @@ class NodeRuntime(Peer):
                 )
             self.counters["late"] += 1
             return
-        held = self._held.get(msg.sender)
-        claimed = node.claimed_stop(msg)
-        if held or (claimed is not None and not self.stops.backed(msg.iteration, self.attempt, claimed)):
-            # its sender relays the proposal first, so only a reordering broker or a member
-            # makes it come later: keep the message (and the sender's next ones) until it does
-            held = self._held.setdefault(msg.sender, [])
-            if len(held) >= HELD_LIMIT:
-                raise self.violated(ProtocolViolation(
-                    msg.sender, msg.iteration, msg.round, "stop",
-                    f"{len(held) + 1} messages announce stop rounds no signed proposal backs (an honest neighbour is at most a round ahead)",
-                ))
-            held.append(msg)
-            self.counters["held"] += 1
-            return
         try:
             t0 = time.thread_time()
             node.check(msg)
             self.costs["validate_s"] += time.thread_time() - t0
+            held = self._held.get(msg.sender)
+            claimed = node.claimed_stop(msg)
+            if held or (claimed is not None and not self.stops.backed(msg.iteration, self.attempt, claimed)):
+                # its sender relays the proposal first, so only a reordering broker or a member
+                # makes it come later: keep the message (and the sender's next ones) until it does
+                held = self._held.setdefault(msg.sender, [])
+                if len(held) >= HELD_LIMIT:
+                    raise ProtocolViolation(
+                        msg.sender, msg.iteration, msg.round, "stop",
+                        f"{len(held) + 1} messages announce stop rounds no signed proposal backs (an honest neighbour is at most a round ahead)",
+                    )
+                held.append(msg)
+                self.counters["held"] += 1
+                return
             out = node.receive(msg)
         except OutOfRound as exc:
             self.reject("OutOfRound", str(exc))

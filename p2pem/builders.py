@@ -98,12 +98,16 @@ def prepare_rows(
             rng=rng,
         )
     try:
-        if cfg.standardize:
-            X = standardize(X, column_names=names)
-        if cfg.pca is not None:
-            X = pca(X, cfg.pca)
+        if cfg.public is not None:
+            X = cfg.public.apply(X)
+        else:
+            if cfg.standardize:
+                X = standardize(X, column_names=names)
+            if cfg.pca is not None:
+                X = pca(X, cfg.pca)
     except DataError as exc:
-        raise DataError(f"{scenario.path}: {exc}") from exc
+        where = "'data.public': " if cfg.public is not None else ""
+        raise DataError(f"{scenario.path}: {where}{exc}") from exc
     return X, labels
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,9 @@ from p2pem.gmm import GMMParams
 
 __all__ = [
     "SPLITS",
+    "Preprocessing",
     "check_parts",
+    "fit_preprocessing",
     "load_table",
     "pca",
     "split_rows",
@@ -193,14 +196,18 @@ def standardize(X: npt.ArrayLike, *, column_names: Sequence[str] | None = None) 
         value equal), which would divide by zero.
     """
     array = _as_matrix(X)
+    _check_not_constant(array, column_names)
+    mean = array.mean(axis=0)
+    std = array.std(axis=0)
+    return (array - mean) / std
+
+
+def _check_not_constant(array: FloatArray, column_names: Sequence[str] | None) -> None:
     constant = np.flatnonzero(np.ptp(array, axis=0) == 0)
     if constant.size:
         j = int(constant[0])
         label = f"column {j}" + (f" ({column_names[j]!r})" if column_names is not None else "")
         raise DataError(f"cannot standardize: {label} is constant (every value is {float(array[0, j])!r})")
-    mean = array.mean(axis=0)
-    std = array.std(axis=0)
-    return (array - mean) / std
 
 
 def pca(X: npt.ArrayLike, n_components: int) -> FloatArray:
@@ -248,12 +255,90 @@ def pca(X: npt.ArrayLike, n_components: int) -> FloatArray:
             f"{n_samples} rows and {n_features} columns"
         )
     centred = array - array.mean(axis=0)
+    return centred @ _principal_axes(centred, n_components).T
+
+
+def _principal_axes(centred: FloatArray, n_components: int) -> FloatArray:
+    """(n_components, n_features) leading right singular vectors, largest loading positive."""
     _, _, vt = np.linalg.svd(centred, full_matrices=False)
     components = vt[:n_components]
     pivots = np.argmax(np.abs(components), axis=1)
     signs = np.sign(components[np.arange(n_components), pivots])
-    components = components * signs[:, np.newaxis]
-    return centred @ components.T
+    return components * signs[:, np.newaxis]
+
+
+@dataclass(frozen=True, eq=False)
+class Preprocessing:
+    """A fixed affine map of rows: standardise with given constants, then project.
+
+    ``apply(X) = ((X - center) / scale - pca_center) @ components.T`` (each step only where
+    its constants are given).  Fitted on some rows by :func:`fit_preprocessing`, or public
+    constants from a scenario's ``[data.public]`` table: either way the same map for every
+    row, so adding or removing one row moves no other row (which a map re-fitted on the
+    rows themselves does, outside any differential privacy accounting).
+
+    Attributes
+    ----------
+    center, scale : (d,) arrays or None
+        Standardisation constants (scale > 0); None: no standardisation.
+    components : (k, d) array or None
+        Projection on k directions; None: no projection.
+    pca_center : (d,) array or None
+        Subtracted before projecting (the fitted rows' mean after standardising; None: 0).
+    """
+
+    center: FloatArray | None = None
+    scale: FloatArray | None = None
+    components: FloatArray | None = None
+    pca_center: FloatArray | None = None
+
+    @property
+    def n_input(self) -> int | None:
+        """Columns the map expects (None: it has no constants)."""
+        for a in (self.center, self.pca_center):
+            if a is not None:
+                return int(a.shape[0])
+        return None if self.components is None else int(self.components.shape[1])
+
+    def apply(self, X: npt.ArrayLike) -> FloatArray:
+        """Map rows (n, d) -> (n, k); DataError when the width does not match."""
+        array = _as_matrix(X)
+        width = self.n_input
+        if width is not None and array.shape[1] != width:
+            raise DataError(f"the preprocessing expects {width} columns, the data has {array.shape[1]}")
+        if self.center is not None and self.scale is not None:
+            array = (array - self.center) / self.scale
+        if self.components is not None:
+            if self.pca_center is not None:
+                array = array - self.pca_center
+            array = array @ self.components.T
+        return array
+
+
+def fit_preprocessing(
+    X: npt.ArrayLike, *, standardize: bool, pca: int | None, column_names: Sequence[str] | None = None
+) -> Preprocessing:
+    """The map :func:`standardize` and :func:`pca` would apply to ``X``, fitted once, to apply to other rows.
+
+    ``fit_preprocessing(X, ...).apply(X)`` equals ``pca(standardize(X), k)`` bit for bit.
+
+    Raises
+    ------
+    DataError
+        As :func:`standardize` and :func:`pca`.
+    """
+    array = _as_matrix(X)
+    center = scale = components = pca_center = None
+    if standardize:
+        _check_not_constant(array, column_names)
+        center, scale = array.mean(axis=0), array.std(axis=0)
+        array = (array - center) / scale
+    if pca is not None:
+        if pca > min(array.shape):
+            raise DataError(f"cannot keep {pca} principal components of data with {array.shape[0]} rows and {array.shape[1]} columns")
+        pca_center = array.mean(axis=0)
+        components = _principal_axes(array - pca_center, pca)
+    return Preprocessing(center, scale, components, pca_center)
 
 
 # ------------------------------------------------------------------------- splitting

@@ -16,7 +16,9 @@ average flag exceeds 0.5/n, i.e. iff any node wants to continue.  That makes the
 decision identical on every node even when consensus leaves each node a slightly different
 average (the flag average is a multiple of 1/n, so a 0.5/n margin is far above any consensus
 error).  The last aggregation, which nobody wants to continue from, still delivers the
-log-likelihood of the final parameters, so ``loglik`` has one entry per M-step plus one.
+log-likelihood of the final parameters, so ``loglik`` has one entry per M-step plus one.  A
+private run (``settings.privacy``) skips that aggregation: it would release the statistics
+at the final model once more, unpaid; its last ``loglik`` entry is NaN like the others.
 """
 
 from __future__ import annotations
@@ -142,6 +144,10 @@ class EMState:
         self.finished = False
         self._want_more = np.full(self.n_parts, settings.max_iter > 0)
         self.model: Any = None  # the family's batched parameters, from aggregation 0 or init
+        #: per node, the network's total soft count (sum_k a_k, in rows) of the last EM
+        #: aggregation as the node received it: noisy in a private run, where it is
+        #: post-processing of a paid release (the private Bayes classifier's priors)
+        self.released_rows = np.full(self.n_parts, np.nan)
         if settings.init is not None:
             self._set_model(self.family.broadcast(settings.init, self.n_parts))
             self.iteration = 1
@@ -192,6 +198,7 @@ class EMState:
             self.loglik.append(stats[:, -1] / total if s.privacy is None else np.full(self.n_parts, np.nan))
             self.finished = True
             return
+        self.released_rows = self.family.total_count(stats, self.model) * self.n_nodes
         if s.privacy is not None:
             stats = s.privacy.decode(stats, self.model)
         model, ll = self.family.m_step(stats, self.model, s.reg_covar, iteration=self.iteration)
@@ -209,6 +216,13 @@ class EMState:
         if self.n_iter >= s.max_iter:
             self._want_more[:] = False
         self.iteration += 1
+        if s.privacy is not None and not self._want_more.any():
+            # A private run stops here: the aggregation that would deliver the final
+            # log-likelihood carries the statistics at the final model with fresh noise, a
+            # release every node receives that the budget does not pay for (and a private run
+            # releases no log-likelihood anyway).
+            self.loglik.append(np.full(self.n_parts, np.nan))
+            self.finished = True
 
     def summary(self, part: int = 0) -> FloatArray:
         """Node ``part``'s model flattened by the family, then its final log-likelihood per row

@@ -11,6 +11,7 @@ import numpy as np
 
 from p2pem.builders import build_graph, build_protocols, em_settings, load_data
 from p2pem.builders import build_protocols as protocols  # re-exported under the name it had here
+from p2pem.dp.guarantees import add_excluded, preprocessing_excluded
 from p2pem.files import atomic_output as atomic_output  # re-exported: the commands import it from here
 from p2pem.files import write_json as write_json
 from p2pem.graphs import degree_report
@@ -22,7 +23,7 @@ __all__ = ["RESULT_FORMAT", "ScenarioRun", "build_graph", "em_settings", "graph_
 
 
 #: Format name and version of the result.json that ``p2pem simulate`` writes.
-RESULT_FORMAT = ("p2pem-result", 1)
+RESULT_FORMAT = ("p2pem-result", 2)
 
 
 def graph_summary(g: nx.Graph) -> dict:
@@ -94,12 +95,14 @@ def run_scenario(
         if spec.name != "centralized":
             spec.validate(g)
     runs = []
+    data = scenario.data
+    preprocessing = preprocessing_excluded(data.standardize, data.pca, None if data.public is not None else "all rows")
     for spec in specs:
         cb = progress(spec) if progress is not None else None
-        runs.append(
-            run_protocol(parts, g, spec, settings, seed=scenario.streams()["protocol"], engine=engine, record_trace=record_trace, progress=cb,
-                         device=device)
-        )
+        run = run_protocol(parts, g, spec, settings, seed=scenario.streams()["protocol"], engine=engine, record_trace=record_trace, progress=cb,
+                           device=device)
+        add_excluded(run.protocol_params, preprocessing)
+        runs.append(run)
     return ScenarioRun(scenario, g, runs, int(sum(len(p) for p in parts)))
 
 

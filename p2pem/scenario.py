@@ -21,6 +21,10 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     drop_columns = ["name"]        # csv, optional: drop these columns
     standardize = true             # optional, default false
     pca = 2                        # optional: keep that many principal components
+    [data.public]                  # optional: public preprocessing constants (standardize = true)
+    center = [...]                 #   per column, subtracted
+    scale = [...]                  #   per column (> 0), divided by
+    components = [[...], ...]      #   with pca = k: k directions over the columns
     split = "even"                 # optional, default "even": "even" | "contiguous" | "random"
     n_samples = 600                # synthetic, required
     n_features = 2                 # synthetic, default 2
@@ -83,7 +87,7 @@ from typing import Any
 
 import numpy as np
 
-from p2pem.data import SPLITS
+from p2pem.data import SPLITS, Preprocessing
 from p2pem.errors import ConfigError, GraphError, InitError
 from p2pem.gmm import INIT_KEYS, GMMParams, params_from_dict
 from p2pem.graphs import default_radius, graph_from_edges
@@ -146,6 +150,11 @@ class DataConfig:
         Keep that many principal components (after standardising).
     split : {"even", "contiguous", "random"}
         How rows are spread over nodes, see :func:`p2pem.data.split_rows`.
+    public : p2pem.data.Preprocessing or None
+        Public preprocessing constants (``[data.public]``): standardisation and projection
+        use them instead of statistics of the rows, so the map is the same for every data
+        set (what differential privacy needs; the constants themselves are outside any
+        epsilon, and private runs say so).
     n_samples, n_features, n_components : int or None
         Size of the synthetic data set (synthetic only, else None).
     separation : float or None
@@ -159,6 +168,7 @@ class DataConfig:
     standardize: bool = False
     pca: int | None = None
     split: str = "even"
+    public: Preprocessing | None = None
     n_samples: int | None = None
     n_features: int | None = None
     n_components: int | None = None
@@ -397,6 +407,7 @@ _DATA_KEYS = (
     "standardize",
     "pca",
     "split",
+    "public",
     "n_samples",
     "n_features",
     "n_components",
@@ -418,6 +429,8 @@ def _parse_data(sec: Table, folder: Path) -> DataConfig:
         "pca": sec.integer("pca", default=None, minimum=1),
         "split": sec.choice("split", SPLITS, default="even"),
     }
+    if sec.has("public"):
+        common["public"] = _parse_public(sec, common["standardize"], common["pca"])
     if source == "synthetic":
         n_features = sec.integer("n_features", default=2, minimum=1)
         if common["pca"] is not None and common["pca"] > n_features:
@@ -447,6 +460,25 @@ def _parse_data(sec: Table, folder: Path) -> DataConfig:
         if common["pca"] > width:
             sec.fail(f"{sec.key('pca')!r} = {common['pca']} exceeds the {width} selected columns")
     return DataConfig(**common, path=resolved, columns=columns, drop_columns=tuple(drop_columns))
+
+
+def _parse_public(sec: Table, standardize: bool, n_pca: int | None) -> Preprocessing:
+    pub = sec.section("public", ("center", "scale", "components"))
+    if not standardize:
+        pub.fail(f"[{pub.prefix}] needs {sec.key('standardize')!r} = true (its constants standardise the columns)")
+    center, scale = pub.number_array("center", ndim=1), pub.number_array("scale", ndim=1)
+    if scale.shape != center.shape:
+        pub.fail_key("scale", f"has {scale.size} entries, 'center' {center.size}")
+    if np.any(scale <= 0):
+        pub.fail_key("scale", "must hold numbers > 0")
+    components = None
+    if n_pca is not None:
+        components = pub.number_array("components", ndim=2)
+        if components.shape != (n_pca, center.size):
+            pub.fail_key("components", f"must be {n_pca} arrays (pca = {n_pca}) of {center.size} numbers, got shape {components.shape}")
+    elif pub.has("components"):
+        pub.fail_key("components", f"is used only with {sec.key('pca')!r}")
+    return Preprocessing(center, scale, components)
 
 
 def _static_width(data: DataConfig) -> int | None:

@@ -18,6 +18,7 @@ message traces.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -64,6 +65,8 @@ class RunResult:
     trace: list[Message] | None = None
     #: what "auto" parameters became on this graph (:meth:`ProtocolSpec.resolved_params`)
     resolved_params: dict = field(default_factory=dict)
+    #: the total soft count of the last EM aggregation as node 0 received it (noisy when private)
+    released_rows: float = math.nan
     #: the model family of ``params``
     family: MixtureFamily = GAUSSIAN
 
@@ -274,4 +277,5 @@ def _result(protocol, state: EMState, flat: FloatArray, rounds, unconverged, mes
         node_spread=relative_error(flat, flat[0]),
         unconverged_iterations=list(unconverged),
         trace=trace,
+        released_rows=float(state.released_rows[0]),
     )

@@ -15,6 +15,8 @@ Usage::
 
     .venv/bin/python sim/bench_tradeoff.py                 # 2 worker processes
     .venv/bin/python sim/bench_tradeoff.py --jobs 1 --classify --json /tmp/tradeoff_bench.json
+    .venv/bin/python sim/bench_tradeoff.py --classify --figure docs/tradeoff_parkinsons.png   # the docs' figures
+    .venv/bin/python sim/bench_tradeoff.py --scenario scenarios/tradeoff_ais.toml --figure docs/tradeoff_ais.png
 
 Not a test: nothing is asserted, the numbers depend on the machine and its load (the load
 average is printed next to them).  BLAS is limited to one thread per process.
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=None, help="seeds per (protocol, epsilon) (default: the scenario's)")
     parser.add_argument("--classify", action="store_true", help="also fit the Bayes classifier of the scenario")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to this JSON file")
+    parser.add_argument("--figure", metavar="PATH", help="also draw the sweep's figure (as p2pem tradeoff does) here")
     args = parser.parse_args(argv)
 
     from threadpoolctl import threadpool_limits
@@ -65,16 +68,32 @@ def main(argv: list[str] | None = None) -> int:
         doc = run_tradeoff(scenario, jobs=args.jobs)
         wall = time.perf_counter() - t0
 
-    from p2pem.dp.tradeoff import summarize
+    from p2pem.dp.tradeoff import summarize, tradeoff_figure
 
-    print("\nmedians over seeds (the numbers the README quotes; tradeoff.json has every run)")
+    if args.figure:
+        tradeoff_figure(doc, Path(args.figure))
+        print(f"wrote {args.figure}")
+
+    print("\nmedians over seeds (the numbers the README quotes; tradeoff.json has every run); epsilon against an")
+    print("outsider and against t colluding nodes under each protocol's accountant")
     acc_rows = []
     for row in summarize(doc):
         if row["epsilon"] in (None, 1.0, 10.0, 100.0):
             err = "-" if row["heldout_error_median"] is None else f"{row['heldout_error_median']:.3f}"
             eps = "-" if row["epsilon"] is None else f"{row['epsilon']:g}"
-            acc_rows.append([row["protocol"], eps, f"{row['heldout_loglik_median']:.2f}", f"{row['param_error_median']:.2g}", err])
-    print_table(["protocol", "epsilon", "held-out ll", "param err", "class err"], acc_rows)
+            outsider = "-" if row["epsilon_outsider"] is None else f"{row['epsilon_outsider']:.3g}"
+            colluders = "-" if row["colluders"] is None else f"{row['epsilon_colluders']:.3g} ({row['colluders']})"
+            acc_rows.append([row["protocol"], eps, outsider, colluders, f"{row['heldout_loglik_median']:.2f}", f"{row['param_error_median']:.2g}", err])
+    print_table(["protocol", "epsilon", "outsider", "colluders (t)", "held-out ll", "param err", "class err"], acc_rows)
+
+    print("\nepsilon_spent at epsilon = 1 under every accountant (the slack of basic composition), outsider / colluders:")
+    for proto in sorted({r["protocol"] for r in doc["runs"] if r["epsilon"] == 1.0}):
+        spent = next(r for r in doc["runs"] if r["protocol"] == proto and r["epsilon"] == 1.0)["epsilon_spent"]
+        def text(v: float | None) -> str:
+            return "unbounded" if v is None else f"{v:.3g}"
+
+        cells = ", ".join(f"{acc} {text(spent['outsider'][acc])} / {text(spent['colluders'][acc])}" for acc in spent["outsider"])
+        print(f"  {proto}: {cells}")
 
     print("\ntimes")
     per: dict[str, list[float]] = {}

@@ -112,7 +112,7 @@ def test_private_runs_release_no_log_likelihood(problem):
     assert len(run.loglik) == run.n_iter + 1 and all(math.isnan(v) for v in run.loglik)
     doc = json.loads(json.dumps(run.to_json(), allow_nan=False))
     assert doc["loglik"] == [None] * (run.n_iter + 1)
-    assert doc["protocol_params"]["epsilon_spent"]["rdp"] == pytest.approx(1.0, rel=1e-6)
+    assert doc["protocol_params"]["epsilon_spent"]["colluders"]["rdp"] == pytest.approx(1.0, rel=1e-6)
 
 
 # ----------------------------------------------------------------------------- noise
@@ -124,7 +124,7 @@ def _bound_spec(problem, name, **params):
     return spec, spec.topology(g), settings
 
 
-@pytest.mark.parametrize("name,extra", [("dp-central", {}), ("dp-distributed", {})])
+@pytest.mark.parametrize("name,extra", [("dp-central", {}), ("dp-distributed", {"tolerate": 0})])
 @pytest.mark.parametrize("mechanism,accountant,delta", [("gaussian", "rdp", 1e-5), ("laplace", "basic", 0.0)])
 def test_added_noise_has_the_calibrated_scale(problem, name, extra, mechanism, accountant, delta):
     spec, topo, settings = _bound_spec(problem, name, epsilon=1.0, mechanism=mechanism, accountant=accountant, delta=delta, **extra)
@@ -156,6 +156,7 @@ def test_scales_follow_the_hand_computed_basic_composition(problem):
     expected = np.concatenate([np.full(2, l1[0] / per_release), np.full(4, l1[1] / per_release), np.full(6, l1[2] / per_release), [0, 0]])
     np.testing.assert_allclose(spec.plan.em_scale, expected, rtol=1e-14)
     assert spec.accounting()["basic"] == pytest.approx(eps, rel=1e-12)
+    assert spec.accounting(0) == spec.accounting()  # one trusted draw: nodes and outsiders alike
 
 
 def test_gaussian_zcdp_scales_follow_bun_and_steinke(problem):
@@ -271,7 +272,54 @@ def test_bad_budgets_are_rejected():
         make_protocol("dp-central", {"split": "park"})
     with pytest.raises(ConfigError, match="'mechanism' must be one of"):
         make_protocol("dp-central", {"mechanism": "exponential"})
-    assert accounting.parse_split("1,1,2,0") == (1.0, 1.0, 2.0, 0.0)
+    assert accounting.parse_split("1,1,2,0.5") == (1.0, 1.0, 2.0, 0.5)
+
+
+def test_tolerate_must_leave_an_honest_node(problem):
+    parts, g, s, bound = problem
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ConfigError, match=r"dp-distributed: 'tolerate' must be"):
+            make_protocol("dp-distributed", {"tolerate": bad})
+    for t in (N_NODES, N_NODES + 3):
+        spec = make_protocol("dp-distributed", {"tolerate": t, "bound": bound})
+        message = rf"^dp-distributed: 'tolerate' = {t} must be below the {N_NODES} nodes"
+        with pytest.raises(ConfigError, match=message):
+            spec.validate(g)  # what the commands call before running anything
+        with pytest.raises(ConfigError, match=message):
+            run_protocol(parts, g, spec, s)
+    run = _run(problem, "dp-distributed", epsilon=1.0, tolerate=N_NODES - 1)  # every share carries the whole noise
+    assert run.protocol_params["privacy"]["colluders"] == N_NODES - 1
+
+
+@pytest.mark.parametrize("split,block", [("1,1,2,0", "init"), ("0,1,1,1", "weights"), ("1,-0.5,1,1", "means"), ("1,1,nan,1", "covariances"),
+                                         ("1,1,inf,1", "covariances")])
+def test_zero_negative_or_nan_split_fractions_are_refused(split, block):
+    """A zero fraction once meant "release this block without noise" while epsilon stayed finite."""
+    with pytest.raises(ConfigError, match=rf"^dp-distributed: 'split': the {block} fraction must be a finite number > 0") as err:
+        make_protocol("dp-distributed", {"split": split})
+    assert "\n" not in str(err.value)
+
+
+def test_a_private_run_needs_an_em_iteration(problem):
+    """max_iter = 0 used to aggregate the init's statistics once more with zero noise."""
+    parts, g, s, bound = problem
+    for private_init in (False, True):
+        settings = dataclasses.replace(s, max_iter=0, init=None if private_init else s.init)
+        with pytest.raises(ConfigError, match=r"at least one EM iteration, got max_iter = 0 \(em.max_iter\)"):
+            run_protocol(parts, g, make_protocol("dp-central", {"bound": bound}), settings)
+
+
+@pytest.mark.parametrize("name,params", VARIANTS)
+def test_a_private_run_makes_exactly_the_aggregations_it_pays_for(problem, name, params):
+    """Counted from the message trace: the private init (if any) and one per EM iteration, no more."""
+    parts, g, s, bound = problem
+    for settings in (s, dataclasses.replace(s, init=None)):
+        spec = make_protocol(name, dict(params, bound=bound, epsilon=1.0))
+        run = run_protocol(parts, g, spec, settings, seed=1, record_trace=True)
+        aggregations = sorted({m.iteration for m in run.trace})
+        paid = (0 if settings.init is None else 1, settings.max_iter)
+        assert aggregations == list(range(paid[0], paid[1] + 1))
+        assert run.n_iter == settings.max_iter and len(run.loglik) == run.n_iter + 1
 
 
 # ---------------------------------------------------------------------- the data domain
@@ -282,6 +330,10 @@ def test_missing_bound_is_read_off_the_data_with_a_warning(problem):
     with pytest.warns(DataBoundWarning, match="NOT differentially private"):
         run = run_protocol(parts, g, make_protocol("dp-central", {"epsilon": 1.0}), s)
     assert run.protocol_params["bound_from_data"] is True
+    # no finite epsilon for a run that is not differentially private
+    assert run.protocol_params["privacy"]["epsilon"] == {"outsider": None, "colluders": None, "aggregator": None}
+    assert set(run.protocol_params["epsilon_spent"]["colluders"].values()) == {None}
+    assert "NOT differentially private" in run.protocol_params["privacy"]["excluded"][0]
 
 
 def test_bound_clips_the_data(problem):
@@ -353,3 +405,71 @@ aggregation = "ring"
         load_scenario(path)
     path.write_text(text.replace('"ring"', '"pdmm-sp"'))
     assert load_scenario(path).protocols[0].name == "dp-distributed"
+
+
+def test_result_json_of_a_private_run_says_against_whom_and_what_is_excluded(tmp_path):
+    """p2pem simulate: a private run's privacy block names epsilon per adversary (the outsider's
+    below the colluders' for Gaussian shares), the side channels it does not cover and the
+    scenario's preprocessing fitted on the rows; the file validates against its schema."""
+    import json
+
+    from test_schemas import validate
+
+    from p2pem.cli import main
+
+    text = """seed = 1
+[data]
+source = "synthetic"
+n_samples = 90
+standardize = true
+[graph]
+kind = "geometric"
+n_nodes = 6
+[em]
+n_components = 2
+max_iter = 3
+tol = 0.0
+[[protocols]]
+name = "dp-distributed"
+aggregation = "pdmm-sp"
+bound = 4.0
+[[protocols]]
+name = "dp-central"
+bound = 4.0
+"""
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    assert main(["simulate", str(path), "--out", str(tmp_path / "out"), "-q"]) == 0
+    doc = json.loads((tmp_path / "out" / "result.json").read_text())
+    validate(doc)
+    assert doc["version"] == 2
+    dist, central = (p["protocol_params"] for p in doc["protocols"])
+    assert dist["privacy"]["colluders"] == 3 and dist["privacy"]["epsilon"]["colluders"] == pytest.approx(1.0, rel=1e-6)
+    assert dist["privacy"]["epsilon"]["outsider"] < 0.8  # six shares where three carry the calibrated noise
+    assert dist["epsilon_spent"]["outsider"]["rdp"] == dist["privacy"]["epsilon"]["outsider"]
+    assert central["privacy"]["epsilon"] == {"outsider": pytest.approx(1.0, rel=1e-6), "colluders": pytest.approx(1.0, rel=1e-6), "aggregator": None}
+    assert central["privacy"]["colluders"] == 5
+    excluded = " | ".join(dist["privacy"]["excluded"])
+    for needle in ("[-4, 4]", "consensus_iterations", "node_spread", "wall_s", "standardisation", "fitted on all rows: NOT covered"):
+        assert needle in excluded, needle
+    assert "consensus_iterations" not in " | ".join(central["privacy"]["excluded"])
+
+
+def test_a_noisy_private_initialisation_always_gives_a_valid_init():
+    """Noise can leave the init's moments far outside the box (a count near zero, a second moment
+    of 1e4): the repaired covariance keeps its eigenvalues in [floor, d B^2], so the init's
+    6-digit rounding cannot make it singular (it did at epsilon = 0.1 on AIS)."""
+    from p2pem.gmm import init_from_global_batch
+
+    d, bound = 2, 4.0
+    hook = PrivateEM(2, d, 20, bound)
+    rng = np.random.default_rng(0)
+    rows = np.column_stack([rng.normal(0, 0.5, 500), rng.normal(0, 50, (500, 2)), rng.normal(0, 5e4, (500, 3))])
+    fixed = hook.decode_init(rows)
+    for row in fixed:
+        w, means, cov = init_from_global_batch(row[None], 2, 7)
+        lam = np.linalg.eigvalsh(cov[0, 0])
+        assert lam[0] > 0 and lam[-1] <= d * bound**2 * (1 + 1e-5)  # (up to the 6-digit rounding)
+    # moments already consistent and inside the limits are kept
+    inside = np.array([[1.0, 0.5, -0.25, 1.5, 0.1, 0.8]])
+    np.testing.assert_array_equal(hook.decode_init(inside), inside)

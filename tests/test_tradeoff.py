@@ -63,7 +63,7 @@ def test_tradeoff_writes_versioned_json_and_figure(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["tradeoff", str(_scenario(tmp_path)), "--out", str(out), "-q"]) == 0
     doc = json.loads((out / "tradeoff.json").read_text())
-    assert doc["format"] == "p2pem-tradeoff" and doc["version"] == 1
+    assert doc["format"] == "p2pem-tradeoff" and doc["version"] == 2
     from test_schemas import validate
 
     validate(doc)
@@ -81,8 +81,17 @@ def test_tradeoff_writes_versioned_json_and_figure(tmp_path, capsys):
     central = next(r for r in runs if r["protocol"] == "centralized")
     assert central["param_error"] == 0.0
     assert max(r["param_error"] for r in runs if r["protocol"] == "secure-sum") < 1e-12
-    spent = next(r for r in runs if r["protocol"] == "dp-central-gaussian")["epsilon_spent"]
+    central = next(r for r in runs if r["protocol"] == "dp-central-gaussian")
+    spent = central["epsilon_spent"]["colluders"]
     assert spent["rdp"] == pytest.approx(0.5, rel=1e-6) and spent["basic"] > spent["rdp"]
+    assert central["epsilon_outsider"] == central["epsilon_colluders"] == spent["rdp"] and central["colluders"] == 4
+    # Laplace shares over 5 nodes tolerate 2 colluders; the outsider's bound is the same (post-processing)
+    laplace = next(r for r in runs if r["protocol"] == "dp-secure-sum-laplace" and r["epsilon"] == 0.5)
+    assert laplace["colluders"] == 2 and laplace["epsilon_colluders"] == pytest.approx(0.5) == laplace["epsilon_outsider"]
+    excluded = " | ".join(laplace["excluded"])
+    assert "[-5, 5]" in excluded and "wall_s" in excluded and "priors" not in excluded
+    assert all(r["excluded"] is None and r["epsilon_colluders"] is None for r in runs if r["epsilon"] is None)
+    assert doc["private_init"] is True and doc["preprocessing"] == "none"
     assert (out / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "dp-secure-sum-laplace" in capsys.readouterr().out
 
@@ -123,6 +132,68 @@ def test_tradeoff_errors_are_one_line_and_leave_nothing(tmp_path, capsys, old, n
     assert not out.exists()
 
 
+def _workload(tmp_path: Path, text: str):
+    from p2pem.dp.tradeoff import build_workload
+
+    return build_workload(load_scenario(_scenario(tmp_path, text)))
+
+
+def test_the_sweep_fits_its_preprocessing_on_the_training_rows_only(tmp_path):
+    """Standardising with all rows moved every training row when a held-out row changed (and the
+    sensitivity the accounting assumes with it); fitted on the training rows, they do not move."""
+    text = SCENARIO.replace('drop_columns = ["label"]', 'drop_columns = ["label"]\nstandardize = true')
+    work = _workload(tmp_path, text)
+    assert work.preprocessing == "fitted on the training rows"
+    assert any("fitted on the training rows: NOT covered" in e for e in work.excluded)
+    train = np.vstack(work.parts)
+    assert np.allclose(train.mean(axis=0), 0, atol=1e-12) and np.allclose(train.std(axis=0), 1)
+    # move one held-out row far away: nothing the nodes hold changes
+    from p2pem.dp.tradeoff import build_workload, held_out_split
+
+    rows = (tmp_path / "rows.csv").read_text().splitlines()
+    test, _ = held_out_split(load_scenario(tmp_path / "s.toml"), len(rows) - 1)
+    a, b, label = rows[test[0] + 1].split(",")  # + 1: the header line
+    rows[test[0] + 1] = f"{float(a) + 1000:.6f},{b},{label}"
+    (tmp_path / "rows.csv").write_text("\n".join(rows) + "\n")
+    moved = build_workload(load_scenario(tmp_path / "s.toml"))
+    for p, q in zip(work.parts, moved.parts, strict=True):
+        np.testing.assert_array_equal(p, q)
+    assert not np.array_equal(work.X_test, moved.X_test)
+
+
+def test_public_preprocessing_constants_are_applied_as_given(tmp_path):
+    public = "[data.public]\ncenter = [1.0, 2.0]\nscale = [2.0, 4.0]\n"
+    text = SCENARIO.replace("[graph]", public + "[graph]").replace('drop_columns = ["label"]', 'drop_columns = ["label"]\nstandardize = true')
+    work = _workload(tmp_path, text)
+    assert work.preprocessing == "public constants" and any("public constants given in the scenario" in e for e in work.excluded)
+    raw = np.loadtxt(tmp_path / "rows.csv", delimiter=",", skiprows=1)[:, :2]
+    expected = (raw - [1.0, 2.0]) / [2.0, 4.0]
+    for row in np.vstack([*work.parts, work.X_test]):
+        assert np.any(np.all(row == expected, axis=1))
+    # errors name the key
+    bad = text.replace("scale = [2.0, 4.0]", "scale = [2.0, 0.0]")
+    with pytest.raises(Exception, match=r"'data.public.scale' must hold numbers > 0"):
+        _workload(tmp_path, bad)
+    with pytest.raises(Exception, match=r"'data.public': the preprocessing expects 3 columns, the data has 2"):
+        _workload(tmp_path, text.replace("center = [1.0, 2.0]", "center = [1.0, 2.0, 3.0]").replace("[2.0, 4.0]", "[2.0, 4.0, 1.0]"))
+
+
+def test_private_runs_of_the_sweep_start_from_the_private_initialisation(tmp_path):
+    work = _workload(tmp_path, SCENARIO)
+    assert work.settings_for(True).init is None and work.settings_for(False).init is not None
+    assert all(s.init is None for s in work.class_settings_for(True))
+    init = "[em.init]\nweights = [0.5, 0.5]\nmeans = [[0.0, 0.0], [2.5, 2.5]]\ncovariances = [[[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]]]\n"
+    from p2pem.dp.tradeoff import run_one
+
+    work = _workload(tmp_path, SCENARIO.replace("[tradeoff]", init + "[tradeoff]"))
+    assert work.settings_for(True).init is not None
+    spec = load_scenario(tmp_path / "s.toml").protocols[0]
+    from p2pem.registry import make_protocol
+
+    record = run_one(work, make_protocol(spec.name, dict(spec.params)), 1.0, 0)
+    assert any("the initial model: public" in e for e in record["excluded"])
+
+
 def test_bayes_classifier_is_the_gaussian_bayes_rule():
     """One component per class, fitted without noise: the classifier is quadratic discriminant
     analysis with maximum-likelihood covariances and class-size priors; check against scipy."""
@@ -152,11 +223,37 @@ def test_bayes_classifier_is_the_gaussian_bayes_rule():
     np.testing.assert_allclose(model.log_posterior(test), scores, rtol=1e-10)
 
 
+def test_private_bayes_priors_are_the_released_noisy_counts():
+    """The priors cost nothing: they are the noisy soft counts the class models released (not
+    the exact class sizes, which no budget pays for); without noise, the class sizes."""
+    import math
+
+    from p2pem.data import split_rows
+    from p2pem.dp.bayes import fit_bayes
+    from p2pem.em import EMSettings
+    from p2pem.graphs import graph_from_edges
+    from p2pem.registry import make_protocol
+
+    rng = np.random.default_rng(4)
+    y = np.repeat([0, 1], [40, 20])
+    X = rng.normal(size=(60, 2)) + 3 * y[:, None]
+    g = graph_from_edges([(0, 1), (1, 2), (2, 3), (3, 0), (0, 2)])
+    parts = [split_rows(X[y == c], 4, rng=rng) for c in (0, 1)]
+    settings = [EMSettings(1, max_iter=3, tol=0.0) for _ in (0, 1)]
+    exact = fit_bayes(parts, np.array([0, 1]), g, make_protocol("dp-central", {"epsilon": math.inf, "bound": 6.0}), settings)
+    np.testing.assert_allclose(exact.priors, [40 / 60, 20 / 60], rtol=1e-12)
+    noisy = fit_bayes(parts, np.array([0, 1]), g, make_protocol("dp-central", {"epsilon": 0.5, "bound": 6.0}), settings, seed=1)
+    released = np.maximum([r.released_rows for r in noisy.runs], 1.0)
+    np.testing.assert_allclose(noisy.priors, released / released.sum())
+    assert abs(noisy.priors[0] - 40 / 60) > 1e-6 and noisy.excluded == ()
+
+
 def test_shipped_tradeoff_scenarios_validate():
     for name in ("tradeoff_parkinsons", "tradeoff_ais"):
         scenario = load_scenario(ROOT / "scenarios" / f"{name}.toml")
         assert scenario.tradeoff is not None and len(scenario.tradeoff.epsilons) == 10
         assert {p.name for p in scenario.protocols} >= {"dp-central", "dp-distributed", "pdmm-sp", "secure-sum", "centralized"}
+        assert scenario.data.public is not None  # the preprocessing is declared, not fitted on the rows
 
 
 def test_parameter_error_matches_components():

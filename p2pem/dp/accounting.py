@@ -45,15 +45,21 @@ SPLITS: dict[str, tuple[float, float, float, float]] = {
     # every parameter kind the same share
     "equal": (0.25, 0.25, 0.25, 0.25),
 }
+#: What the four fractions of a split pay for, in order.
+SPLIT_BLOCKS = ("weights", "means", "covariances", "init")
 
 
 def parse_split(split: str) -> tuple[float, float, float, float]:
-    """A preset name from :data:`SPLITS`, or four comma-separated non-negative fractions.
+    """A preset name from :data:`SPLITS`, or four comma-separated fractions, each > 0.
+
+    A zero fraction is refused rather than read as "release that block without noise" or
+    "do not release it": every block of every iteration is released, so every block must be
+    paid for.  The fractions need not sum to one (they are normalised).
 
     Raises
     ------
     ConfigError
-        Unknown name, not four numbers, a negative one, or all zero.
+        Unknown name, not four numbers, or a fraction that is zero, negative or not finite.
     """
     if split in SPLITS:
         return SPLITS[split]
@@ -61,10 +67,13 @@ def parse_split(split: str) -> tuple[float, float, float, float]:
         parts = tuple(float(v) for v in split.split(","))
     except ValueError:
         parts = ()
-    if len(parts) != 4 or any(not math.isfinite(v) or v < 0 for v in parts) or sum(parts) <= 0:
+    if len(parts) != 4:
         raise ConfigError(
-            f"split must be one of {', '.join(SPLITS)} or four fractions 'weights,means,covariances,init', got {split!r}"
+            f"'split' must be one of {', '.join(SPLITS)} or four fractions 'weights,means,covariances,init', got {split!r}"
         )
+    bad = next((name for name, v in zip(SPLIT_BLOCKS, parts, strict=True) if not (math.isfinite(v) and v > 0)), None)
+    if bad is not None:
+        raise ConfigError(f"'split': the {bad} fraction must be a finite number > 0 (every released block is paid for), got {split!r}")
     return parts
 
 
@@ -92,9 +101,9 @@ def releases(em_blocks: Sequence[Block], init_blocks: Sequence[Block], n_iter: i
     if init_blocks:
         parts += [(b, 1, i / len(init_blocks)) for b in init_blocks]
     total = sum(f for _, _, f in parts)
-    if parts and total <= 0:
-        raise ConfigError("the budget split gives no share to anything this run releases")
-    return [Release(b, cnt, f / total / cnt) for b, cnt, f in parts if f > 0]
+    if any(not f > 0 for _, _, f in parts):
+        raise ConfigError("the budget split gives no share to a block this run releases")
+    return [Release(b, cnt, f / total / cnt) for b, cnt, f in parts]
 
 
 def _rho_for(epsilon: float, delta: float) -> float:

@@ -3,8 +3,11 @@
 As in Tong, Xi, Kantarcioglu & Inan (DBSec 2017), each class c gets its own model p(x | c),
 here a mixture fitted by any protocol (private or not) to the class's rows spread over the
 network, and a row is assigned to ``argmax_c log pi_c + log p(x | c)``.  The class priors
-pi_c are the class sizes, which this module treats as public (they are not perturbed: spend
-part of the budget on them if they are secret).
+pi_c come from what the class models' runs already released: the network's total soft count
+of each class's last EM aggregation (``RunResult.released_rows``).  Without noise that is the
+class size; in a private run it is the noisy count every node received, so the priors are
+post-processing of paid releases and cost no budget (diffprivlib's classifier instead
+spends budget on separate noisy class counts).  Counts below one row are raised to one.
 """
 
 from __future__ import annotations
@@ -32,17 +35,21 @@ class BayesClassifier:
     classes : (C,) array
         The class labels, sorted.
     priors : (C,) array
-        pi_c, summing to 1.
+        pi_c, summing to 1: the class models' released soft counts, normalised.
     models : tuple of GMMParams
         p(x | c), one per class.
     runs : tuple of RunResult
         The protocol run that fitted each class model.
+    excluded : tuple of str
+        What a private classifier's epsilon does not cover beyond its class models' runs
+        (nothing: the priors are post-processing of their releases).
     """
 
     classes: FloatArray
     priors: FloatArray
     models: tuple[GMMParams, ...]
     runs: tuple[RunResult, ...] = ()
+    excluded: tuple[str, ...] = ()
 
     def log_posterior(self, X: FloatArray) -> FloatArray:
         """(n, C) unnormalised log posteriors log pi_c + log p(x | c)."""
@@ -91,5 +98,5 @@ def fit_bayes(
     runs = []
     for c, (parts, s) in enumerate(zip(class_parts, settings, strict=True)):
         runs.append(run_protocol(list(parts), graph, protocol, s, seed=child(seed, c)))
-    sizes = np.array([sum(len(p) for p in parts) for parts in class_parts], dtype=float)
-    return BayesClassifier(np.asarray(classes), sizes / sizes.sum(), tuple(r.params for r in runs), tuple(runs))
+    counts = np.maximum(np.array([r.released_rows for r in runs], dtype=float), 1.0)
+    return BayesClassifier(np.asarray(classes), counts / counts.sum(), tuple(r.params for r in runs), tuple(runs))

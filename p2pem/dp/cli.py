@@ -20,10 +20,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="sweep epsilon for the differentially private protocols next to the non-private ones",
         description="Run every private protocol of the scenario (dp-central, dp-distributed) for every epsilon of "
         "its [tradeoff] table and every seed, and every non-private protocol once per seed, on the same training "
-        "rows, node split, graph and initialisation.  Writes OUT/tradeoff.json (format p2pem-tradeoff: one record "
-        "per (protocol, epsilon, seed) with heldout_loglik, param_error against centralized EM, heldout_error of "
-        "the Bayes classifier when [tradeoff] classify names a label column, and the epsilon each accountant "
-        "certifies) and OUT/tradeoff.png (those against epsilon; non-private protocols as flat lines).",
+        "rows, node split and graph (private runs start from the private initialisation unless em.init is given).  "
+        "Writes OUT/tradeoff.json (format p2pem-tradeoff: one record per (protocol, epsilon, seed) with "
+        "heldout_loglik, param_error against centralized EM, heldout_error of the Bayes classifier when [tradeoff] "
+        "classify names a label column, epsilon against an outsider and against the run's colluders, the epsilon "
+        "each accountant certifies, and what epsilon excludes) and OUT/tradeoff.png (those against epsilon; "
+        "non-private protocols as flat lines).",
     )
     p.add_argument("scenario", help="scenario TOML file, e.g. scenarios/tradeoff_parkinsons.toml")
     p.add_argument("--out", required=True, help="output folder (created; files are written atomically)")
@@ -69,12 +71,18 @@ def cmd_tradeoff(args: argparse.Namespace) -> int:
             bar.close()
     print(f"scenario {scenario.name}: {doc['n_train']} training rows, {doc['n_test']} held out, {doc['n_nodes']} nodes, {len(doc['runs'])} runs")
     print("medians over seeds:")
-    header = f"{'protocol':<24} {'epsilon':>8} {'held-out ll':>12} {'param err':>10} {'class err':>9}"
+    header = f"{'protocol':<24} {'epsilon':>8} {'outsider':>9} {'colluders (t)':>14} {'held-out ll':>12} {'param err':>10} {'class err':>9}"
     print(header)
     print("-" * len(header))
+
+    def eps_text(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3g}"
+
     for row in summarize(doc):
-        eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.3g}"
         err = "-" if row["heldout_error"] is None else f"{row['heldout_error_median']:.3f}"
-        print(f"{row['protocol']:<24} {eps:>8} {row['heldout_loglik_median']:>12.4f} {row['param_error_median']:>10.2e} {err:>9}")
+        col = "-" if row["colluders"] is None else f"{eps_text(row['epsilon_colluders'])} ({row['colluders']})"
+        print(f"{row['protocol']:<24} {eps_text(row['epsilon']):>8} {eps_text(row['epsilon_outsider']):>9} {col:>14} "
+              f"{row['heldout_loglik_median']:>12.4f} {row['param_error_median']:>10.2e} {err:>9}")
+    print("epsilon against an outsider and against t colluding nodes (a private run's 'excluded' list in tradeoff.json says what it does not cover)")
     print(f"wrote {args.out}/tradeoff.json and {args.out}/tradeoff.png in {time.perf_counter() - t0:.2f} s")
     return 0

@@ -132,20 +132,24 @@ def noise(rng: np.random.Generator, scale: FloatArray, mechanism: str) -> FloatA
     return rng.laplace(0.0, 1.0, scale.shape) * scale
 
 
-def noise_share(rng: np.random.Generator, scale: FloatArray, mechanism: str, n_nodes: int) -> FloatArray:
-    """One node's share of distributed noise: the n shares of all nodes sum to :func:`noise`.
+def noise_share(rng: np.random.Generator, scale: FloatArray, mechanism: str, n_shares: int) -> FloatArray:
+    """One node's share of distributed noise: any ``n_shares`` of them sum to :func:`noise`.
 
-    Gaussian: N(0, scale^2 / n) per node.  Laplace: G1 - G2 with G1, G2 ~ Gamma(1/n, scale)
-    independent; Laplace is infinitely divisible and the sum over n nodes of G1 - G2 is
-    Gamma(1, scale) - Gamma(1, scale) = Laplace(0, scale) (Kotz, Kozubowski & Podgorski,
-    *The Laplace Distribution and Generalizations*, 2001: Laplace is infinitely divisible;
-    the construction of distributed Laplace noise in Acs & Castelluccia, "I have a DREAM!",
-    Information Hiding 2011).  So the total noise matches the central
-    mechanism's exactly, whatever n.
+    Gaussian: N(0, scale^2 / n_shares) per node.  Laplace: G1 - G2 with G1, G2 ~
+    Gamma(1/n_shares, scale) independent; Laplace is infinitely divisible and a sum of
+    ``n_shares`` of them is Gamma(1, scale) - Gamma(1, scale) = Laplace(0, scale) (Kotz,
+    Kozubowski & Podgorski, *The Laplace Distribution and Generalizations*, 2001; the
+    construction of distributed Laplace noise in Acs & Castelluccia, "I have a DREAM!",
+    Information Hiding 2011).
+
+    With n nodes each drawing a share, ``n_shares = n - t`` makes the guarantee survive t
+    colluding nodes: whatever t shares they know and subtract, the n - t they do not know
+    sum to exactly the calibrated noise (:mod:`p2pem.dp.protocols` has the analysis per
+    adversary).  ``n_shares = n`` is the all-honest case: all n shares together make the noise.
     """
     if mechanism == "gaussian":
-        return rng.standard_normal(scale.shape) * (scale / math.sqrt(n_nodes))
-    shape = 1.0 / n_nodes
+        return rng.standard_normal(scale.shape) * (scale / math.sqrt(n_shares))
+    shape = 1.0 / n_shares
     return (rng.standard_gamma(shape, scale.shape) - rng.standard_gamma(shape, scale.shape)) * scale
 
 

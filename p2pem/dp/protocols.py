@@ -13,14 +13,16 @@ They differ in *who adds the noise*, which decides whom they protect against:
     against an eavesdropper on the uploads.
 ``dp-distributed`` (distributed noise generation: Dwork et al., EUROCRYPT 2006; Acs & Castelluccia 2011)
     Every node adds its own share of the noise to its statistics before they are summed by
-    ``secure-sum`` or ``pdmm-sp``; the shares add up to exactly the central noise, so the
-    released model has the same guarantee with no trusted party.  What protects an
-    individual node's *contribution* is the aggregation protocol (secure-sum's masks,
-    pdmm-sp's subspace perturbation) against passive peers and eavesdroppers; if that fails
-    (e.g. both ring neighbours of a node collude in ``secure-sum``) the contribution carries
-    only its own share, variance 1/n of the total, hence a much weaker epsilon.  Colluding
-    nodes that subtract their own shares from the output also leave only the honest nodes'
-    shares: the guarantee against t colluders is that of noise variance (n - t)/n.
+    ``secure-sum`` or ``pdmm-sp``, with no trusted party.  The shares are sized so that any
+    n - t of them make the calibrated noise (t = ``tolerate``, default floor(n / 2)): t
+    colluding nodes that subtract their own shares from the output still face the
+    configured guarantee, and an outsider a stronger one (the released sums carry n / (n - t)
+    times the noise variance).  What protects an individual node's *contribution* is the
+    aggregation protocol (secure-sum's masks, pdmm-sp's subspace perturbation) against
+    passive peers and eavesdroppers; where it fails, the disclosed sum of h honest nodes
+    carries h shares only.  The analysis per adversary, with the residual distributions, is
+    in :mod:`p2pem.dp.guarantees`; every run reports epsilon against an outsider and against
+    its ``tolerate`` colluders (``epsilon_spent``) and what epsilon excludes (``privacy``).
 
 The data domain is public: features are clipped to ``[-bound, bound]``.  A bound read off the
 data is not private; it is done only when ``bound`` is not given, with a
@@ -40,7 +42,7 @@ from typing import TYPE_CHECKING, Literal, Union
 
 import numpy as np
 
-from p2pem.dp import accounting, mechanisms, postprocess
+from p2pem.dp import accounting, guarantees, mechanisms, postprocess
 from p2pem.errors import ConfigError, ProtocolError
 from p2pem.families.gaussian import GaussianBatch, GaussianFamily
 from p2pem.gmm import FloatArray, init_stats_size, unpack_statistics
@@ -116,10 +118,18 @@ class PrivateEM:
         return GaussianBatch(w, m, c)
 
     def decode_init(self, rows: FloatArray) -> FloatArray:
-        """Noisy [n, sum x, upper sum x x^T] averages (N, P0) -> consistent ones (PD covariance)."""
+        """Noisy [n, sum x, upper sum x x^T] averages (N, P0) -> consistent ones (PD covariance).
+
+        The covariance is repaired, and its eigenvalues are kept in [floor, d B^2]: no data
+        in the box [-B, B]^d has a larger variance, and the floor is at least 1e-4 of the
+        largest eigenvalue, so that the initialisation's rounding to 6 significant digits
+        (:func:`p2pem.gmm.init_from_global`) leaves it positive definite.  A covariance
+        already inside those limits is left as it is.
+        """
         d = self.n_features
         rows = np.array(rows, dtype=float)
         iu = np.triu_indices(d)
+        ceiling = d * self.bound**2
         for row in rows:
             count = max(row[0], 1.0 / self.n_nodes)
             mean = np.clip(row[1 : 1 + d] / count, -self.bound, self.bound)
@@ -127,6 +137,12 @@ class PrivateEM:
             second[iu] = row[1 + d :] / count
             second.T[iu] = row[1 + d :] / count
             cov = postprocess.repair_covariances(second - np.outer(mean, mean), self.repair_method, self.eig_floor)
+            lam, vec = np.linalg.eigh(cov)
+            floor = max(self.eig_floor, 1e-4 * min(float(lam[-1]), ceiling))
+            if lam[0] < floor or lam[-1] > ceiling:
+                lam = np.clip(lam, floor, ceiling)
+                cov = (vec * lam) @ vec.T
+                cov = (cov + cov.T) / 2
             row[0] = count
             row[1 : 1 + d] = count * mean
             row[1 + d :] = (count * (cov + np.outer(mean, mean)))[iu]
@@ -145,6 +161,10 @@ class PrivateEM:
 class NoisePlan:
     """The calibrated noise of one run: per-coordinate scales of every aggregation.
 
+    ``shares`` of the nodes' noise shares make one calibrated draw (1 for ``dp-central``'s
+    single draw, n - t for ``dp-distributed``); ``colluders`` is how many colluding nodes
+    the guarantee survives (n - 1 for ``dp-central``: nodes see only the noisy sums; t for
+    ``dp-distributed``); ``excluded`` says what epsilon does not cover.
     ``aggregator_rng`` is ``dp-central``'s trusted aggregator stream for the message-level
     server: the extra protocol stream (``rngs[n]``, which synchronous protocols leave unused),
     the one the vectorised engine hands over, so both engines give the same bits.
@@ -157,6 +177,10 @@ class NoisePlan:
     scales: tuple[float, ...]
     bound: float
     bound_from_data: bool
+    n_nodes: int = 1
+    shares: int = 1
+    colluders: int = 0
+    excluded: tuple[str, ...] = ()
     aggregator_rng: np.random.Generator | None = None
 
     def scale(self, iteration: int) -> FloatArray:
@@ -213,7 +237,10 @@ class DPProtocol(ProtocolSpec):
         accounting.check_budget(self.mechanism, self.accountant, float(self.epsilon), float(self.delta))
         if self.bound is not None and not (math.isfinite(self.bound) and self.bound > 0):
             raise ConfigError(f"{who}: bound must be a finite number > 0, got {self.bound!r}")
-        accounting.parse_split(self.split)
+        try:
+            accounting.parse_split(self.split)
+        except ConfigError as exc:
+            raise ConfigError(f"{who}: {exc}") from None
         if not 0 <= self.weight_floor < 1 or not self.smoothing >= 0:
             raise ConfigError(f"{who}: weight_floor must be in [0, 1) and smoothing >= 0")
         if not (math.isfinite(self.eig_floor) and self.eig_floor > 0):
@@ -232,10 +259,14 @@ class DPProtocol(ProtocolSpec):
         Raises
         ------
         ConfigError
-            ``settings.tol`` is not 0, or the family is not Gaussian.
+            ``settings.tol`` is not 0, ``settings.max_iter`` is 0, or the family is not Gaussian.
         """
         if settings.tol != 0:
             raise ConfigError(f"{self.label}: a private run has a fixed number of EM iterations: set tol = 0 (em.tol)")
+        if settings.max_iter < 1:
+            # with no M-step the only aggregation after the init would deliver the
+            # log-likelihood of the init: statistics the budget has no share for
+            raise ConfigError(f"{self.label}: a private run needs at least one EM iteration, got max_iter = {settings.max_iter} (em.max_iter)")
         if not isinstance(settings.family, GaussianFamily):
             raise ConfigError(f"{self.label}: the released statistics and their sensitivities are derived for the gaussian family only, "
                               f"not {settings.family.name!r}")
@@ -260,6 +291,7 @@ class DPProtocol(ProtocolSpec):
         rel = accounting.releases(em, init, settings.max_iter, accounting.parse_split(self.split))
         scales = accounting.calibrate(self.mechanism, self.accountant, float(self.epsilon), float(self.delta), rel)
         by_name = {r.block.name: s for r, s in zip(rel, scales, strict=True)}
+        colluders, shares = self._collusion(len(parts))
         plan = NoisePlan(
             mechanism=self.mechanism,
             init_scale=mechanisms.scale_vector(init, [by_name.get(b.name, 0.0) for b in init], init_stats_size(d)),
@@ -268,10 +300,36 @@ class DPProtocol(ProtocolSpec):
             scales=tuple(scales),
             bound=bound,
             bound_from_data=from_data,
+            n_nodes=len(parts),
+            shares=shares,
+            colluders=colluders,
+            excluded=self._excluded(bound, from_data, settings),
             aggregator_rng=protocol_streams(seed, len(parts))[-1],
         )
         hook = PrivateEM(k, d, len(parts), bound, self.weight_floor, self.smoothing, self.covariance_repair, self.eig_floor)
         return dataclasses.replace(self, plan=plan), dataclasses.replace(settings, privacy=hook), clipped
+
+    def _collusion(self, n_nodes: int) -> tuple[int, int]:
+        """(colluding nodes the guarantee survives, shares per calibrated draw): one trusted draw."""
+        return n_nodes - 1, 1
+
+    def _unknown_shares(self, n_nodes: int, colluders: int) -> int:
+        """Shares of the released noise that ``colluders`` nodes do not know: the aggregator's one draw."""
+        return 1
+
+    def _excluded(self, bound: float, from_data: bool, settings: EMSettings) -> tuple[str, ...]:
+        """What epsilon does not cover, as the ``privacy`` block lists it."""
+        out = [
+            f"the data domain [-{bound:.6g}, {bound:.6g}] per feature: read off the data, so the run is NOT differentially private"
+            if from_data
+            else f"the data domain [-{bound:.6g}, {bound:.6g}] per feature: public, stated as the protocol's 'bound'"
+        ]
+        if settings.init is not None:
+            out.append("the initial model: public, given (em.init), not drawn from the data by the private initialisation")
+        fields = guarantees.side_channels(getattr(self, "aggregation", ""))
+        out.append(f"result fields {', '.join(fields)}: what the run reveals besides the noisy sums (timing"
+                   + (", pdmm-sp's data-dependent round and message counts, the nodes' spread" if len(fields) > 1 else "") + ")")
+        return tuple(out)
 
     @property
     def label(self) -> str:
@@ -283,14 +341,34 @@ class DPProtocol(ProtocolSpec):
             raise ProtocolError(f"{self.label}: not bound to a run (call bind(); run_protocol does)")
         return self.plan
 
-    def accounting(self) -> dict[str, float | None]:
-        """Epsilon at this run's delta under every accountant (None: unbounded)."""
+    def accounting(self, colluders: int | None = None) -> dict[str, float | None]:
+        """Epsilon at this run's delta under every accountant against ``colluders`` colluding nodes.
+
+        0 is an outsider; None (default) the run's ``colluders`` (:class:`NoisePlan`).  None
+        in the result: no guarantee (see :mod:`p2pem.dp.guarantees`), for every adversary when
+        the bound was read off the data (the run is then not differentially private at all).
+        """
         plan = self._plan()
-        out: dict[str, float | None] = {}
-        for name in accounting.ACCOUNTANTS:
-            eps = accounting.spent(self.mechanism, name, float(self.delta), plan.releases, plan.scales)
-            out[name] = None if math.isinf(eps) else eps
-        return out
+        if plan.bound_from_data:
+            return dict.fromkeys(accounting.ACCOUNTANTS)
+        c = plan.colluders if colluders is None else colluders
+        unknown = self._unknown_shares(plan.n_nodes, c)
+        return guarantees.epsilon_left(self.mechanism, float(self.delta), plan.releases, plan.scales, shares=plan.shares, unknown=unknown)
+
+    def privacy(self) -> dict:
+        """The ``privacy`` block of a run: epsilon against each adversary and what it excludes."""
+        plan = self._plan()
+        outsider, colluders = self.accounting(0)[self.accountant], self.accounting()[self.accountant]
+        against: dict[str, float | None] = {"outsider": outsider, "colluders": colluders}
+        if self.name == "dp-central":
+            against["aggregator"] = None  # it sees every node's exact statistics
+        return {
+            "accountant": self.accountant,
+            "delta": float(self.delta),
+            "colluders": plan.colluders,
+            "epsilon": against,
+            "excluded": list(plan.excluded),
+        }
 
     def params(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in parameter_fields(self)}
@@ -299,7 +377,8 @@ class DPProtocol(ProtocolSpec):
         if self.plan is not None:
             out["bound_used"] = self.plan.bound
             out["bound_from_data"] = self.plan.bound_from_data
-            out["epsilon_spent"] = self.accounting()
+            out["epsilon_spent"] = {"outsider": self.accounting(0), "colluders": self.accounting()}
+            out["privacy"] = self.privacy()
         return out
 
 
@@ -348,15 +427,24 @@ class DPDistributed(DPProtocol):
     ----------
     aggregation : {"secure-sum", "pdmm-sp"}
         The protocol that sums the noisy statistics (with its default parameters).
+    tolerate : int or None
+        t: the colluding nodes the guarantee survives.  Each of the n nodes adds a share
+        such that any n - t shares make the calibrated noise, so whatever t nodes subtract
+        their own shares from the output, the configured epsilon still holds; the released
+        sums carry n / (n - t) times the central noise variance.  0 <= t < n; None (the
+        default) is floor(n / 2), an honest majority, at most twice the variance.
     """
 
     aggregation: Literal["secure-sum", "pdmm-sp"] = "secure-sum"
+    tolerate: Union[int, None] = None
     name: str = field(init=False, default="dp-distributed")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.aggregation not in ("secure-sum", "pdmm-sp"):
             raise ConfigError(f"dp-distributed: aggregation must be 'secure-sum' or 'pdmm-sp', got {self.aggregation!r}")
+        if self.tolerate is not None and not (isinstance(self.tolerate, int) and not isinstance(self.tolerate, bool) and self.tolerate >= 0):
+            raise ConfigError(f"dp-distributed: 'tolerate' must be an integer >= 0 (colluding nodes), got {self.tolerate!r}")
 
     @property
     def inner(self) -> ProtocolSpec:
@@ -380,8 +468,20 @@ class DPDistributed(DPProtocol):
     def public_parameters(self, topology: Topology) -> tuple[float, ...]:
         return self.inner.public_parameters(topology)
 
+    def _collusion(self, n_nodes: int) -> tuple[int, int]:
+        t = n_nodes // 2 if self.tolerate is None else self.tolerate
+        if t >= n_nodes:
+            raise ConfigError(
+                f"dp-distributed: 'tolerate' = {t} must be below the {n_nodes} nodes (the shares of the other nodes carry the noise)"
+            )
+        return t, n_nodes - t
+
+    def _unknown_shares(self, n_nodes: int, colluders: int) -> int:
+        return n_nodes - colluders
+
     def validate(self, g: nx.Graph) -> None:
         self.inner.validate(g)
+        self._collusion(g.n_nodes if isinstance(g, Topology) else g.number_of_nodes())  # tolerate < n
 
     def topology(self, g: nx.Graph) -> Topology:
         return self.inner.topology(g)
@@ -390,11 +490,17 @@ class DPDistributed(DPProtocol):
         return NoisyNode(self, ctx, iteration)
 
     def aggregate(self, values, topology, rngs, iteration, *, record=False) -> AggregateOutcome:
+        return self.inner.aggregate(self.noisy_inputs(values, rngs, iteration), topology, rngs, iteration, record=record)
+
+    def noisy_inputs(self, values: FloatArray, rngs: list[np.random.Generator], iteration: int) -> FloatArray:
+        """(n, P): what the aggregation protocol sums, every node's values plus its noise share.
+
+        Draws each share from the node's stream first, as :class:`NoisyNode` does.
+        """
         plan = self._plan()
-        n = values.shape[0]
         scale = plan.scale(iteration)
-        shares = np.stack([mechanisms.noise_share(rngs[i], scale, plan.mechanism, n) for i in range(n)])
-        return self.inner.aggregate(values + shares, topology, rngs, iteration, record=record)
+        shares = np.stack([mechanisms.noise_share(rngs[i], scale, plan.mechanism, plan.shares) for i in range(values.shape[0])])
+        return values + shares
 
     def params(self) -> dict:
         out = super().params()
@@ -434,7 +540,7 @@ class NoisyNode(Aggregation):
 
     def start(self, value: np.ndarray) -> list[Message]:
         plan = self.spec._plan()
-        share = mechanisms.noise_share(self.ctx.rng, plan.scale(self.iteration), plan.mechanism, self.ctx.n_nodes)
+        share = mechanisms.noise_share(self.ctx.rng, plan.scale(self.iteration), plan.mechanism, plan.shares)
         return self._sync(self.inner.start(value + share))
 
     def receive(self, msg: Message) -> list[Message]:

@@ -5,17 +5,25 @@ epsilon of the ``[tradeoff]`` grid and every seed; every non-private protocol on
 (its ``epsilon`` is null): all on the same training rows, node split, graph and initial
 parameters, so the only differences are the protocol and its noise.
 
-* Held-out rows: a ``test_fraction`` of the prepared rows, drawn once from the scenario's
-  ``"montecarlo"`` stream before the rest is split over the nodes.
-* Common init: ``em.init`` if the scenario gives one, else the centralized initialisation of
-  the training rows (:func:`p2pem.gmm.init_from_global`), treated as public, so no budget
-  is spent on it (a private run then gives the init share of its split to the rest).
+* Held-out rows: a ``test_fraction`` of the rows, drawn once from the scenario's
+  ``"montecarlo"`` stream before anything is fitted and the rest is split over the nodes.
+* Preprocessing: the scenario's public constants (``[data.public]``) if it gives them, else
+  standardisation / PCA fitted on the *training* rows only (never the held-out ones) and
+  listed in every private record's ``excluded`` as not covered by epsilon.
+* Init: a private run draws its initial model from the private initialisation (paid from
+  the init share of its split) unless the scenario gives ``em.init`` (public constants, then
+  listed in ``excluded``); the non-private runs and the reference start from the
+  centralized initialisation of the training rows (:func:`p2pem.gmm.init_from_global`).
 * ``param_error``: :func:`p2pem.simulate.max_relative_difference` to centralized EM from that
   init on the (unclipped) training rows, after matching components (:func:`matched_error`);
   ``heldout_loglik``: mean log-likelihood per held-out row.
 * ``classify = "column"``: the private Bayes classifier (:mod:`p2pem.dp.bayes`), one mixture
   of ``class_components`` per class, fitted by the same protocol, epsilon and seed; its
   held-out error is ``heldout_error``.
+* Privacy, per private record: ``epsilon_outsider`` and ``epsilon_colluders`` (under the
+  protocol's accountant; ``colluders`` nodes: ``tolerate`` for dp-distributed),
+  ``epsilon_spent`` under every accountant, and ``excluded``: what epsilon does not cover
+  (:mod:`p2pem.dp.guarantees`).
 
 Seed s of a protocol run is ``p2pem.streams.montecarlo_child(seed, 1, s)`` (a child of the
 ``"montecarlo"`` stream), the same for every protocol and epsilon (common random numbers).
@@ -37,11 +45,12 @@ from typing import Any, cast
 import numpy as np
 
 from p2pem.builders import build_graph, build_protocols, em_settings, prepare_rows, split_prepared
-from p2pem.data import split_rows
+from p2pem.data import Preprocessing, fit_preprocessing, split_rows
 from p2pem.dp.bayes import fit_bayes
+from p2pem.dp.guarantees import preprocessing_excluded
 from p2pem.dp.protocols import DPProtocol
 from p2pem.em import EMSettings
-from p2pem.errors import ConfigError
+from p2pem.errors import ConfigError, DataError
 from p2pem.gmm import FloatArray, GMMParams, init_from_global, init_statistics, mean_loglik
 from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
@@ -53,7 +62,9 @@ from p2pem.streams import montecarlo_child
 __all__ = ["FORMAT", "VERSION", "TradeoffConfig", "Workload", "build_workload", "run_tradeoff", "summarize", "tradeoff_figure"]
 
 FORMAT = "p2pem-tradeoff"
-VERSION = 1
+VERSION = 2
+
+
 @dataclass(frozen=True, eq=False)
 class Workload:
     """Everything the runs share: data, split, graph, settings, reference."""
@@ -68,6 +79,18 @@ class Workload:
     class_parts: list[list[FloatArray]] | None = None
     class_settings: list[EMSettings] | None = None
     y_test: FloatArray | None = None
+    #: what private runs start from: the private initialisation unless em.init is given
+    private_settings: EMSettings | None = None
+    private_class_settings: list[EMSettings] | None = None
+    #: what the sweep itself leaves outside epsilon (the preprocessing), added to every private record
+    excluded: tuple[str, ...] = ()
+    preprocessing: str = "none"
+
+    def settings_for(self, private: bool) -> EMSettings:
+        return self.private_settings if private and self.private_settings is not None else self.settings
+
+    def class_settings_for(self, private: bool) -> list[EMSettings] | None:
+        return self.private_class_settings if private and self.private_class_settings is not None else self.class_settings
 
 
 def build_workload(scenario: Scenario) -> Workload:
@@ -76,27 +99,28 @@ def build_workload(scenario: Scenario) -> Workload:
     if scenario.em.tol != 0:
         raise ConfigError(f"{scenario.path}: 'em.tol' must be 0 for a trade-off (private runs have a fixed number of iterations)")
     data_rng = np.random.default_rng(scenario.streams()["data"])
-    X, labels = prepare_rows(scenario, label_column=cfg.classify, rng=data_rng)
-    order = np.random.default_rng(montecarlo_child(scenario.seed, 0)).permutation(len(X))
-    n_test = int(round(cfg.test_fraction * len(X)))
-    if n_test < 1 or len(X) - n_test < scenario.graph.n_nodes:
-        raise ConfigError(
-            f"{scenario.path}: 'tradeoff.test_fraction' = {cfg.test_fraction} leaves {n_test} held-out and "
-            f"{len(X) - n_test} training rows for {scenario.graph.n_nodes} nodes"
-        )
-    test, train = np.sort(order[:n_test]), np.sort(order[n_test:])
+    data = scenario.data
+    fitted = data.public is None and (data.standardize or data.pca is not None)
+    # the rows as read; a fitted preprocessing waits for the held-out split
+    raw = dataclasses.replace(scenario, data=dataclasses.replace(data, standardize=False, pca=None)) if fitted else scenario
+    X, labels = prepare_rows(raw, label_column=cfg.classify, rng=data_rng)
+    test, train = held_out_split(scenario, len(X))
+    if fitted:
+        X = training_preprocessing(scenario, X[train]).apply(X)
+    excluded = preprocessing_excluded(data.standardize, data.pca, "the training rows" if fitted else None)
     parts = split_prepared(scenario, X[train], data_rng)
     graph = build_graph(scenario)
     base = em_settings(scenario)
     init = base.init or init_from_global(init_statistics(X[train]), base.n_components, base.init_seed)
     settings = dataclasses.replace(base, init=init)
     reference = run_protocol(parts, graph, make_protocol("centralized"), settings).params
-    work = Workload(parts, X[test], graph, settings, reference, scenario.seed)
+    how = "fitted on the training rows" if fitted else "public constants" if data.public is not None else "none"
+    work = Workload(parts, X[test], graph, settings, reference, scenario.seed, private_settings=base, excluded=tuple(excluded), preprocessing=how)
     if labels is None:
         return work
     classes = np.unique(labels[train])
     class_rng = np.random.default_rng(montecarlo_child(scenario.seed, 2))
-    class_parts, class_settings = [], []
+    class_parts, class_settings, private_class_settings = [], [], []
     for c in classes:
         Xc = X[train][labels[train] == c]
         if len(Xc) < scenario.graph.n_nodes:
@@ -109,7 +133,42 @@ def build_workload(scenario: Scenario) -> Workload:
         class_settings.append(
             dataclasses.replace(base, n_components=k, init=init_from_global(init_statistics(Xc), k, base.init_seed))
         )
-    return dataclasses.replace(work, classes=classes, class_parts=class_parts, class_settings=class_settings, y_test=labels[test])
+        private_class_settings.append(dataclasses.replace(base, n_components=k, init=None))
+    return dataclasses.replace(
+        work, classes=classes, class_parts=class_parts, class_settings=class_settings, y_test=labels[test],
+        private_class_settings=private_class_settings,
+    )
+
+
+def held_out_split(scenario: Scenario, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(held-out, training) row indices of the sweep, sorted: a ``test_fraction`` drawn once.
+
+    Raises
+    ------
+    ConfigError
+        Too few held-out or training rows for the nodes.
+    """
+    cfg = scenario.tradeoff or TradeoffConfig()
+    order = np.random.default_rng(montecarlo_child(scenario.seed, 0)).permutation(n_rows)
+    n_test = int(round(cfg.test_fraction * n_rows))
+    if n_test < 1 or n_rows - n_test < scenario.graph.n_nodes:
+        raise ConfigError(
+            f"{scenario.path}: 'tradeoff.test_fraction' = {cfg.test_fraction} leaves {n_test} held-out and "
+            f"{n_rows - n_test} training rows for {scenario.graph.n_nodes} nodes"
+        )
+    return np.sort(order[:n_test]), np.sort(order[n_test:])
+
+
+def training_preprocessing(scenario: Scenario, X_train: FloatArray) -> Preprocessing:
+    """The scenario's standardisation / PCA fitted on the training rows (:func:`p2pem.data.fit_preprocessing`).
+
+    What a sweep without public constants applies to every row; ``sim/public_preprocessing.py``
+    prints it as a ``[data.public]`` table to declare it public instead.
+    """
+    try:
+        return fit_preprocessing(X_train, standardize=scenario.data.standardize, pca=scenario.data.pca)
+    except DataError as exc:
+        raise DataError(f"{scenario.path}: {exc}") from exc
 
 
 def is_private(spec: ProtocolSpec) -> bool:
@@ -119,23 +178,34 @@ def is_private(spec: ProtocolSpec) -> bool:
 def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_index: int) -> dict:
     """One record of ``tradeoff.json``: ``spec`` at ``epsilon`` (None: non-private) with seed s."""
     t0 = time.perf_counter()
-    if epsilon is not None:
+    private = epsilon is not None
+    if private:
         spec = dataclasses.replace(cast(Any, spec), epsilon=epsilon)  # a DP protocol: it has epsilon
     seed = montecarlo_child(work.seed, 1, seed_index)
-    run = run_protocol(work.parts, work.graph, spec, work.settings, seed=seed)
-    record = {
+    run = run_protocol(work.parts, work.graph, spec, work.settings_for(private), seed=seed)
+    privacy = run.protocol_params.get("privacy")
+    excluded = None if privacy is None else [*privacy["excluded"], *work.excluded]
+    record: dict[str, Any] = {
         "protocol": getattr(spec, "label", spec.name),
         "epsilon": None if epsilon is None else float(epsilon),
         "seed": seed_index,
         "heldout_loglik": mean_loglik(work.X_test, run.params),
         "param_error": matched_error(run.params, work.reference),
         "heldout_error": None,
+        "epsilon_outsider": None if privacy is None else privacy["epsilon"]["outsider"],
+        "epsilon_colluders": None if privacy is None else privacy["epsilon"]["colluders"],
+        "colluders": None if privacy is None else privacy["colluders"],
         "epsilon_spent": run.protocol_params.get("epsilon_spent"),
+        "excluded": excluded,
     }
     if work.class_parts is not None:
-        assert work.classes is not None and work.class_settings is not None and work.X_test is not None and work.y_test is not None
-        model = fit_bayes(work.class_parts, work.classes, work.graph, spec, work.class_settings, seed=montecarlo_child(work.seed, 3, seed_index))
+        assert work.classes is not None and work.X_test is not None and work.y_test is not None
+        class_settings = work.class_settings_for(private)
+        assert class_settings is not None
+        model = fit_bayes(work.class_parts, work.classes, work.graph, spec, class_settings, seed=montecarlo_child(work.seed, 3, seed_index))
         record["heldout_error"] = model.error(work.X_test, work.y_test)
+        if excluded is not None:
+            excluded += model.excluded
     record["wall_s"] = time.perf_counter() - t0
     return record
 
@@ -176,11 +246,14 @@ def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, 
     Returns
     -------
     dict
-        ``{"format", "version", "scenario", ..., "runs": [record, ...]}``; a record per
-        (protocol, epsilon, seed) with ``protocol``, ``epsilon`` (null for non-private),
-        ``seed``, ``heldout_loglik``, ``param_error``, ``heldout_error`` (null without
-        ``classify``), ``epsilon_spent`` (per accountant, at the protocol's delta) and
-        ``wall_s``.
+        ``{"format", "version", "scenario", ..., "preprocessing", "private_init", "runs":
+        [record, ...]}``; a record per (protocol, epsilon, seed) with ``protocol``,
+        ``epsilon`` (null for non-private), ``seed``, ``heldout_loglik``, ``param_error``,
+        ``heldout_error`` (null without ``classify``), ``epsilon_outsider``,
+        ``epsilon_colluders`` and ``colluders`` (under the protocol's accountant),
+        ``epsilon_spent`` (``{outsider, colluders}`` per accountant, at the protocol's
+        delta), ``excluded`` (what epsilon does not cover; these five null for
+        non-private runs) and ``wall_s``.
     """
     global _WORK
     cfg = scenario.tradeoff or TradeoffConfig()
@@ -194,7 +267,7 @@ def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, 
         n_seeds = 1 if spec.name == "centralized" else cfg.n_seeds
         tasks += [(spec, eps, s) for eps in grid for s in range(n_seeds)]
     for spec in specs:  # fail (and warn) before the sweep: bound, tol, graph
-        spec.bind(work.settings, work.parts)
+        spec.bind(work.settings_for(is_private(spec)), work.parts)
         if spec.name != "centralized":
             spec.validate(work.graph)
     t0 = time.perf_counter()
@@ -222,6 +295,8 @@ def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, 
         "epsilons": list(cfg.epsilons),
         "n_seeds": cfg.n_seeds,
         "classify": cfg.classify,
+        "preprocessing": work.preprocessing,
+        "private_init": work.settings_for(True).init is None,
         "protocols": [{"protocol": getattr(s, "label", s.name), "name": s.name, "params": _json_params(s)} for s in specs],
         "wall_s": time.perf_counter() - t0,
         "runs": records,
@@ -245,6 +320,8 @@ def summarize(doc: dict) -> list[dict]:
     out = []
     for (proto, eps), runs in groups.items():
         row: dict[str, Any] = {"protocol": proto, "epsilon": eps, "n": len(runs)}
+        for key in ("epsilon_outsider", "epsilon_colluders", "colluders"):  # the same for every seed
+            row[key] = runs[0].get(key)
         for key in ("heldout_loglik", "param_error", "heldout_error"):
             vals = np.array([r[key] for r in runs if r[key] is not None], dtype=float)
             stats: tuple[Callable[[np.ndarray], Any], ...] = (

@@ -106,11 +106,25 @@ class Observation:
         The public model the statistics were computed at; None for the initialisation
         aggregation, whose statistics are (count, sum x, sum x x^T).
     sums : (P,) array
-        The group's sums, without the continue flag.
+        The group's sums, without the continue flag; with ``transform``, the Q values observed.
+    transform : (Q, P) array or None
+        What was observed is ``transform`` applied to the group's sums in the layout of
+        :func:`row_statistics` (:func:`init_row_statistics` for the initialisation); None:
+        the sums themselves.  A private run releases other coordinates (uncentred sums, no
+        log-likelihood) with noise: its transform maps to those and whitens them, so the
+        least-squares fit is the maximum-likelihood one (:mod:`p2pem.leakage.private`).
     """
 
     model: GMMParams | None
     sums: FloatArray
+    transform: FloatArray | None = None
+
+    def layout_sums(self) -> FloatArray:
+        """The sums in the statistics layout (least squares through ``transform``; a coordinate
+        the transform drops comes back as 0)."""
+        if self.transform is None:
+            return self.sums
+        return np.asarray(np.linalg.lstsq(self.transform, self.sums, rcond=None)[0], dtype=np.float64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,9 +155,12 @@ class _Equations:
 
     def __init__(self, observations: Sequence[Observation]) -> None:
         self.init = [o for o in observations if o.model is None]
-        models = [o.model for o in observations if o.model is not None]
-        self.target = np.concatenate([o.sums for o in self.init] + [o.sums for o in observations if o.model is not None])
+        with_model = [o for o in observations if o.model is not None]
+        models = [o.model for o in with_model if o.model is not None]
+        self.target = np.concatenate([o.sums for o in self.init] + [o.sums for o in with_model])
         self.n_models = len(models)
+        # per-model transforms (None: the sums are observed as they are)
+        self.transforms = None if all(o.transform is None for o in with_model) else [o.transform for o in with_model]
         if models:
             self.log_w = np.log(np.stack([p.weights for p in models]))  # (T, K)
             self.means = np.stack([p.means for p in models])  # (T, K, d)
@@ -155,15 +172,24 @@ class _Equations:
         """Model sums (n_eq,) and their Jacobian (n_eq, m d), columns in X.ravel() order."""
         m, d = X.shape
         vals, jacs = [], []
-        for _ in self.init:
+        for o in self.init:
             s, j = init_row_statistics(X)
-            vals.append(s.sum(axis=0))
-            jacs.append(np.transpose(j, (1, 0, 2)).reshape(j.shape[1], m * d))
+            v, jj = s.sum(axis=0), np.transpose(j, (1, 0, 2)).reshape(j.shape[1], m * d)
+            if o.transform is not None:
+                v, jj = o.transform @ v, o.transform @ jj
+            vals.append(v)
+            jacs.append(jj)
         if self.n_models:
             s, j = _batch_row_statistics(X, self.log_w, self.means, self.prec, self.logdet)
             t, _, p = s.shape
-            vals.append(s.sum(axis=1).ravel())
-            jacs.append(np.transpose(j, (0, 2, 1, 3)).reshape(t * p, m * d))
+            if self.transforms is None:
+                vals.append(s.sum(axis=1).ravel())
+                jacs.append(np.transpose(j, (0, 2, 1, 3)).reshape(t * p, m * d))
+            else:
+                sums, jsum = s.sum(axis=1), np.transpose(j, (0, 2, 1, 3)).reshape(t, p, m * d)
+                for k, a in enumerate(self.transforms):
+                    vals.append(sums[k] if a is None else a @ sums[k])
+                    jacs.append(jsum[k] if a is None else a @ jsum[k])
         return np.concatenate(vals), np.concatenate(jacs, axis=0)
 
 
@@ -206,9 +232,10 @@ def _start_sampler(observations: Sequence[Observation], m: int, d: int) -> Calla
         obs = with_model[-1]
         assert obs.model is not None  # filtered above
         k = obs.model.n_components
-        a = obs.sums[:k]
-        b = obs.sums[k : k + k * d].reshape(k, d)
-        tri = obs.sums[k + k * d : -1].reshape(k, -1)
+        sums = obs.layout_sums()
+        a = sums[:k]
+        b = sums[k : k + k * d].reshape(k, d)
+        tri = sums[k + k * d : -1].reshape(k, -1)
         for j in range(k):
             if a[j] <= 1e-9 * m:
                 continue
@@ -217,11 +244,14 @@ def _start_sampler(observations: Sequence[Observation], m: int, d: int) -> Calla
             second = second + np.triu(second, 1).T
             delta = b[j] / a[j]
             comps.append((a[j], obs.model.means[j] + delta, second - np.outer(delta, delta)))
+        if not comps:  # noise left no component with a positive count: the public model's
+            comps = [(w, mu, cov) for w, mu, cov in zip(obs.model.weights, obs.model.means, obs.model.covariances, strict=True)]
     else:
         obs = observations[0]
-        mean = obs.sums[1 : 1 + d] / m
+        sums = obs.layout_sums()
+        mean = sums[1 : 1 + d] / m
         second = np.zeros((d, d))
-        second[iu] = obs.sums[1 + d :] / m
+        second[iu] = sums[1 + d :] / m
         second = second + np.triu(second, 1).T
         comps.append((1.0, mean, second - np.outer(mean, mean)))
     weights = np.array([c[0] for c in comps])
@@ -294,7 +324,13 @@ def reconstruct_rows(
     m = int(n_rows)
     equations = _Equations(observations)
     target = equations.target
-    expected = sum((1 + d + d * (d + 1) // 2) if o.model is None else (o.model.n_components * (1 + d + d * (d + 1) // 2) + 1) for o in observations)
+    def size(o: Observation) -> int:
+        return (1 + d + d * (d + 1) // 2) if o.model is None else (o.model.n_components * (1 + d + d * (d + 1) // 2) + 1)
+
+    for o in observations:
+        if o.transform is not None and (o.transform.ndim != 2 or o.transform.shape != (o.sums.shape[0], size(o))):
+            raise DataError(f"an observation's transform has shape {o.transform.shape}, its sums and model imply {(o.sums.shape[0], size(o))}")
+    expected = sum(size(o) if o.transform is None else o.transform.shape[0] for o in observations)
     if target.shape[0] != expected:
         raise DataError(f"disclosed sums have {target.shape[0]} entries, the models imply {expected}")
     scale = 1.0 / m

@@ -62,6 +62,7 @@ from p2pem.errors import ConfigError, DataError
 from p2pem.gmm import GMMParams
 from p2pem.leakage.attack import Observation
 from p2pem.leakage.montecarlo import monte_carlo, monte_carlo_spec
+from p2pem.leakage.private import bind_for_whole_run
 from p2pem.leakage.theory import disclosed_groups
 from p2pem.leakage.views import Adversary, build_view
 from p2pem.messages import Message
@@ -115,6 +116,11 @@ class WholeRunView:
         Messages the adversary observed in each aggregation.
     rounds : list of int
         Protocol rounds of each aggregation (public).
+    observe : callable or None
+        A private run's reading of a group's sums for the attack (noise and released
+        coordinates, :meth:`p2pem.leakage.private.PrivateWholeRun.observer`); None: exact sums.
+    data_bound : float or None
+        A private run's public bound: the rows were clipped to [-bound, bound].
     """
 
     protocol: str
@@ -130,6 +136,8 @@ class WholeRunView:
     final: GMMParams | None = None
     messages_observed: list[int] = field(default_factory=list)
     rounds: list[int] = field(default_factory=list)
+    observe: Callable[..., Observation] | None = None
+    data_bound: float | None = None
 
     def reduction_error(self) -> FloatArray:
         """(n_aggregations, n_groups): max |view sum - true sum| / max |true sum|."""
@@ -144,6 +152,13 @@ class WholeRunView:
 
         The continue flag is dropped: it counts nodes, not rows.
         """
+        if self.observe is not None:
+            size = len(self.groups[group_index])
+            return [
+                self.observe(it, model, sums[group_index], size)
+                for it, model, sums in zip(self.iterations, self.models, self.sums, strict=True)
+                if it <= t_seen
+            ]
         return [
             Observation(model, sums[group_index] if model is None else sums[group_index][:-1])
             for it, model, sums in zip(self.iterations, self.models, self.sums, strict=True)
@@ -425,7 +440,9 @@ def record_whole_run(
         Node i's private rows.
     graph : networkx.Graph
     spec : ProtocolSpec
-        Synchronous ``pdmm-sp``, ``secure-sum`` or ``federated``.
+        Synchronous ``pdmm-sp``, ``secure-sum`` or ``federated``, or a private protocol
+        (``dp-distributed`` over one of the first two, ``dp-central``: see
+        :mod:`p2pem.leakage.private`).
     settings : EMSettings
     adversaries : sequence of Adversary
     seed : int or SeedSequence
@@ -452,12 +469,17 @@ def record_whole_run(
     if isinstance(spec, Centralized) or getattr(spec, "asynchronous", False):
         raise ConfigError(f"{spec.name}: the whole-run analysis needs a synchronous network protocol")
     spec.validate(graph)
+    spec, settings, parts, private = bind_for_whole_run(spec, settings, parts, seed=seed)
+    reduced = private.reduction if private is not None else spec  # whose trace the reduction reads
     topology = spec.topology(graph)
     n = len(parts)
     rngs = protocol_streams(seed, n)
     state = EMState([np.ascontiguousarray(p, dtype=float) for p in parts], settings, n)
     label = getattr(spec, "label", spec.name)
-    views = [WholeRunView(label, adv, ()) for adv in adversaries]
+    views = [
+        WholeRunView(label, adv, (), observe=None if private is None else private.observer(adv), data_bound=None if private is None else private.bound)
+        for adv in adversaries
+    ]
     refs = [adv.corrupt_nodes[0] if adv.corrupt_nodes else 0 for adv in adversaries]
     models: list[GMMParams | None] = []
 
@@ -467,18 +489,21 @@ def record_whole_run(
 
     def aggregate(it: int, values: FloatArray) -> FloatArray:
         """The vectorised engine's aggregation, its trace reduced per adversary and dropped."""
-        outcome = spec.aggregate(values, topology, rngs, it, record=True)
+        if private is not None:  # what the protocol sums: values plus noise shares (dp-distributed)
+            inputs, outcome = private.aggregate(values, topology, rngs, it)
+        else:
+            inputs, outcome = values, spec.aggregate(values, topology, rngs, it, record=True)
         trace = outcome.trace or []
-        index = _pdmm_index(trace, n) if isinstance(spec, PdmmSP) else None
+        index = _pdmm_index(trace, n) if isinstance(reduced, PdmmSP) else None
         for view, adv, model in zip(views, adversaries, models, strict=True):
-            own = {c: values[c] for c in adv.corrupt_nodes}
+            own = {c: inputs[c] for c in adv.corrupt_nodes}
             seen = None if index is not None else _observed(trace, adv)
-            groups, sums = disclosed_sums(spec, topology, graph, adv, trace, own, observed=seen, pdmm_index=index)
+            groups, sums = disclosed_sums(reduced, topology, graph, adv, trace, own, observed=seen, pdmm_index=index)
             view.groups = groups
             view.iterations.append(it)
             view.models.append(model)
             view.sums.append(sums)
-            view.truth.append(np.array([values[list(g)].sum(axis=0) for g in groups]))
+            view.truth.append(private.truth(inputs, outcome, groups, adv) if private is not None else np.array([inputs[list(g)].sum(axis=0) for g in groups]))
             view.messages_observed.append(len(seen) if seen is not None else index.observed_count(adv) if index is not None else 0)
             view.rounds.append(int(outcome.rounds))
             if it > 0:

@@ -237,7 +237,7 @@ def adversaries_for(spec_name: str, config: WholeRunConfig) -> list[Adversary]:
             continue
         for s in config.corrupt_sets:
             corrupt = set(s)
-            if spec_name == "federated" and config.server_corrupt:
+            if spec_name in ("federated", "dp-central") and config.server_corrupt:  # protocols with a server
                 corrupt.add(SERVER)
             out.append(Adversary(kind, frozenset(corrupt)))
     return out
@@ -326,7 +326,8 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
                 "protocol": views[0].protocol,
                 "aggregations": len(views[0].iterations),
                 "n_iter": len(views[0].loglik) - 1,
-                "final_loglik": views[0].loglik[-1],
+                "protocol_params": _json_safe(spec.params()),
+                "final_loglik": None if math.isnan(views[0].loglik[-1]) else views[0].loglik[-1],  # private runs release none
                 "max_rounds": max(views[0].rounds),
                 "adversaries": len(views),
             }
@@ -338,7 +339,7 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
             adv = view.adversary
             err = view.reduction_error()
             rank = None
-            if rank_on:
+            if rank_on and view.observe is None:  # a private run's rank structure is its aggregation's
                 rank = disclosure_rank(spec, graph, adv, rounds=max(view.rounds), seed=scenario.streams()["montecarlo"]).to_json()
             corrupt = adv.corrupt_nodes
             server = SERVER in adv.corrupt
@@ -363,6 +364,8 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
             )
             for k, group in enumerate(view.groups):
                 rows = np.vstack([parts[i] for i in group])
+                if view.data_bound is not None:  # a private run's statistics come from the clipped rows
+                    rows = np.clip(rows, -view.data_bound, view.data_bound)
                 if group not in cache:
                     key = (p_index, *group)
                     rng = np.random.default_rng(child(attack_ss, *key))
@@ -401,6 +404,10 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
         report.protocols[-1]["attack_s"] = time.perf_counter() - t0 - t_run
         report.protocols[-1]["groups_attacked"] = len(cache)
     return report
+
+
+def _json_safe(params: dict) -> dict:
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in params.items()}
 
 
 def _rms(d: np.ndarray) -> float:

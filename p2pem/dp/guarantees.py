@@ -1,0 +1,152 @@
+"""Against whom a private run's epsilon holds, and what it leaves out.
+
+A private run calibrates one noise draw per release, Gaussian N(0, sigma^2) or Laplace(b)
+per coordinate (:mod:`p2pem.dp.accounting`), so that the released sums are (epsilon,
+delta)-DP under the run's accountant.  Who adds that noise decides against whom the
+guarantee holds; this module turns that into numbers.  Neighbouring data sets differ by one
+added or removed row; every adversary below knows every row but the one in question.
+
+``dp-central`` (one draw, added by the aggregator)
+    *Outsider*, *curious node*, *any set of colluding nodes* (up to all n - 1 others): they
+    see the noisy sums only, so epsilon holds.  *The aggregator* (and an eavesdropper on the
+    uploads) sees every node's exact statistics: no guarantee (reported as null).
+``dp-distributed`` with ``tolerate = t`` (n shares, any n - t of which make one draw)
+    Node i adds a share xi_i to its statistics before the aggregation sums them
+    (:func:`p2pem.dp.mechanisms.noise_share`).  An adversary that knows the shares of c
+    colluding nodes (c = 0: an outsider) subtracts them from the released sum; what is left
+    is the sum of the n - c shares it does not know:
+
+    * Gaussian, xi_i ~ N(0, sigma^2 / (n - t)): the residual is N(0, (n - c) sigma^2 / (n - t)),
+      the calibrated mechanism with its scale multiplied by sqrt((n - c) / (n - t)).  For
+      c <= t that is at least sigma: epsilon holds (for the outsider, c = 0, the run is
+      the mechanism at sigma sqrt(n / (n - t)) and the accountant certifies less).  For
+      c > t the scale is below sigma and the epsilon the accountant certifies for it grows
+      (sigma / sqrt(n - t) for a node left alone with its own share, c = n - 1).
+    * Laplace, xi_i = G_i - G'_i with G ~ Gamma(1 / (n - t), b): a sum of m shares is the
+      difference of two Gamma(m / (n - t), b) variables.  For c <= t, m = n - c >= n - t and
+      the residual is Laplace(b) plus an independent symmetric term (the other m - (n - t)
+      shares): post-processing of the calibrated mechanism, so epsilon holds (the number
+      reported for the outsider is this bound, not a tighter one).  For c > t, m < n - t and
+      the Gamma shape m / (n - t) < 1: the density of the difference behaves like
+      |x|^(2 m / (n - t) - 1) near 0, unbounded for m <= (n - t) / 2, and the likelihood
+      ratio of neighbouring data sets is no longer bounded by e^(L1 / b): not covered.
+    * A *curious node* is c = 1: covered iff t >= 1.  The default t = floor(n / 2) covers any
+      colluding minority (and exactly half of an even n) at a cost of at most twice the
+      central noise variance in the released sums (n / (n - t) <= 2).
+
+    The aggregation protocol hides a node's individual share-plus-statistics from passive
+    peers and eavesdroppers.  Where it does not (both ring neighbours of an arc colluding in
+    ``secure-sum``, an honest pdmm-sp component cut off by corrupt nodes), the adversary
+    learns the sum over the h honest nodes of that group, whose residual is h shares: the
+    guarantee for those rows is the one for m = h above (:func:`epsilon_left` with
+    ``unknown = h``), and the defence against whole-run reconstruction holds only for groups
+    of h >= n - t nodes.
+
+Excluded from epsilon, whatever the adversary (listed in every output's ``privacy`` block):
+the public data domain (``bound``), a public initial model, the preprocessing the scenario
+declares public, and what the run reveals besides the noisy sums: its timing and, over
+``pdmm-sp``, the data-dependent round counts, message counts and node spread
+(:func:`side_channels`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from p2pem.dp import accounting
+
+#: result.json fields of a run whose values do not depend on the data beyond the released sums
+#: for every aggregation protocol but pdmm-sp, whose stopping rule reads the data
+PDMM_SIDE_CHANNELS = ("consensus_iterations", "init_consensus_iterations", "unconverged_iterations", "messages", "bytes", "node_spread")
+
+
+def residual_factor(mechanism: str, shares: int, unknown: int) -> float | None:
+    """What the calibrated noise scale becomes for an adversary who does not know ``unknown`` shares.
+
+    Parameters
+    ----------
+    mechanism : {"gaussian", "laplace"}
+    shares : int
+        How many shares make one calibrated draw (n - t; 1 for a single central draw).
+    unknown : int
+        Shares in the adversary's view that it does not know (n - c for c colluders).
+
+    Returns
+    -------
+    float or None
+        The factor on every scale (Gaussian: sqrt(unknown / shares); Laplace with
+        ``unknown >= shares``: 1, an upper bound on epsilon by post-processing), or None
+        where the residual has no finite pure-DP bound (Laplace, ``unknown < shares``).
+    """
+    if unknown < 1:
+        return 0.0
+    if mechanism == "gaussian":
+        return math.sqrt(unknown / shares)
+    return 1.0 if unknown >= shares else None
+
+
+def epsilon_left(
+    mechanism: str,
+    delta: float,
+    releases: Sequence[accounting.Release],
+    scales: Sequence[float],
+    *,
+    shares: int,
+    unknown: int,
+) -> dict[str, float | None]:
+    """Epsilon at ``delta`` under every accountant for an adversary missing ``unknown`` of the shares.
+
+    None: no guarantee (zero residual noise, or a residual that is not covered, see
+    :func:`residual_factor`).  ``unknown = shares`` gives the configured guarantee.
+    """
+    factor = residual_factor(mechanism, shares, unknown)
+    out: dict[str, float | None] = {}
+    for name in accounting.ACCOUNTANTS:
+        if factor is None or factor == 0:
+            out[name] = None
+            continue
+        eps = accounting.spent(mechanism, name, delta, releases, [s * factor for s in scales])
+        out[name] = None if math.isinf(eps) else eps
+    return out
+
+
+def side_channels(aggregation: str) -> tuple[str, ...]:
+    """result.json fields of a private run that epsilon does not cover.
+
+    ``wall_s`` always (timing); over ``pdmm-sp`` also its round and message counts and the
+    spread between nodes' models, which depend on the data through the stopping rule (they
+    differ between neighbouring data sets with identical noise).
+    """
+    return (*(PDMM_SIDE_CHANNELS if aggregation == "pdmm-sp" else ()), "wall_s")
+
+
+def preprocessing_excluded(standardize: bool, pca: int | None, fitted_on: str | None) -> list[str]:
+    """What the ``privacy`` block says about the scenario's preprocessing (nothing if there is none).
+
+    Parameters
+    ----------
+    standardize : bool
+    pca : int or None
+    fitted_on : str or None
+        The rows the preprocessing was fitted on (e.g. "all rows", "the training rows"), or
+        None when it applies public constants given in the scenario.
+    """
+    steps = [s for s, on in (("standardisation", standardize), (f"PCA to {pca} components", pca is not None)) if on]
+    if not steps:
+        return []
+    what = " and ".join(steps)
+    if fitted_on is None:
+        return [f"the preprocessing ({what}): public constants given in the scenario"]
+    return [f"the preprocessing ({what}) fitted on {fitted_on}: NOT covered (its constants depend on every row; "
+            "give public constants in the scenario to declare them)"]
+
+
+def add_excluded(protocol_params: dict, items: Sequence[str]) -> None:
+    """Append ``items`` to the ``privacy.excluded`` list of a private run's ``protocol_params`` (no-op otherwise)."""
+    privacy = protocol_params.get("privacy")
+    if privacy is not None:
+        privacy["excluded"] = [*privacy["excluded"], *items]
+
+
+__all__ = ["PDMM_SIDE_CHANNELS", "add_excluded", "epsilon_left", "preprocessing_excluded", "residual_factor", "side_channels"]

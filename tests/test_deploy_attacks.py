@@ -19,8 +19,6 @@ import pytest
 
 from p2pem.builders import build_graph, build_protocols, em_settings, load_data
 from p2pem.deploy.codec import Codec
-from p2pem.deploy.control import Signer
-from p2pem.deploy.crypto import Identity
 from p2pem.deploy.kit import prepare_kit
 from p2pem.deploy.roster import Roster
 from p2pem.deploy.transports.base import topic_for
@@ -28,7 +26,7 @@ from p2pem.deploy.transports.memory import Faults
 from p2pem.messages import Message
 from p2pem.scenario import load_scenario
 from p2pem.simulate import run_protocol
-from test_deploy_memory import INSIDER, LAUNCH, ROOT, Insider, Statements, abort_naming, assert_honest_outcome, early_stop, run_in_memory, vote_against
+from test_deploy_memory import INSIDER, ROOT, Insider, Statements, abort_naming, assert_honest_outcome, early_stop, run_in_memory, vote_against
 
 BOWTIE = [[0, 1], [0, 2], [1, 2], [2, 3], [2, 4], [3, 4]]  # two triangles joined at node 2
 

@@ -244,14 +244,6 @@ def parse_abort(msg: Message, n_nodes: int, server: bool = False) -> Abort:
 def implausible(abort: Abort, peers_of, iteration: int, separates) -> str | None:
     """Why no honest node signs ``abort`` (None when it is plausible).
 
-    Parameters
-    ----------
-    peers_of : callable(node) -> collection of int
-        Whom a node exchanges messages with (its roster neighbours, and a server).
-    iteration : the receiving node's EM iteration (an honest origin is within two of it)
-    separates : callable(v, a, b) -> bool
-        Whether every path between nodes ``a`` and ``b`` of the roster's graph passes ``v``.
-
     The rules: the abort's EM iteration lies within two of the receiver's; the culprits of a
     silence, stall, slowness, start-up, mismatch, violation or protocol error are neighbours of
     the origin (it cannot have watched anyone else); a disagreement is signed in the final
@@ -259,6 +251,18 @@ def implausible(abort: Abort, peers_of, iteration: int, separates) -> str | None
     against the stop's own signature by the caller); a split names a node that separates the
     origin from the node whose model differs; an interruption, a lost broker, a model error or
     an internal error names nobody.
+
+    Parameters
+    ----------
+    abort : Abort
+    peers_of : callable
+        ``peers_of(node)``: whom a node exchanges messages with (its roster neighbours, and a
+        server).
+    iteration : int
+        The receiving node's EM iteration (an honest origin is within two of it).
+    separates : callable
+        ``separates(v, a, b)``: whether every path between nodes ``a`` and ``b`` of the
+        roster's graph passes ``v``.
     """
     reason, origin, culprits = abort.reason, abort.origin, abort.culprits
     if not iteration - 2 <= abort.iteration <= iteration + 2:

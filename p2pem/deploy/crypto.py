@@ -543,7 +543,7 @@ def write_tls_files(directory: str | os.PathLike[str], hosts: list[str], *, days
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     directory = Path(directory)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     until = now + datetime.timedelta(days=days)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "p2pem deployment CA")])

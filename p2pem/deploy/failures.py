@@ -199,7 +199,7 @@ def describe_abort(reason: int, iteration: int, round: int, origin: int, culprit
         Reason.DROPPED_OUT: f"the run cannot go on without {them}",
         Reason.SPLIT: f"{them} separates it from node {evidence[0] if evidence else '?'}, whose final result differs from its own or never arrived",
     }
-    text = claims.get(reason)
+    text = claims.get(Reason(reason)) if reason in WIRE_REASONS else None
     if text is None:
         text = f"it hit a protocol error in {at}" + (f" (message from {them})" if culprits else "")
     return f"node {origin} reports that {text}"

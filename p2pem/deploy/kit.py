@@ -354,7 +354,7 @@ def prepare_kit(
             atomic_write(ca, tls_files[0].read_text())
         # a node's stream, or (the server) dp-central's aggregator stream: protocol stream n
         key = node_stream_key(protocol_stream, n if i == SERVER else i) if seeded else None
-        site_port = bridge_port if sites == 2 and i % 2 == 1 else port
+        site_port = bridge_port if bridge_port is not None and i % 2 == 1 else port
         config = NodeConfig(
             node_id=i,
             roster=root / "roster.toml",

@@ -25,6 +25,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from p2pem.deploy.admission import CONTROL, Admission, Admitted, Convicted, Ignored, Rejected
@@ -172,6 +173,10 @@ class Peer:
         raise NotImplementedError
 
     def report(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def write_result(self) -> Path:
+        """Write :meth:`report` to the configured result file (atomically) and return its path."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ the run

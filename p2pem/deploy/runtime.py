@@ -376,9 +376,9 @@ class NodeRuntime(Peer):
                 Reason.STOP, self.node_id,
                 f"node {origin} signed a proposal to stop EM iteration {it} at protocol round {stop} (made in round {at}) "
                 f"that contradicts this node's counters: {why}",
-                (origin,), evidence=(attempt, at, stop), extra_signature=msg.payload,
+                (origin,), evidence=(attempt, at, stop), extra_signature=tuple(msg.payload),
             )
-        lowers = self.stops.record(it, attempt, origin, at, stop, msg.payload)
+        lowers = self.stops.record(it, attempt, origin, at, stop, tuple(msg.payload))
         if lowers:
             await self.send([self.stops.message(self.node_id, self.graph_neighbours, it, attempt, origin)])
         await self._release()

@@ -66,7 +66,7 @@ class Stops:
         if not (isinstance(msg.payload, tuple) and len(msg.payload) == 2):
             raise violation(msg, "stop", f"payload of {describe_payload(msg.payload)} is not a signature")
         self.signer.check(msg, STOP, meta[2], meta, msg.payload)
-        return meta  # type: ignore[return-value]  # five ints, checked above
+        return meta[0], meta[1], meta[2], meta[3], meta[4]
 
     def record(self, iteration: int, attempt: int, origin: int, proposed_at: int, stop: int, signature: tuple[int, ...]) -> bool:
         """Record a checked proposal; True when it lowers the smallest stop round known (relay it)."""

@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -145,6 +146,59 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_select(args: argparse.Namespace) -> int:
+    # here: start-up time (a node process and `p2pem --help` load only what their command needs)
+    from p2pem.plots import selection_figure
+    from p2pem.runner import atomic_output, write_json
+    from p2pem.scenario import load_scenario
+    from p2pem.selection import parse_components, run_selection
+
+    scenario = load_scenario(args.scenario)
+    components = parse_components(args.components)
+    families = [name.strip() for name in args.families.split(",") if name.strip()]
+    if not families:
+        raise P2pemError("--families needs at least one family name")
+    total = len(components) * len(families) * args.n_init
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm  # here: start-up time
+
+        bar = tqdm(total=total, unit="fit", file=sys.stderr, leave=False, dynamic_ncols=True, disable=None)
+
+    def progress(family: str, k: int, restart: int) -> None:
+        if bar is not None:
+            bar.set_description(f"{family} G={k}")
+            bar.update(1)
+
+    try:
+        with atomic_output(args.out) as tmp:
+            doc = run_selection(scenario, components, families, protocol=args.protocol, n_init=args.n_init, progress=progress)
+            write_json(tmp / "select.json", doc)
+            selection_figure(doc, tmp / "select.png")
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"scenario {scenario.name}: {doc['n_rows']} rows over {doc['n_nodes']} nodes, {doc['protocol']}, "
+          f"best of {doc['n_init']} private initialisation{'s' if doc['n_init'] != 1 else ''} per fit")
+    header = f"{'family':<12} {'G':>2} {'loglik':>11} {'d':>3} {'AIC':>10} {'BIC':>10} {'EM its':>6}  note"
+    print(header)
+    print("-" * len(header))
+    best = doc["best"]
+    for r in doc["rows"]:
+        notes = []
+        if best["by_family"][r["family"]]["bic"] == r["n_components"]:
+            notes.append("smallest BIC" + (" overall" if best["bic"] == {"family": r["family"], "n_components": r["n_components"]} else ""))
+        if r["boundary"]:
+            notes.append("at the boundary (|delta| -> 1)")
+        if r["failed_restarts"]:
+            notes.append(f"{r['failed_restarts']} restarts collapsed")
+        print(f"{r['family']:<12} {r['n_components']:>2} {r['loglik']:>11.2f} {r['n_parameters']:>3} {r['aic']:>10.2f} {r['bic']:>10.2f} "
+              f"{r['n_iter']:>6}  {'; '.join(notes)}")
+    print(f"wrote {args.out}/select.json and {args.out}/select.png in {doc['wall_s']:.1f} s")
+    args.json_summary = {"scenario": scenario.name, "files": [f"{args.out}/select.json", f"{args.out}/select.png"], "best": best}
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="p2pem", description=DESCRIPTION, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -177,6 +231,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.set_defaults(func=cmd_simulate)
 
+    sel = sub.add_parser(
+        "select",
+        help="choose the model family and number of components through a private protocol",
+        description="Fit every combination of --families and --components to a scenario's data with one private protocol "
+        "(default: the scenario's first protocol other than centralized) and compare log-likelihood, AIC and BIC "
+        "(lower is better). Writes OUT/select.json (format p2pem-select) and OUT/select.png. Every fit starts from "
+        "the private initialisation; --n-init keeps the best of several public init seeds.",
+    )
+    sel.add_argument("scenario", help="scenario TOML file, e.g. scenarios/ais_skew.toml")
+    sel.add_argument("--components", default="1..4", help="component counts: a range 1..5 or a list 2,3,4 (default 1..4)")
+    sel.add_argument("--families", default="gaussian,skew-normal", help="comma-separated model families (default gaussian,skew-normal)")
+    sel.add_argument("--protocol", default=None, help="protocol name (default: the scenario's first one other than centralized)")
+    sel.add_argument("--n-init", type=int, default=5, help="private initialisations per fit; the best log-likelihood is kept (default 5)")
+    sel.add_argument("--out", required=True, help="output folder (created; files are written atomically)")
+    sel.set_defaults(func=cmd_select)
+
     for module in ("p2pem.leakage.cli", "p2pem.deploy.cli", "p2pem.dp.cli"):
         try:
             mod = __import__(module, fromlist=["add_commands"])
@@ -204,7 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     error: str | None = None
     table = io.StringIO()
     try:
-        with contextlib.redirect_stdout(table) if args.json else contextlib.nullcontext():
+        with contextlib.redirect_stdout(table) if args.json else contextlib.nullcontext(), warnings.catch_warnings():
+            warnings.showwarning = _show_warning  # restored when the block ends
             code = int(args.func(args) or 0)
     except P2pemError as exc:
         error, code = str(exc), exc.exit_code
@@ -221,6 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None and getattr(args, "exit_at_once", False):
         _exit_at_once(code)
     return code
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001 - warnings' signature
+    """A library warning (a boundary reached, a bound read off the data) as one line on stderr."""
+    print(f"p2pem: warning: {message}", file=sys.stderr if file is None else file)
 
 
 def _exit_at_once(code: int) -> NoReturn:

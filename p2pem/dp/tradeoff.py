@@ -1,9 +1,13 @@
 """The privacy-accuracy trade-off, side by side: ``p2pem tradeoff SCENARIO --out DIR``.
 
-Every private protocol of the scenario (``dp-central``, ``dp-distributed``) is run for every
-epsilon of the ``[tradeoff]`` grid and every seed; every non-private protocol once per seed
-(its ``epsilon`` is null): all on the same training rows, node split, graph and initial
-parameters, so the only differences are the protocol and its noise.
+Every private protocol of the scenario (``dp-central``, ``dp-distributed``, the ``dp-msnm``
+baseline) is run for every epsilon of the ``[tradeoff]`` grid and every seed; every
+non-private protocol once per seed (its ``epsilon`` is null): all on the same training rows,
+node split, graph and initial parameters, so the only differences are the protocol and its
+noise.  With ``[tradeoff] families`` every protocol runs with each model family it fits
+(``dp-msnm``: skew-normal only), each family with its own reference; a record names its
+``family``.  A run that ends without a model (a component collapsed under the noise) is a
+record with ``failed`` set; :func:`summarize` counts it as the worst result.
 
 * Held-out rows: a ``test_fraction`` of the rows, drawn once from the scenario's
   ``"montecarlo"`` stream before anything is fitted and the rest is split over the nodes.
@@ -14,8 +18,9 @@ parameters, so the only differences are the protocol and its noise.
   the init share of its split) unless the scenario gives ``em.init`` (public constants, then
   listed in ``excluded``); the non-private runs and the reference start from the
   centralized initialisation of the training rows (:func:`p2pem.gmm.init_from_global`).
-* ``param_error``: :func:`p2pem.simulate.max_relative_difference` to centralized EM from that
-  init on the (unclipped) training rows, after matching components (:func:`matched_error`);
+* ``param_error``: :func:`p2pem.simulate.max_relative_difference` of the weights, component
+  means and covariances to centralized EM from that init on the (unclipped) training rows,
+  after matching components (:func:`matched_error`);
   ``heldout_loglik``: mean log-likelihood per held-out row.
 * ``classify = "column"``: the private Bayes classifier (:mod:`p2pem.dp.bayes`), one mixture
   of ``class_components`` per class, fitted by the same protocol, epsilon and seed; its
@@ -48,21 +53,27 @@ from p2pem.builders import build_graph, build_protocols, em_settings, prepare_ro
 from p2pem.data import Preprocessing, fit_preprocessing, split_rows
 from p2pem.dp.bayes import fit_bayes
 from p2pem.dp.guarantees import preprocessing_excluded
+from p2pem.dp.msnm import DPMSNM
 from p2pem.dp.protocols import DPProtocol
 from p2pem.em import EMSettings
-from p2pem.errors import ConfigError, DataError
-from p2pem.gmm import FloatArray, GMMParams, init_from_global, init_statistics, mean_loglik
+from p2pem.errors import ConfigError, DataError, ProtocolError
+from p2pem.families import MixtureFamily, make_family
+from p2pem.families.skewnormal import SkewNormalFamily
+from p2pem.gmm import FloatArray, init_from_global, init_statistics, relative_error
 from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
 from p2pem.runner import output_header
 from p2pem.scenario import Scenario, TradeoffConfig
-from p2pem.simulate import max_relative_difference, run_protocol
+from p2pem.simulate import run_protocol
+from p2pem.snmix import BoundaryWarning
 from p2pem.streams import montecarlo_child
 
 __all__ = ["FORMAT", "VERSION", "TradeoffConfig", "Workload", "build_workload", "run_tradeoff", "summarize", "tradeoff_figure"]
 
 FORMAT = "p2pem-tradeoff"
-VERSION = 2
+#: Version 3: every record names its model ``family`` (a sweep may compare families), a run
+#: that failed (a collapsed component) is a record with ``failed`` set and no model.
+VERSION = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,7 +84,7 @@ class Workload:
     X_test: FloatArray
     graph: Any
     settings: EMSettings
-    reference: GMMParams
+    reference: Any  # the family's single parameters
     seed: int
     classes: FloatArray | None = None
     class_parts: list[list[FloatArray]] | None = None
@@ -93,9 +104,11 @@ class Workload:
         return self.private_class_settings if private and self.private_class_settings is not None else self.class_settings
 
 
-def build_workload(scenario: Scenario) -> Workload:
-    """Held-out split, node split, graph, common init and the centralized reference."""
+def build_workload(scenario: Scenario, family: MixtureFamily | None = None) -> Workload:
+    """Held-out split, node split, graph, common init and the centralized reference of ``family``
+    (default: the scenario's ``[em] family``)."""
     cfg = scenario.tradeoff or TradeoffConfig()
+    family = family or scenario.em.family
     if scenario.em.tol != 0:
         raise ConfigError(f"{scenario.path}: 'em.tol' must be 0 for a trade-off (private runs have a fixed number of iterations)")
     data_rng = np.random.default_rng(scenario.streams()["data"])
@@ -110,14 +123,18 @@ def build_workload(scenario: Scenario) -> Workload:
     excluded = preprocessing_excluded(data.standardize, data.pca, "the training rows" if fitted else None)
     parts = split_prepared(scenario, X[train], data_rng)
     graph = build_graph(scenario)
-    base = em_settings(scenario)
-    init = base.init or init_from_global(init_statistics(X[train]), base.n_components, base.init_seed)
+    base = dataclasses.replace(em_settings(scenario), family=family)
+    if base.init is not None and family != scenario.em.family:
+        base = dataclasses.replace(base, init=None)  # em.init is in the scenario family's parameters
+    init = base.init or common_init(family, X[train], base.n_components, base.init_seed)
     settings = dataclasses.replace(base, init=init)
     reference = run_protocol(parts, graph, make_protocol("centralized"), settings).params
     how = "fitted on the training rows" if fitted else "public constants" if data.public is not None else "none"
     work = Workload(parts, X[test], graph, settings, reference, scenario.seed, private_settings=base, excluded=tuple(excluded), preprocessing=how)
     if labels is None:
         return work
+    if family.name != "gaussian":
+        raise ConfigError(f"{scenario.path}: 'tradeoff.classify': the private Bayes classifier uses Gaussian mixtures, not {family.name!r}")
     classes = np.unique(labels[train])
     class_rng = np.random.default_rng(montecarlo_child(scenario.seed, 2))
     class_parts, class_settings, private_class_settings = [], [], []
@@ -138,6 +155,15 @@ def build_workload(scenario: Scenario) -> Workload:
         work, classes=classes, class_parts=class_parts, class_settings=class_settings, y_test=labels[test],
         private_class_settings=private_class_settings,
     )
+
+
+def common_init(family: MixtureFamily, X: FloatArray, n_components: int, seed: int) -> Any:
+    """The centralized initialisation of ``X`` in ``family`` (:meth:`~p2pem.families.base.MixtureFamily.init_from_global`
+    of its pooled moments): what the non-private runs and the reference start from."""
+    if family.name == "gaussian":  # the Gaussian family's as it always was (the same bits)
+        return init_from_global(init_statistics(X), n_components, seed)
+    stats = family.init_statistics(X, np.zeros(1, dtype=np.intp))
+    return family.init_from_global(stats, n_components, seed).node(0)
 
 
 def held_out_split(scenario: Scenario, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -172,7 +198,13 @@ def training_preprocessing(scenario: Scenario, X_train: FloatArray) -> Preproces
 
 
 def is_private(spec: ProtocolSpec) -> bool:
-    return isinstance(spec, DPProtocol)
+    """A protocol swept over the epsilon grid: dp-central, dp-distributed and the dp-msnm baseline."""
+    return isinstance(spec, (DPProtocol, DPMSNM))
+
+
+def applies(spec: ProtocolSpec, family: MixtureFamily) -> bool:
+    """Whether ``spec`` fits ``family`` (dp-msnm fits skew-normal mixtures only)."""
+    return not isinstance(spec, DPMSNM) or isinstance(family, SkewNormalFamily)
 
 
 def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_index: int) -> dict:
@@ -182,15 +214,29 @@ def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_inde
     if private:
         spec = dataclasses.replace(cast(Any, spec), epsilon=epsilon)  # a DP protocol: it has epsilon
     seed = montecarlo_child(work.seed, 1, seed_index)
-    run = run_protocol(work.parts, work.graph, spec, work.settings_for(private), seed=seed)
-    privacy = run.protocol_params.get("privacy")
-    excluded = None if privacy is None else [*privacy["excluded"], *work.excluded]
+    settings = work.settings_for(private)
+    family = settings.family
     record: dict[str, Any] = {
         "protocol": getattr(spec, "label", spec.name),
+        "family": family.name,
         "epsilon": None if epsilon is None else float(epsilon),
         "seed": seed_index,
-        "heldout_loglik": mean_loglik(work.X_test, run.params),
-        "param_error": matched_error(run.params, work.reference),
+        "failed": None,
+    }
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", BoundaryWarning)  # a noisy shape at the boundary: part of what the sweep measures
+            run = run_protocol(work.parts, work.graph, spec, settings, seed=seed)
+    except ProtocolError as exc:  # e.g. a component collapsed under the noise: no model to score
+        privacy = spec.privacy() if isinstance(spec, DPMSNM) else None
+        return {**record, "failed": str(exc), "heldout_loglik": None, "param_error": None, "heldout_error": None,
+                "epsilon_outsider": None, "epsilon_colluders": None, "colluders": None, "epsilon_spent": None,
+                "excluded": None if privacy is None else [*privacy["excluded"], *work.excluded], "wall_s": time.perf_counter() - t0}
+    privacy = run.protocol_params.get("privacy")
+    excluded = None if privacy is None else [*privacy["excluded"], *work.excluded]
+    record |= {
+        "heldout_loglik": float(family.score_samples(work.X_test, run.params).mean()),
+        "param_error": matched_error(run.params, work.reference, family),
         "heldout_error": None,
         "epsilon_outsider": None if privacy is None else privacy["epsilon"]["outsider"],
         "epsilon_colluders": None if privacy is None else privacy["epsilon"]["colluders"],
@@ -210,27 +256,34 @@ def run_one(work: Workload, spec: ProtocolSpec, epsilon: float | None, seed_inde
     return record
 
 
-def matched_error(params: GMMParams, reference: GMMParams) -> float:
+def matched_error(params: Any, reference: Any, family: MixtureFamily | None = None) -> float:
     """:func:`p2pem.simulate.max_relative_difference` after matching components.
 
     Noise can make a private run end with its components in another order than the
     reference; the error is taken over the permutation of components that minimises it.
+    The arrays compared are the weights and each component's mean and covariance (for the
+    skew-normal family the derived ones: its shapes grow without bound near |delta| = 1,
+    so a relative error of them says little), or the family's ``param_keys`` for a
+    family without those.
     """
+    moments = ("weights", "means", "covariances")
+    keys = list(moments) if all(hasattr(params, k) for k in moments) else [key for key, _ in (family or make_family("gaussian")).param_keys]
+    arrays = {key: np.asarray(getattr(params, key)) for key in keys}
     best = math.inf
-    for perm in itertools.permutations(range(params.n_components)):
+    for perm in itertools.permutations(range(len(arrays[keys[0]]))):
         p = list(perm)
-        best = min(best, max_relative_difference(GMMParams(params.weights[p], params.means[p], params.covariances[p]), reference))
+        best = min(best, max(relative_error(arrays[key][p], getattr(reference, key)) for key in keys))
     return best
 
 
-_WORK: Workload | None = None  # the worker processes' copy (inherited by fork)
+_WORKS: dict[str, Workload] = {}  # the worker processes' copies by family (inherited by fork)
 
 
-def _task(args: tuple[ProtocolSpec, float | None, int]) -> dict:
+def _task(args: tuple[str, ProtocolSpec, float | None, int]) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=UserWarning)  # reported once by the parent
-        assert _WORK is not None  # set by the parent before the pool forks
-        return run_one(_WORK, *args)
+        family, spec, epsilon, seed_index = args
+        return run_one(_WORKS[family], spec, epsilon, seed_index)
 
 
 def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, int], None] | None = None) -> dict:
@@ -255,30 +308,36 @@ def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, 
         delta), ``excluded`` (what epsilon does not cover; these five null for
         non-private runs) and ``wall_s``.
     """
-    global _WORK
     cfg = scenario.tradeoff or TradeoffConfig()
     specs = build_protocols(scenario)
     if not any(is_private(s) for s in specs):
-        raise ConfigError(f"{scenario.path}: no private protocol to sweep: add a [[protocols]] entry named dp-central or dp-distributed")
-    work = build_workload(scenario)
-    tasks: list[tuple[ProtocolSpec, float | None, int]] = []
-    for spec in specs:
-        grid = cfg.epsilons if is_private(spec) else (None,)
-        n_seeds = 1 if spec.name == "centralized" else cfg.n_seeds
-        tasks += [(spec, eps, s) for eps in grid for s in range(n_seeds)]
-    for spec in specs:  # fail (and warn) before the sweep: bound, tol, graph
-        spec.bind(work.settings_for(is_private(spec)), work.parts)
-        if spec.name != "centralized":
-            spec.validate(work.graph)
+        raise ConfigError(f"{scenario.path}: no private protocol to sweep: add a [[protocols]] entry named dp-central, dp-distributed or dp-msnm")
+    families = [scenario.em.family if name == scenario.em.family.name else make_family(name) for name in cfg.families] if cfg.families \
+        else [scenario.em.family]
+    works = {f.name: build_workload(scenario, f) for f in families}
+    tasks: list[tuple[str, ProtocolSpec, float | None, int]] = []
+    for family in families:
+        for spec in specs:
+            if not applies(spec, family):
+                continue
+            grid = cfg.epsilons if is_private(spec) else (None,)
+            n_seeds = 1 if spec.name == "centralized" else cfg.n_seeds
+            tasks += [(family.name, spec, eps, s) for eps in grid for s in range(n_seeds)]
+            # fail (and warn) before the sweep: bound, tol, graph, a family a protocol cannot fit
+            spec.bind(works[family.name].settings_for(is_private(spec)), works[family.name].parts)
+            if spec.name != "centralized":
+                spec.validate(works[family.name].graph)
+    if not any(is_private(spec) for _, spec, _, _ in tasks):
+        raise ConfigError(f"{scenario.path}: no private protocol fits the families {', '.join(f.name for f in families)}")
     t0 = time.perf_counter()
     records: list[dict] = []
     if jobs <= 1:
-        for i, task in enumerate(tasks):
-            records.append(run_one(work, *task))
+        for i, (family_name, spec, epsilon, seed_index) in enumerate(tasks):
+            records.append(run_one(works[family_name], spec, epsilon, seed_index))
             if progress is not None:
                 progress(i + 1, len(tasks))
     else:
-        _WORK = work
+        _WORKS.update(works)
         try:
             with multiprocessing.get_context("fork").Pool(jobs) as pool:
                 for i, rec in enumerate(pool.imap(_task, tasks, chunksize=max(1, len(tasks) // (8 * jobs)))):
@@ -286,7 +345,8 @@ def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, 
                     if progress is not None:
                         progress(i + 1, len(tasks))
         finally:
-            _WORK = None
+            _WORKS.clear()
+    work = works[families[0].name]
     return {
         **output_header((FORMAT, VERSION), scenario),
         "n_train": int(sum(len(p) for p in work.parts)),
@@ -297,6 +357,7 @@ def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, 
         "classify": cfg.classify,
         "preprocessing": work.preprocessing,
         "private_init": work.settings_for(True).init is None,
+        "families": [f.describe() for f in families],
         "protocols": [{"protocol": getattr(s, "label", s.name), "name": s.name, "params": _json_params(s)} for s in specs],
         "wall_s": time.perf_counter() - t0,
         "runs": records,
@@ -309,26 +370,39 @@ def _json_params(spec: ProtocolSpec) -> dict:
 
 
 def summarize(doc: dict) -> list[dict]:
-    """Per (protocol, epsilon) over seeds: mean, standard deviation, median and quartiles.
+    """Per (protocol, family, epsilon) over seeds: mean, standard deviation, median and quartiles.
 
     The noisy runs are heavy tailed (one collapsed covariance costs thousands of nats), so
-    the median and the interquartile range describe them better than mean and deviation.
+    the median and the interquartile range describe them better than mean and deviation.  A
+    failed run (``failed``: no model) counts as the worst possible for the log-likelihood
+    (minus infinity) and the parameter error (infinity); a statistic that is not finite is
+    None, and ``failed`` counts the failed runs.
     """
-    groups: dict[tuple[str, float | None], list[dict]] = {}
+    groups: dict[tuple[str, str, float | None], list[dict]] = {}
     for r in doc["runs"]:
-        groups.setdefault((r["protocol"], r["epsilon"]), []).append(r)
+        groups.setdefault((r["protocol"], r.get("family", "gaussian"), r["epsilon"]), []).append(r)
+    worst = {"heldout_loglik": -math.inf, "param_error": math.inf, "heldout_error": 1.0}
     out = []
-    for (proto, eps), runs in groups.items():
-        row: dict[str, Any] = {"protocol": proto, "epsilon": eps, "n": len(runs)}
+    for (proto, family, eps), runs in groups.items():
+        row: dict[str, Any] = {"protocol": proto, "family": family, "epsilon": eps, "n": len(runs),
+                               "failed": sum(1 for r in runs if r.get("failed"))}
         for key in ("epsilon_outsider", "epsilon_colluders", "colluders"):  # the same for every seed
-            row[key] = runs[0].get(key)
+            row[key] = next((r.get(key) for r in runs if not r.get("failed")), None)
         for key in ("heldout_loglik", "param_error", "heldout_error"):
-            vals = np.array([r[key] for r in runs if r[key] is not None], dtype=float)
-            stats: tuple[Callable[[np.ndarray], Any], ...] = (
-                np.mean, np.std, np.median, lambda v: np.quantile(v, 0.25), lambda v: np.quantile(v, 0.75)
-            )
-            for suffix, fn in zip(("", "_std", "_median", "_q25", "_q75"), stats, strict=True):
-                row[key + suffix] = float(fn(vals)) if vals.size else None
+            measured = [r[key] for r in runs if not r.get("failed") and r[key] is not None]
+            vals = np.array(measured + ([worst[key]] * row["failed"] if measured or key != "heldout_error" else []), dtype=float)
+            if not vals.size:
+                row.update({key + suffix: None for suffix in ("", "_std", "_median", "_q25", "_q75")})
+                continue
+            finite = bool(np.all(np.isfinite(vals)))
+            if finite:
+                q25, q75 = np.quantile(vals, 0.25), np.quantile(vals, 0.75)
+            else:  # a failed run (an infinity): order statistics, not mixtures of them
+                q25, q75 = np.quantile(vals, 0.25, method="lower"), np.quantile(vals, 0.75, method="higher")
+            values = {"": np.mean(vals) if finite else None, "_std": np.std(vals) if finite else None, "_median": np.median(vals),
+                      "_q25": q25, "_q75": q75}
+            for suffix, value in values.items():
+                row[key + suffix] = None if value is None or not math.isfinite(value) else float(value)
         out.append(row)
     return out
 
@@ -348,25 +422,37 @@ def tradeoff_figure(doc: dict, path: Path) -> None:
     keys = [("heldout_loglik", "held-out log-likelihood per row", False), ("param_error", "max relative parameter error", True)]
     if doc.get("classify"):
         keys.append(("heldout_error", f"held-out error ({doc['classify']})", False))
-    fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 4.2), squeeze=False)
+    several = len({r["family"] for r in rows}) > 1
+    legend_rows = math.ceil(len({(r["protocol"], r["family"]) for r in rows}) / 3) if several else 0
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 4.6 + 0.22 * legend_rows), squeeze=False)
     eps_finite = [e for e in doc["epsilons"] if e is not None]
     styles = {"centralized": ("black", "-"), "secure-sum": ("tab:gray", "--"), "pdmm-sp": ("tab:green", ":"), "federated": ("tab:brown", "-.")}
+    def name(r: dict) -> str:
+        return f"{r['protocol']} · {r['family']}" if several else r["protocol"]
+
     for ax, (key, label, log_y) in zip(axes[0], keys, strict=True):
-        private = sorted({r["protocol"] for r in rows if r["epsilon"] is not None})
-        for proto in private:
-            pts = sorted((r for r in rows if r["protocol"] == proto and r["epsilon"] is not None), key=lambda r: r["epsilon"])
+        private = sorted({(r["protocol"], r["family"]) for r in rows if r["epsilon"] is not None})
+        failed_at: list[tuple[Any, np.ndarray]] = []
+        for proto, family in private:
+            pts = sorted((r for r in rows if (r["protocol"], r["family"]) == (proto, family) and r["epsilon"] is not None), key=lambda r: r["epsilon"])
             x = np.array([r["epsilon"] for r in pts])
-            y = np.array([r[key + "_median"] for r in pts], dtype=float)
-            (line,) = ax.plot(x, y, marker="o", ms=3, label=proto)
-            q25 = np.array([r[key + "_q25"] for r in pts], dtype=float)
-            q75 = np.array([r[key + "_q75"] for r in pts], dtype=float)
+            y = np.array([np.nan if r[key + "_median"] is None else r[key + "_median"] for r in pts], dtype=float)
+            (line,) = ax.plot(x, y, marker="o", ms=3, label=name(pts[0]))
+            q25 = np.array([np.nan if r[key + "_q25"] is None else r[key + "_q25"] for r in pts], dtype=float)
+            q75 = np.array([np.nan if r[key + "_q75"] is None else r[key + "_q75"] for r in pts], dtype=float)
             ax.fill_between(x, q25, q75, color=line.get_color(), alpha=0.15)
+            failed_at.append((line, x[np.isnan(y)]))
         floor = 1e-16  # exact protocols: a parameter error of 0 is drawn here
         for r in rows:
             if r["epsilon"] is None and r[key] is not None:
                 color, ls = styles.get(r["protocol"], ("tab:olive", "--"))
+                dash: Any = (0, (1, 3)) if several and r["family"] != rows[0]["family"] else ls  # the other family's: dotted
                 value = max(r[key + "_median"], floor) if log_y else r[key + "_median"]
-                ax.axhline(value, color=color, ls=ls, lw=1.2, label=f"{r['protocol']} (no DP)")
+                ax.axhline(value, color=color, ls=dash, lw=1.2, label=f"{name(r)} (no DP)")
+        bottom = ax.get_ylim()[0]
+        for line, xs in failed_at:  # most runs failed (a collapsed component): marked at the bottom
+            if xs.size:
+                ax.plot(xs, np.full(xs.size, bottom), ls="none", marker="x", ms=6, color=line.get_color(), clip_on=False)
         ax.set_xscale("log")
         if log_y:
             ax.set_yscale("log")
@@ -381,12 +467,20 @@ def tradeoff_figure(doc: dict, path: Path) -> None:
         ax.set_xlabel("epsilon (whole run)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, which="both")
-    axes[0][0].legend(fontsize=7, loc="lower right")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if several:  # many lines: the legend under the panels
+        fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=3, frameon=False)
+    else:
+        axes[0][0].legend(fontsize=7, loc="lower right")
     fig.suptitle(
         f"{doc['scenario']}: {doc['n_train']} training rows on {doc['n_nodes']} nodes; median and interquartile range "
-        f"over {doc['n_seeds']} seeds (exact protocols' error 0 drawn at 1e-16)",
+        f"over {doc['n_seeds']} seeds\n(exact protocols' error 0 drawn at 1e-16; x: most runs failed)",
         fontsize=10,
     )
-    fig.tight_layout()
+    if several:  # room for the legend below and the title above, in inches
+        height = 4.6 + 0.22 * legend_rows
+        fig.subplots_adjust(left=0.08, right=0.98, wspace=0.3, bottom=(0.22 * legend_rows + 0.75) / height, top=1 - 0.75 / height)
+    else:
+        fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import subprocess
@@ -296,6 +297,34 @@ def test_keys_new_show_and_roster(tmp_path, capsys):
     (pubs / "node3.pub").unlink()
     assert main(argv[:-2]) == 2
     assert "no public key for node(s) 3" in capsys.readouterr().err
+
+
+def test_keys_roster_warns_about_cut_vertices_and_lonely_nodes(tmp_path, caplog):
+    """A roster whose graph a single member could split (a cut vertex) or whose node has one
+    neighbour (it learns that node's statistics) is written, with a warning saying why (logged:
+    the CLI's logging prints it on stderr)."""
+    pubs = tmp_path / "pubs"
+    pubs.mkdir()
+    for i in range(5):
+        assert main(["keys", "new", "--out", str(pubs / f"node{i}.key"), "--node-id", str(i)]) == 0
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(
+        'seed = 3\n[data]\nsource = "synthetic"\nn_samples = 40\n[graph]\nkind = "edges"\n'
+        "edges = [[0, 1], [1, 2], [2, 0], [2, 3], [3, 4], [4, 2]]\n[em]\nn_components = 2\nmax_iter = 4\n"
+        '[[protocols]]\nname = "pdmm-sp"\n'
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="p2pem.deploy"):
+        assert main(["keys", "roster", str(scenario), "--public", str(pubs), "--out", str(tmp_path / "r.toml")]) == 0
+    err = caplog.text
+    assert (tmp_path / "r.toml").is_file()
+    assert "node 2 is a cut vertex: every path between the parts {0, 1}; {3, 4} passes it" in err
+    from p2pem.deploy.cuts import cut_warnings
+
+    lonely = cut_warnings(((1,), (0, 2, 3), (1, 3), (1, 2)))
+    assert any("node 0 has a single neighbour (node 1)" in w for w in lonely)
+    assert any("node 1 is a cut vertex" in w for w in lonely)
+    assert cut_warnings(((1, 2), (0, 2), (0, 1))) == []
 
 
 def test_assemble_roster_names_the_public_file_at_fault(tmp_path):

@@ -308,6 +308,26 @@ def test_abort_is_verified_against_its_origin_and_launch(signers, keys):
     assert make_abort(signers[0], Reason.CANNOT_CONTINUE, 3, 7, 0, (2,)).reason == Reason.DROPPED_OUT  # told as the wire reason
 
 
+def test_a_flooded_statement_is_verified_once_and_a_forgery_of_it_still_fails(keys, monkeypatch):
+    """A signed statement reaches a node once per neighbour; the second copy of the same bytes
+    skips the Ed25519 check, while another signature over the same fields is still checked."""
+    signer = Signer(keys[1], {j: k.public for j, k in keys.items()}, RUN, LAUNCH)
+    abort = make_abort(Signer(keys[0], {j: k.public for j, k in keys.items()}, RUN, LAUNCH), Reason.SILENT, 3, 7, 0, (2,))
+    msg = abort_message(0, NEIGHBOURS[0], abort)
+    calls = []
+    original = type(keys[0].public).verify
+    monkeypatch.setattr(type(keys[0].public), "verify", lambda self, *a: calls.append(1) or original(self, *a))
+    for _ in range(3):
+        signer.check(msg, "abort", 0, abort.fields(), abort.signature)
+    assert len(calls) == 1
+    bent = (abort.signature[0], abort.signature[1] ^ 1)
+    with pytest.raises(ProtocolViolation, match="forged"):
+        signer.check(msg, "abort", 0, abort.fields(), bent)
+    with pytest.raises(ProtocolViolation, match="forged"):  # the same signature under other fields
+        signer.check(msg, "abort", 0, (*abort.fields()[:-1], abort.fields()[-1] + 1), abort.signature)
+    assert len(calls) == 3
+
+
 @pytest.mark.parametrize(
     "reason, round_, culprits, evidence, why",
     [

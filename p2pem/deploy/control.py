@@ -127,6 +127,10 @@ def payload_digest(payload: np.ndarray) -> bytes:
     return hashlib.sha256(np.ascontiguousarray(payload, dtype="<f8").tobytes()).digest()
 
 
+#: Most verified statements a :class:`Signer` remembers (a few per node and aggregation).
+VERIFIED_LIMIT = 4096
+
+
 class Signer:
     """Signed statements of one run and launch: made by this node, checked against any origin.
 
@@ -145,6 +149,9 @@ class Signer:
         self.keys = dict(public_keys)
         self.run = run_id.encode("utf-8")
         self.launch = launch
+        # (origin, statement, signature) already verified: a flooded statement reaches a node
+        # once per neighbour, and the same bytes verify the same way (bounded: cleared when full)
+        self._verified: set[tuple[int, bytes, bytes]] = set()
 
     def statement(self, kind: str, fields: Sequence[int], extra: bytes = b"") -> bytes:
         return b"".join(
@@ -162,10 +169,17 @@ class Signer:
         if public is None or len(signature) != 2 or not all(isinstance(v, int) and 0 <= v < 2**256 for v in signature):
             raise violation(msg, kind, f"{kind} in the name of node {origin}: no signature of a member")
         raw = b"".join(int(v).to_bytes(32, "big") for v in signature)
+        statement = self.statement(kind, fields, extra)
+        key = (origin, statement, raw)
+        if key in self._verified:
+            return
         try:
-            public.verify(self.statement(kind, fields, extra), raw)
+            public.verify(statement, raw)
         except CryptoError:
             raise violation(msg, kind, f"{kind} in the name of node {origin} is not signed by node {origin} (forged)") from None
+        if len(self._verified) >= VERIFIED_LIMIT:
+            self._verified.clear()
+        self._verified.add(key)
 
 
 # ------------------------------------------------------------------------------ aborts

@@ -294,7 +294,7 @@ def _extra(args) -> int:
             specs = build_protocols(scenario)
             for k, spec in enumerate(specs, 1):
                 sim = run_protocol(load_data(scenario), build_graph(scenario), spec, em_settings(scenario), seed=scenario.streams()["protocol"])
-                print(f"  deploying {k}/{len(specs)}: {spec.label} ...", file=sys.stderr)
+                print(f"  deploying {k}/{len(specs)}: {getattr(spec, 'label', spec.name)} ...", file=sys.stderr)
                 doc = _deploy_cli(scenario_path, Path(tmp) / f"p{k}", str(k))
                 run, dep = doc["protocols"][0], doc["deployment"]
                 entry = {

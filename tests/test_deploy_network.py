@@ -87,6 +87,18 @@ def test_cli_deploy_tls_starts_a_tls_broker_and_gives_the_simulated_model(tmp_pa
     assert max_rel_diff(doc["protocols"][0], simulated(path, 1)) <= 1e-9
 
 
+def test_cli_deploy_of_a_private_protocol_says_it_released_no_log_likelihood(tmp_path):
+    """dp-central through the command line: the summary says there is no log-likelihood (a
+    private run releases none) instead of failing on the null in result.json."""
+    path = scenario_file(tmp_path, n_nodes=4, max_iter=2)
+    run = subprocess.run(
+        [sys.executable, "-m", "p2pem", "deploy", str(path), "--out", str(tmp_path / "dep"), "-q", "--protocol", "4", "--insecure-reproducible-seed"],
+        capture_output=True, text=True, timeout=150,
+    )
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    assert "dp-central" in run.stdout and "no log-likelihood released (private)" in run.stdout
+
+
 def test_a_certificate_that_does_not_verify_ends_the_node_at_once(tmp_path):
     """Node 2 trusts another CA: it stops within a second with one line saying so (no retrying
     for the start-up timeout), and its neighbours name it as never online."""

@@ -292,8 +292,10 @@ def _print_summary(kit, doc: dict, elapsed: float) -> None:
     cons = run["consensus_iterations"]
     mean_cons = sum(cons) / len(cons) if cons else float("nan")
     print(f"run {kit.run_id}: {dep['n_processes']} node processes, broker {dep['broker']}, {doc['n_rows']} rows")
+    final = run["loglik"][-1] if run["loglik"] else None
+    loglik = "no log-likelihood released (private)" if final is None else f"final loglik {final:.6f}"
     print(
-        f"  {run['protocol']}: {run['n_iter']} EM iterations, final loglik {run['loglik'][-1]:.6f}, "
+        f"  {run['protocol']}: {run['n_iter']} EM iterations, {loglik}, "
         f"{mean_cons:.1f} consensus rounds per iteration, node spread {run['node_spread']:.1e}"
     )
     print(

@@ -235,10 +235,16 @@ class NodeRuntime(Peer):
             await self._wake()
 
     def _final_checks(self, now: float) -> None:
-        """The final phase: a neighbour still in another EM iteration, or a result that does not come."""
+        """The final phase: a neighbour still in another EM iteration, or a result that does not come.
+
+        A neighbour may still be taking in the aggregation this node ran last: a private run
+        ends with the M-step after it, one EM iteration further, without a final aggregation
+        that would keep the nodes together (an exact run ends with one, in its own iteration).
+        """
+        ran_last = max(self.node.rounds, default=self.node.iteration)
         for j in self.graph_neighbours:
             status = self.watchdog.status.get(j)
-            if status is not None and status.at >= self._final_since and status.phase == RUNNING and status.iteration != self.node.iteration:
+            if status is not None and status.at >= self._final_since and status.phase == RUNNING and status.iteration not in (self.node.iteration, ran_last):
                 raise NodeFailure(
                     Reason.DISAGREE, self.node_id,
                     f"neighbour node {j} is in EM iteration {status.iteration} after this node finished EM in EM iteration {self.node.iteration}",

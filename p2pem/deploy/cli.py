@@ -9,6 +9,7 @@ so that ``p2pem --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -170,8 +171,9 @@ def cmd_node(args: argparse.Namespace) -> int:
     args.exit_at_once = True  # the result file is written: p2pem.cli.main may skip the interpreter's teardown
     if not args.progress and config.node_id != SERVER:
         ll = report["loglik"][-1] if report["loglik"] else float("nan")
+        loglik = "no log-likelihood released (private)" if ll is None or math.isnan(ll) else f"final loglik {ll:.6f}"
         _say(
-            f"node {report['node_id']}: {report['n_iter']} EM iterations, final loglik {ll:.6f}, "
+            f"node {report['node_id']}: {report['n_iter']} EM iterations, {loglik}, "
             f"{report['messages']} messages, result in {config.result}"
         )
     return 0

@@ -15,6 +15,7 @@ from p2pem.messages import SERVER, Message
 _LAZY = {
     "Centralized": "p2pem.protocols",
     "DistributedGMM": "p2pem.model",
+    "DistributedMixedMixture": "p2pem.model",
     "DistributedMixture": "p2pem.model",
     "DistributedSkewNormalMixture": "p2pem.model",
     "EMSettings": "p2pem.em",
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from p2pem.em import EMSettings
     from p2pem.gmm import GMMParams
     from p2pem.graphs import geometric_graph, graph_from_edges
-    from p2pem.model import DistributedGMM, DistributedMixture, DistributedSkewNormalMixture
+    from p2pem.model import DistributedGMM, DistributedMixedMixture, DistributedMixture, DistributedSkewNormalMixture
     from p2pem.protocols import Centralized, Federated, PdmmSP, SecureSum
     from p2pem.registry import make_protocol
     from p2pem.simulate import RunResult, run_protocol
@@ -58,6 +59,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "DistributedGMM",
+    "DistributedMixedMixture",
     "DistributedMixture",
     "DistributedSkewNormalMixture",
     "EMSettings",

@@ -42,7 +42,8 @@ class DistributedMixture:
     :meth:`~p2pem.families.base.MixtureFamily.derived`): ``weights_``, ``means_``,
     ``covariances_`` for :class:`DistributedGMM`; ``weights_``, ``locations_``, ``scales_``,
     ``shapes_``, ``deltas_``, ``means_``, ``covariances_`` for
-    :class:`DistributedSkewNormalMixture`.
+    :class:`DistributedSkewNormalMixture`; ``weights_``, ``means_``, ``covariances_``,
+    ``probabilities_`` for :class:`DistributedMixedMixture`.
     """
 
     def __init__(
@@ -364,6 +365,76 @@ class DistributedSkewNormalMixture(DistributedMixture):
     def _family(self) -> MixtureFamily:
         shapes = None if self.init_shapes is None else list(self.init_shapes)
         return make_family("skew-normal", init_shapes=shapes, max_delta=self.max_delta)
+
+
+class DistributedMixedMixture(DistributedMixture):
+    """Mixed-type mixture (Gaussian and categorical columns) fitted to data spread over the nodes.
+
+    Per component, the continuous columns are Gaussian (diagonal, or one full covariance over
+    them) and each categorical column has its own category probabilities, independent given
+    the component (:mod:`p2pem.families.mixed`).  A row holds the continuous values first,
+    then one category code 0 .. C_j - 1 per categorical column
+    (:meth:`p2pem.families.encoding.TableEncoding.rows` makes such rows from a table under a
+    public schema).  Every protocol of :class:`DistributedGMM` fits it, with the same privacy.
+
+    Parameters
+    ----------
+    n_components, protocol, max_iter, tol, reg_covar, random_state, engine, record_trace, graph
+        As for :class:`DistributedGMM`.
+    init : dict, optional
+        ``{"weights", "means", "covariances", "probabilities"}`` to start every protocol from;
+        by default the private initialisation.
+    n_continuous : int
+        p, the continuous columns (the first p of a row).
+    n_categories : sequence of int
+        The public number of categories of each categorical column, in row order.
+    covariance : {"diag", "full"}
+    stratify : int, optional
+        Index (among the categorical columns) of a public attribute: one mixture of
+        ``n_components / C`` components per category.
+    strata_weights : sequence of float, optional
+        Public shares of the strata (otherwise released through the weights).
+
+    Attributes
+    ----------
+    weights_ : (K,) array
+    means_ : (K, p) array
+    covariances_ : (K, p) or (K, p, p) array
+    probabilities_ : (K, S) array
+        Each categorical column's category probabilities, column after column.
+    loglik_, n_rows_, network_loglik_, n_iter_, converged_, n_features_in_, result_
+        As for :class:`DistributedGMM`.
+    """
+
+    def __init__(
+        self,
+        n_components: int = 1,
+        protocol: str | ProtocolSpec = "pdmm-sp",
+        max_iter: int = 100,
+        tol: float = 1e-6,
+        reg_covar: float = 1e-6,
+        random_state: int = 0,
+        init: Mapping[str, Any] | None = None,
+        engine: str = "vectorised",
+        record_trace: bool = False,
+        graph: nx.Graph | None = None,
+        n_continuous: int = 0,
+        n_categories: Sequence[int] = (),
+        covariance: str = "diag",
+        stratify: int | None = None,
+        strata_weights: Sequence[float] | None = None,
+    ) -> None:
+        super().__init__(n_components, protocol, max_iter, tol, reg_covar, random_state, init, engine, record_trace, graph)
+        self.n_continuous = n_continuous
+        self.n_categories = n_categories
+        self.covariance = covariance
+        self.stratify = stratify
+        self.strata_weights = strata_weights
+
+    def _family(self) -> MixtureFamily:
+        weights = None if self.strata_weights is None else list(self.strata_weights)
+        return make_family("mixed", n_continuous=self.n_continuous, n_categories=list(self.n_categories), covariance=self.covariance,
+                           stratify=self.stratify, strata_weights=weights)
 
 
 _SKLEARN_NOT_FITTED: dict[type, type[NotFittedError]] = {}

@@ -49,6 +49,18 @@ class ProtocolError(P2pemError):
     exit_code = 4
 
 
+class ModelError(ProtocolError):
+    """The model's own arithmetic failed on the averages it was given: a component collapsed, a
+    covariance is not positive definite, an M-step is not finite.
+
+    Not a protocol violation: in a deployment it stops the run without a culprit (unless the
+    member whose message made the average unusable is known).  A :class:`ProtocolError`, so
+    code that catches those still catches it; its own exit code tells the two apart.
+    """
+
+    exit_code = 6
+
+
 class TransportError(P2pemError):
     """A transport failed (broker unreachable, a node fell silent, a timeout)."""
 

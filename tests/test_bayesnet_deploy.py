@@ -24,6 +24,7 @@ from p2pem.deploy.roster import Roster
 from p2pem.deploy.runtime import NodeRuntime
 from p2pem.deploy.transports.base import subscriptions_for
 from p2pem.deploy.transports.memory import MemoryBroker
+from p2pem.errors import ConfigError
 from p2pem.scenario import load_scenario
 from p2pem.simulate import drive_messages
 from p2pem.streams import protocol_streams
@@ -117,3 +118,11 @@ def test_a_release_over_a_real_mosquitto_broker_is_the_simulations(tmp_path):
     for _, report in results:
         assert report["status"] == "finished" and report["summary"] == simulated[0].summary().tolist()
         assert report["wire"]["published"] >= report["messages"] > 0 and report["wire"]["rejected"] == {}  # over the broker
+
+
+def test_a_task_of_its_own_on_a_private_protocols_roster_is_refused(tmp_path):
+    """dp-distributed binds to an EM run (noise plan, clipping): a release's task cannot run on its roster."""
+    kit = prepare_kit(kit_scenario(tmp_path), tmp_path / "kit", broker=("127.0.0.1", 1), protocol="5", seeded=True)
+    assert Roster.load(kit.roster_path).protocol_spec().name == "dp-distributed"
+    with pytest.raises(ConfigError, match=r"protocol 'dp-distributed' binds to an EM run; a task of its own needs an aggregation protocol"):
+        NodeRuntime(NodeConfig.load(kit.config_path(0)), link=MemoryBroker().link(["#"], name="node0"), task=tasks_for(BayesNetSettings(epsilon=1.0))[0])

@@ -19,7 +19,7 @@ from p2pem.deploy.config import NodeConfig
 from p2pem.deploy.kit import Kit
 from p2pem.deploy.roster import Roster
 from p2pem.deploy.transports.memory import MemoryBroker
-from p2pem.errors import ConfigError
+from p2pem.errors import ConfigError, DataError
 from p2pem.scenario import load_scenario
 from p2pem.synth.run import synthesize, write_synthesis
 from p2pem.tabular import read_table
@@ -175,3 +175,16 @@ def test_a_schema_that_is_not_public_is_refused(tmp_path, capsys):
     assert main(["deploy", str(path), "--out", str(tmp_path / "out")]) == 2
     assert "is not public (public = false" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_node_whose_rows_break_the_public_schema_fails_naming_its_file_line_and_column(tmp_path, capsys):
+    out = tmp_path / "kit"
+    assert main(["deploy", str(release_scenario(tmp_path)), "--out", str(out), "--prepare-only"]) == 0
+    data = Kit.load(out).node_dir(2) / "data.csv"
+    lines = data.read_text().splitlines()
+    header = lines[0].split(",")
+    row = lines[1].split(",")
+    row[header.index("workclass")] = "Martian"
+    data.write_text("\n".join([lines[0], ",".join(row), *lines[2:]]) + "\n")
+    with pytest.raises(DataError, match=r"node2/data.csv line 2, column 'workclass': 'Martian' is not a public category"):
+        load_node(NodeConfig.load(Kit.load(out).config_path(2)), link=MemoryBroker().link(["#"], name="node2"))

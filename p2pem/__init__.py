@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from p2pem.errors import ConfigError, DataError, GraphError, P2pemError, ProtocolError, TransportError
+from p2pem.errors import ConfigError, DataError, GraphError, ModelError, P2pemError, ProtocolError, TransportError
 from p2pem.messages import SERVER, Message
 
 _LAZY = {
@@ -60,6 +60,7 @@ __all__ = [
     "Federated",
     "GMMParams",
     "GraphError",
+    "ModelError",
     "Message",
     "P2pemError",
     "PdmmSP",

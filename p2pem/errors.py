@@ -49,6 +49,16 @@ class ProtocolError(P2pemError):
     exit_code = 4
 
 
+class ModelError(DataError, ProtocolError):
+    """The model cannot be fitted to this data: a component collapsed onto too few rows, a
+    covariance is singular (exit code 3, a data problem: change the data, ``n_components``
+    or ``reg_covar``).
+
+    Also a :class:`ProtocolError`, so a caller that stops a run on any failed aggregation
+    (a deployment's node, a sweep that counts failed restarts) treats it as before.
+    """
+
+
 class TransportError(P2pemError):
     """A transport failed (broker unreachable, a node fell silent, a timeout)."""
 

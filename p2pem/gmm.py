@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pem.errors import InitError, ProtocolError
+from p2pem.errors import InitError, ModelError, ProtocolError
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -77,7 +77,7 @@ def precision_cholesky(covariances: FloatArray) -> FloatArray:
 
     Raises
     ------
-    ProtocolError
+    ModelError
         When a covariance is not positive definite (a collapsed component).
     """
     try:
@@ -89,7 +89,7 @@ def precision_cholesky(covariances: FloatArray) -> FloatArray:
             if not np.all(np.linalg.eigvalsh(covariances[idx]) > 0)
         ]
         j = bad[0][-1] if bad and bad[0] else 0
-        raise ProtocolError(
+        raise ModelError(
             f"covariance of component {j} is not positive definite (the component collapsed "
             "onto too few points): decrease n_components or increase reg_covar"
         ) from None
@@ -276,7 +276,7 @@ def batch_m_step(stats: FloatArray, means: FloatArray, reg_covar: float, *, iter
     small = a <= (10 * np.finfo(float).eps) * total[:, None]
     if np.any(small):
         node, j = (int(v[0]) for v in np.nonzero(small))
-        raise ProtocolError(
+        raise ModelError(
             f"component {j} collapsed (weight {a[node, j] / total[node]:.3g}){where}: "
             "decrease n_components, change the init or increase reg_covar"
         )
@@ -387,7 +387,7 @@ def init_from_global_batch(stats: FloatArray, n_components: int, seed: int) -> t
         try:
             chol = np.linalg.cholesky(key[d:].reshape(d, d))
         except np.linalg.LinAlgError:
-            raise ProtocolError("the global covariance of the data is singular: drop constant or duplicate columns") from None
+            raise ModelError("the global covariance of the data is singular: drop constant or duplicate columns") from None
         drawn[k] = key[:d] + u @ chol.T
     weights = np.full((n, n_components), 1.0 / n_components)
     covariances = np.broadcast_to(cov[:, None], (n, n_components, d, d)).copy()

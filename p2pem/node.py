@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from p2pem.em import EMSettings, EMState
-from p2pem.errors import ProtocolError
+from p2pem.errors import ModelError, ProtocolError
 from p2pem.families.base import FloatArray
 from p2pem.messages import Message
 from p2pem.protocols.base import Aggregation, NodeContext, ProtocolSpec, ProtocolViolation
@@ -241,7 +241,7 @@ class Node:
         for msg in pending:
             try:
                 out += self._count(self._fold(agg, msg))
-            except ProtocolViolation:
+            except (ProtocolViolation, ModelError):  # a model that cannot go on is nobody's forgery
                 raise
             except ProtocolError as exc:
                 if not self.validate:

@@ -209,6 +209,7 @@ def prepare_kit(
     timeouts: Timeouts | None = None,
     max_node_spread: float | None = None,
     on_dropout: str | None = None,
+    force: bool = False,
 ) -> Kit:
     """Write everything the node processes and the broker need into ``out``.
 
@@ -234,6 +235,9 @@ def prepare_kit(
         Largest accepted relative disagreement between the nodes' models.
     on_dropout : {"stop", "continue"}, optional
         Default: the scenario's ``[deploy] on_dropout``, else "stop".
+    force : bool, default False
+        Write into a folder that is not empty (``p2pem deploy --force``): the kit's files
+        replace those of the same names (an earlier kit's keys included).
 
     Returns
     -------
@@ -246,11 +250,11 @@ def prepare_kit(
     """
     from p2pem.deploy.broker import username_for
     from p2pem.deploy.crypto import Identity
-    from p2pem.builders import build_graph, em_settings, load_data
+    from p2pem.builders import build_graph, em_settings, load_data, validate_protocol
 
     root = Path(out)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise ConfigError(f"{root}: exists and is not an empty folder; choose a new output folder")
+    if root.exists() and (not root.is_dir() or (not force and any(root.iterdir()))):
+        raise ConfigError(f"{root}: exists and is not an empty folder; choose a new output folder or pass --force")
     if not root.resolve().parent.exists():
         raise ConfigError(f"{root}: parent folder {root.resolve().parent} does not exist")
     scenario_timeouts, scenario_spread, _ = deploy_settings(scenario)
@@ -259,7 +263,7 @@ def prepare_kit(
     spec = pick_protocol(scenario, protocol)
     parts = load_data(scenario)
     graph = build_graph(scenario)
-    spec.validate(graph)
+    validate_protocol(scenario, graph, spec)
     settings = em_settings(scenario)
     run_id = run_id or make_run_id(scenario.name)
     n = graph.number_of_nodes()
@@ -270,9 +274,9 @@ def prepare_kit(
             "whoever has the scenario file can undo the privacy noise (use only for tests)"
         )
     root.mkdir(exist_ok=True)
-    (root / "nodes").mkdir()
+    (root / "nodes").mkdir(exist_ok=force)
     broker_dir = root / "broker"
-    broker_dir.mkdir()
+    broker_dir.mkdir(exist_ok=force)
     identities = [Identity.generate() for _ in range(n)]
     roster = Roster.build(run_id, graph, settings, spec, [ident.public for ident in identities], n_features=int(parts[0].shape[1]))
     roster.save(root / "roster.toml")
@@ -281,8 +285,8 @@ def prepare_kit(
     protocol_stream = scenario.streams()["protocol"]
     for i in range(n):
         d = root / "nodes" / f"node{i}"
-        d.mkdir()
-        identities[i].save(d / "node.key")
+        d.mkdir(exist_ok=force)
+        identities[i].save(d / "node.key", overwrite=force)
         atomic_write(public_path(d / "node.key"), public_toml(identities[i].public, i))
         pw = d / "broker.password"
         os.replace(broker_dir / f"node{i}.password", pw)

@@ -95,10 +95,12 @@ def deploy(
     timeouts: Timeouts | None = None,
     progress: Callable[[DeployProgress], None] | None = None,
     on_broker: Callable[[Any], None] | None = None,
+    force: bool = False,
 ) -> tuple[Kit, dict[str, Any]]:
     """Prepare a kit in ``out``, start a broker (unless ``broker`` is given), run, collect.
 
-    Writes ``out/result.json`` on success.  Node processes and the broker started here are
+    Writes ``out/result.json`` on success; ``force``: into a folder that is not empty
+    (:func:`~p2pem.deploy.kit.prepare_kit`).  Node processes and the broker started here are
     stopped on return and on any exception, Ctrl-C included.
 
     Returns
@@ -111,7 +113,7 @@ def deploy(
     if broker is None:
         _, _, broker = deploy_settings(scenario)
     address = broker if broker is not None else (listen, free_port(listen))
-    kit = prepare_kit(scenario, out, broker=address, protocol=protocol, run_id=run_id, seeded=seeded, timeouts=timeouts)
+    kit = prepare_kit(scenario, out, broker=address, protocol=protocol, run_id=run_id, seeded=seeded, timeouts=timeouts, force=force)
     return kit, run_kit(kit, start_broker=broker is None, progress=progress, on_broker=on_broker)
 
 

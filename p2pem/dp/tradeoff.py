@@ -44,7 +44,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from p2pem.builders import build_graph, build_protocols, em_settings, prepare_rows, split_prepared
+from p2pem.builders import build_graph, build_protocols, em_settings, prepare_rows, split_prepared, validate_protocol
 from p2pem.data import Preprocessing, fit_preprocessing, split_rows
 from p2pem.dp.bayes import fit_bayes
 from p2pem.dp.guarantees import preprocessing_excluded
@@ -108,7 +108,7 @@ def build_workload(scenario: Scenario) -> Workload:
     if fitted:
         X = training_preprocessing(scenario, X[train]).apply(X)
     excluded = preprocessing_excluded(data.standardize, data.pca, "the training rows" if fitted else None)
-    parts = split_prepared(scenario, X[train], data_rng)
+    parts = split_prepared(scenario, X[train], data_rng, rows=train)
     graph = build_graph(scenario)
     base = em_settings(scenario)
     init = base.init or init_from_global(init_statistics(X[train]), base.n_components, base.init_seed)
@@ -269,7 +269,7 @@ def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, 
     for spec in specs:  # fail (and warn) before the sweep: bound, tol, graph
         spec.bind(work.settings_for(is_private(spec)), work.parts)
         if spec.name != "centralized":
-            spec.validate(work.graph)
+            validate_protocol(scenario, work.graph, spec)
     t0 = time.perf_counter()
     records: list[dict] = []
     if jobs <= 1:
@@ -344,29 +344,36 @@ def tradeoff_figure(doc: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # here: after choosing the non-interactive backend
 
+    from p2pem.plots import protocol_styles  # here: with matplotlib, as above
+
     rows = summarize(doc)
     keys = [("heldout_loglik", "held-out log-likelihood per row", False), ("param_error", "max relative parameter error", True)]
     if doc.get("classify"):
         keys.append(("heldout_error", f"held-out error ({doc['classify']})", False))
-    fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 4.6), squeeze=False)
     eps_finite = [e for e in doc["epsilons"] if e is not None]
-    styles = {"centralized": ("black", "-"), "secure-sum": ("tab:gray", "--"), "pdmm-sp": ("tab:green", ":"), "federated": ("tab:brown", "-.")}
+    private = sorted({r["protocol"] for r in rows if r["epsilon"] is not None})
+    public = [r["protocol"] for r in rows if r["epsilon"] is None]
+    styles = protocol_styles([*public, *private])  # one colour per protocol across the panels, none shared
+    floor = 1e-16  # exact protocols: a parameter error of 0 is drawn here
     for ax, (key, label, log_y) in zip(axes[0], keys, strict=True):
-        private = sorted({r["protocol"] for r in rows if r["epsilon"] is not None})
+        drawn: list[float] = []
         for proto in private:
             pts = sorted((r for r in rows if r["protocol"] == proto and r["epsilon"] is not None), key=lambda r: r["epsilon"])
             x = np.array([r["epsilon"] for r in pts])
             y = np.array([r[key + "_median"] for r in pts], dtype=float)
-            (line,) = ax.plot(x, y, marker="o", ms=3, label=proto)
+            color = styles[proto]["color"]
+            ax.plot(x, y, marker="o", ms=3, color=color, label=proto)
             q25 = np.array([r[key + "_q25"] for r in pts], dtype=float)
             q75 = np.array([r[key + "_q75"] for r in pts], dtype=float)
-            ax.fill_between(x, q25, q75, color=line.get_color(), alpha=0.15)
-        floor = 1e-16  # exact protocols: a parameter error of 0 is drawn here
+            ax.fill_between(x, q25, q75, color=color, alpha=0.15)
+            drawn += [*y, *q75]
         for r in rows:
             if r["epsilon"] is None and r[key] is not None:
-                color, ls = styles.get(r["protocol"], ("tab:olive", "--"))
+                look = styles[r["protocol"]]
                 value = max(r[key + "_median"], floor) if log_y else r[key + "_median"]
-                ax.axhline(value, color=color, ls=ls, lw=1.2, label=f"{r['protocol']} (no DP)")
+                ax.axhline(value, color=look["color"], ls=look.get("linestyle", "--"), lw=1.2, label=f"{r['protocol']} (no DP)")
+                drawn.append(value)
         ax.set_xscale("log")
         if log_y:
             ax.set_yscale("log")
@@ -376,17 +383,23 @@ def tradeoff_figure(doc: dict, path: Path) -> None:
         elif key == "heldout_loglik":
             # noisy covariances at the eigenvalue floor give log-likelihoods of -1e4 and below
             ax.set_yscale("symlog", linthresh=10.0)
+            top = max((v for v in drawn if np.isfinite(v)), default=0.0)
+            # no axis above the best value: with these data a log-likelihood above it does not occur
+            ax.set_ylim(top=top / 2 if top < 0 else top * 2 + 1)
         if eps_finite:
             ax.set_xlim(min(eps_finite) / 1.2, max(eps_finite) * 1.2)
         ax.set_xlabel("epsilon (whole run)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, which="both")
-    axes[0][0].legend(fontsize=7, loc="lower right")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    # below the panels, where it covers no data
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8, frameon=False)
     fig.suptitle(
         f"{doc['scenario']}: {doc['n_train']} training rows on {doc['n_nodes']} nodes; median and interquartile range "
         f"over {doc['n_seeds']} seeds (exact protocols' error 0 drawn at 1e-16)",
         fontsize=10,
     )
-    fig.tight_layout()
+    n_legend_rows = -(-len(labels) // min(max(len(labels), 1), 4))
+    fig.tight_layout(rect=(0, 0.045 * n_legend_rows + 0.02, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -117,7 +117,7 @@ class MixtureFamily(abc.ABC, Generic[P, B]):
 
         Raises
         ------
-        p2pem.errors.ProtocolError
+        p2pem.errors.ModelError
             The averages cannot give a model (e.g. a singular global covariance).
         """
 
@@ -151,9 +151,9 @@ class MixtureFamily(abc.ABC, Generic[P, B]):
 
         Raises
         ------
-        p2pem.errors.ProtocolError
-            A component collapsed or the statistics are not finite: one line that says which
-            component and what to change.
+        p2pem.errors.ModelError
+            A component collapsed (a :class:`~p2pem.errors.ProtocolError` when the statistics
+            are not finite): one line that says which component and what to change.
         """
 
     @abc.abstractmethod
@@ -162,7 +162,7 @@ class MixtureFamily(abc.ABC, Generic[P, B]):
         average, the rows per node."""
 
     def check(self, params: B) -> None:
-        """Raise :class:`~p2pem.errors.ProtocolError` when ``params`` cannot be evaluated.
+        """Raise :class:`~p2pem.errors.ModelError` when ``params`` cannot be evaluated.
 
         Called once when the EM loop adopts new models (after the M-step and any privacy
         repair), so a failure surfaces where the models were made.  A family may compute

@@ -14,7 +14,8 @@ import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
-from p2pem.data import check_parts, load_table, parse_ids, pca, read_text_column, relabel_ids, split_rows, standardize, synthetic_mixture
+from p2pem.data import check_parts, load_table, parse_ids, pca, read_text_column, relabel_ids, standardize, synthetic_mixture
+from p2pem.data import split_indices as data_split_indices
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError, GraphError
 from p2pem.graphs import geometric_graph, graph_from_edges
@@ -25,7 +26,7 @@ from p2pem.streams import init_seed
 
 log = logging.getLogger(__name__)
 
-__all__ = ["build_graph", "build_protocols", "em_settings", "load_data", "prepare_rows", "row_nodes", "split_prepared", "validate_protocol"]
+__all__ = ["build_graph", "build_protocols", "em_settings", "load_data", "prepare_rows", "row_nodes", "split_indices", "split_prepared", "validate_protocol"]
 
 
 def load_data(scenario: Scenario) -> list[npt.NDArray[np.float64]]:
@@ -129,13 +130,8 @@ def split_prepared(
     ``rows``: which of the scenario's rows ``X`` holds (default: all, in file order); with a
     node column they keep their parties.
     """
-    owners = row_nodes(scenario)
     try:
-        if owners is None:
-            parts = split_rows(X, scenario.graph.n_nodes, how=scenario.data.split, rng=rng)
-        else:
-            owners = owners if rows is None else owners[rows]
-            parts = [X[owners == node] for node in range(scenario.graph.n_nodes)]
+        parts = [X[indices] for indices in split_indices(scenario, len(X), rng, rows=rows)]
         check_parts(parts, scenario.em.n_components)
     except DataError as exc:
         raise DataError(f"{scenario.path}: {exc}") from exc
@@ -146,6 +142,22 @@ def split_prepared(
             f"but the prepared data has {X.shape[1]} features"
         )
     return parts
+
+
+def split_indices(
+    scenario: Scenario, n_rows: int, rng: np.random.Generator, *, rows: npt.NDArray[np.intp] | None = None
+) -> list[npt.NDArray[np.int64]]:
+    """Which of ``n_rows`` prepared rows each node holds (node ``i``: rows ``indices[i]``, in that order).
+
+    By the scenario's node column (rows in file order), else :func:`p2pem.data.split_indices`
+    with the scenario's ``split`` (drawing from ``rng``, the ``"data"`` stream after the rows).
+    ``rows``: which of the scenario's rows the ``n_rows`` are (default: all, in file order).
+    """
+    owners = row_nodes(scenario)
+    if owners is None:
+        return data_split_indices(n_rows, scenario.graph.n_nodes, how=scenario.data.split, rng=rng)
+    owners = owners if rows is None else owners[rows]
+    return [np.flatnonzero(owners == node) for node in range(scenario.graph.n_nodes)]
 
 
 def row_nodes(scenario: Scenario) -> npt.NDArray[np.int64] | None:

@@ -217,6 +217,31 @@ def _add_force(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--force", action="store_true", help=f"write OUT even if it is an existing {what} (files of the same names are replaced)")
 
 
+def cmd_model(args: argparse.Namespace) -> int:
+    # here: start-up time (a node process and `p2pem --help` load only what their command needs)
+    from p2pem.export import saved_from_result
+    from p2pem.saved import write_model
+
+    saved = saved_from_result(args.result, args.protocol)
+    write_model(saved, args.out)
+    pre = saved.preprocessing
+    steps = [] if pre is None else (["standardised"] if pre.center is not None else []) + (
+        [f"projected on {pre.components.shape[0]} principal components"] if pre.components is not None else [])
+    graph = saved.graph or {}
+    print(f"wrote {args.out}: the {saved.protocol.get('label')} model of scenario {(saved.scenario or {}).get('name')}, "
+          f"{saved.n_components} {saved.family.name} components")
+    print(f"  input: {saved.n_features_in} raw columns" + (f" ({', '.join(steps)})" if steps else "")
+          + f"; fitted on {saved.fit.get('n_rows')} rows over {graph.get('n_nodes')} nodes")
+    privacy = saved.protocol.get("params", {}).get("privacy")
+    if isinstance(privacy, dict):
+        eps = privacy.get("epsilon", {}).get("outsider")
+        print(f"  private: epsilon {eps:.3g} against an outsider" if eps is not None else "  NOT differentially private (see the file's protocol.params.privacy)")
+    print(f"  load it with p2pem.load({str(args.out)!r}); it scores raw rows: model.score_samples(X)")
+    args.json_summary = {"files": [str(args.out)], "protocol": saved.protocol.get("label"), "family": saved.family.name,
+                         "n_components": saved.n_components, "n_features_in": saved.n_features_in}
+    return 0
+
+
 def _privacy_cells(run) -> tuple[str, str]:
     """The table's epsilon cell of a run and a line saying what it means ("-" and "" when not private)."""
     privacy = run.protocol_params.get("privacy")
@@ -262,6 +287,22 @@ def build_parser() -> argparse.ArgumentParser:
         "or array-api-strict (a portability check)",
     )
     sim.set_defaults(func=cmd_simulate)
+
+    model_cmd = sub.add_parser(
+        "model",
+        help="save the model of a simulate run (p2pem.load reads it)",
+        description="Turn one protocol's model of a `p2pem simulate` run into a saved model: OUT (JSON, format p2pem-model, "
+        "schema p2pem/schemas/model.schema.json) holds the parameters and family, the raw feature names and preprocessing "
+        "constants (so a standardize = true model scores new raw rows), the protocol with its privacy block, the EM trace, "
+        "the graph and the node of every row, the p2pem version and the time. The scenario file the result names is read "
+        "again to rebuild the features and graph, and refused if it no longer builds the run's rows and graph. "
+        "In Python: model = p2pem.load(OUT); model.predict(X), model.score_samples(X).",
+    )
+    model_cmd.add_argument("result", metavar="RESULT", help="output folder of `p2pem simulate` (or its result.json)")
+    model_cmd.add_argument("--protocol", metavar="NAME", help="which run: its label in the table (e.g. dp-central-gaussian) or the "
+                     "scenario's protocol name; default the first")
+    model_cmd.add_argument("--out", required=True, metavar="MODEL_JSON", help="the model file to write")
+    model_cmd.set_defaults(func=cmd_model, out_kind="file")
 
     for module in ("p2pem.leakage.cli", "p2pem.deploy.cli", "p2pem.dp.cli"):
         try:

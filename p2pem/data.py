@@ -40,6 +40,7 @@ __all__ = [
     "pca",
     "read_text_column",
     "relabel_ids",
+    "split_indices",
     "split_rows",
     "standardize",
     "synthetic_mixture",
@@ -476,28 +477,35 @@ def split_rows(
     >>> sorted({len(p) for p in parts}), sum(len(p) == 3 for p in parts)
     ([2, 3], 35)
     """
+    array = np.asarray(X, dtype=np.float64)
+    if array.ndim != 2:
+        raise DataError(f"X must be 2-D (n_samples, n_features), got shape {array.shape}")
+    return [array[rows] for rows in split_indices(array.shape[0], n_nodes, how=how, rng=rng)]
+
+
+def split_indices(n_samples: int, n_nodes: int, *, how: str = "even", rng: np.random.Generator | None = None) -> list[IntArray]:
+    """Which rows :func:`split_rows` gives each node: node ``i`` holds ``X[indices[i]]``, in that order.
+
+    The same draws from ``rng`` as :func:`split_rows` (which calls it), so a saved model can
+    record the node of every row.  Raises as :func:`split_rows`.
+    """
     if how not in SPLITS:
         raise ConfigError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {how!r}")
     if isinstance(n_nodes, bool) or not isinstance(n_nodes, (int, np.integer)) or n_nodes < 1:
         raise ConfigError(f"n_nodes must be a positive integer, got {n_nodes!r}")
     if how != "contiguous" and rng is None:
         raise ConfigError(f"split {how!r} is random: pass rng=numpy.random.Generator")
-    array = np.asarray(X, dtype=np.float64)
-    if array.ndim != 2:
-        raise DataError(f"X must be 2-D (n_samples, n_features), got shape {array.shape}")
-    n_samples = array.shape[0]
     if how in ("even", "contiguous") and n_samples < n_nodes:
         raise DataError(f"cannot split {n_samples} rows over {n_nodes} nodes: some node would hold no rows")
-
     if how == "random":
         assert rng is not None
         owner = rng.integers(n_nodes, size=n_samples)
-        return [array[owner == node] for node in range(n_nodes)]
+        return [np.flatnonzero(owner == node) for node in range(n_nodes)]
     order = np.arange(n_samples)
     if how == "even":
         assert rng is not None
         order = rng.permutation(n_samples)
-    return [array[block] for block in np.array_split(order, n_nodes)]
+    return list(np.array_split(order, n_nodes))
 
 
 def relabel_ids(ids: Iterable[Hashable]) -> tuple[IntArray, tuple[Hashable, ...]]:

@@ -10,22 +10,25 @@ dependency.
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
-from p2pem.data import check_parts
+from p2pem.data import Preprocessing, check_parts
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError, NotFittedError
-from p2pem.families import GAUSSIAN
-from p2pem.gmm import FloatArray, GMMParams
+from p2pem.families import GAUSSIAN, MixtureFamily
+from p2pem.gmm import FloatArray
 from p2pem.graphs import geometric_graph
 from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
+from p2pem.saved import SavedModel, read_model, write_model
 from p2pem.simulate import RunResult, run_protocol
 from p2pem.streams import init_seed, scenario_streams
 
@@ -86,6 +89,11 @@ class DistributedGMM:
     >>> m.weights_.shape, m.means_.shape
     ((2,), (2, 2))
     """
+
+    #: a loaded model's record (:func:`load`): the saved document and its graph
+    saved_: SavedModel
+    saved_graph_: dict[str, Any] | None
+    row_nodes_: npt.NDArray[np.int64] | None
 
     def __init__(
         self,
@@ -179,26 +187,76 @@ class DistributedGMM:
         spec = make_protocol(self.protocol)
         result = run_protocol(parts, graph, spec, settings, seed=streams["protocol"], engine=self.engine, record_trace=self.record_trace)
         self.result_: RunResult = result
-        self.weights_ = result.weights
-        self.means_ = result.means
-        self.covariances_ = result.covariances
-        self.loglik_ = result.loglik
-        self.n_iter_ = result.n_iter
-        self.converged_ = result.converged
-        self.n_features_in_ = d
-        self.n_rows_ = int(sum(len(p) for p in parts))
-        self.network_loglik_ = float(result.loglik[-1]) * self.n_rows_ if result.loglik else float("nan")
+        n_rows = int(sum(len(p) for p in parts))
+        rows = np.repeat(np.arange(len(parts)), [len(p) for p in parts]) if groups is None else np.asarray(groups)
+        self._set_model(result.family, result.params, n_features_in=d, loglik=result.loglik, n_iter=result.n_iter,
+                        converged=result.converged, n_rows=n_rows)
+        self.graph_ = graph
+        self.row_nodes_ = rows
+        self.protocol_ = {"name": spec.name, "label": result.protocol, "params": result.protocol_params}
+        names = getattr(X, "columns", None)  # a pandas DataFrame: scikit-learn's feature_names_in_
+        if names is not None and groups is not None:
+            self.feature_names_in_ = np.asarray([str(c) for c in names], dtype=object)
         return self
+
+    def _set_model(self, family: MixtureFamily, params: Any, *, n_features_in: int, loglik: list[float], n_iter: int, converged: bool,
+                   n_rows: int, preprocessing: Preprocessing | None = None) -> None:
+        """The fitted state, from a fit or from a saved model (:func:`load`)."""
+        self.family_ = family
+        self._params = params
+        for key, _ in family.param_keys:
+            setattr(self, f"{key}_", np.asarray(getattr(params, key)))
+        self.preprocessing_ = preprocessing
+        self.loglik_ = list(loglik)
+        self.n_iter_ = n_iter
+        self.converged_ = converged
+        self.n_features_in_ = n_features_in
+        self.n_rows_ = n_rows
+        last = loglik[-1] if loglik else None
+        self.network_loglik_ = float(last) * n_rows if last is not None and last == last else float("nan")
+
+    # -- saving ---------------------------------------------------------------------------
+
+    def to_saved(self) -> SavedModel:
+        """The fitted model as a :class:`~p2pem.saved.SavedModel` (what :meth:`save` writes)."""
+        self._check_fitted()
+        graph = getattr(self, "graph_", None)
+        names = getattr(self, "feature_names_in_", None)
+        rows = getattr(self, "row_nodes_", None)
+        return SavedModel(
+            family=self.family_,
+            params=self._params,
+            n_features_in=self.n_features_in_,
+            feature_names=None if names is None else tuple(str(n) for n in names),
+            preprocessing=self.preprocessing_,
+            protocol=getattr(self, "protocol_", {}),
+            fit={"n_iter": self.n_iter_, "converged": self.converged_, "loglik": self.loglik_, "n_rows": self.n_rows_,
+                 "max_iter": self.max_iter, "tol": self.tol, "reg_covar": self.reg_covar, "seed": self.random_state},
+            graph=getattr(self, "saved_graph_", None) if graph is None else
+            {"n_nodes": graph.number_of_nodes(), "edges": sorted([min(e), max(e)] for e in graph.edges), "node_ids": None},
+            row_nodes=None if rows is None else [int(v) for v in rows],
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the fitted model to ``path`` (JSON, format ``p2pem-model``); :func:`p2pem.load` reads it back.
+
+        The file holds the parameters, the family, the feature names and preprocessing
+        constants, the protocol with its privacy block, the EM trace, the graph and the node
+        of every row, the p2pem version and the time; a loaded model predicts and scores
+        rows exactly (to the bit) as this one.
+        """
+        return write_model(self.to_saved(), path)
 
     # -- inference (GaussianMixture's methods) ----------------------------------------------
 
     @property
-    def params_(self) -> GMMParams:
+    def params_(self) -> Any:
+        """The fitted model as the family's single parameters (GMMParams for the Gaussian family)."""
         self._check_fitted()
-        return self.result_.params
+        return self._params
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "result_"):
+        if not hasattr(self, "family_"):
             raise _not_fitted_class()(
                 f"This {type(self).__name__} instance is not fitted yet: call fit() before using this estimator"
             )
@@ -210,12 +268,12 @@ class DistributedGMM:
             raise DataError(f"X must have shape (n_rows, {self.n_features_in_}), got {arr.shape}")
         if not np.all(np.isfinite(arr)):
             raise DataError("X holds NaN or infinite values")
-        return arr
+        return arr if self.preprocessing_ is None else self.preprocessing_.apply(arr)
 
     def score_samples(self, X: npt.ArrayLike) -> FloatArray:
         """Log-likelihood log p(x) of every row of ``X`` under the fitted mixture."""
         arr = self._X(X)
-        return self.result_.family.score_samples(arr, self.params_)
+        return self.family_.score_samples(arr, self.params_)
 
     def score(self, X: npt.ArrayLike, y: Any = None) -> float:
         """Mean log-likelihood per row of ``X`` (scikit-learn's ``score``)."""
@@ -224,12 +282,12 @@ class DistributedGMM:
     def predict_proba(self, X: npt.ArrayLike) -> FloatArray:
         """Posterior probability of each component for every row of ``X``, shape (n, K)."""
         arr = self._X(X)
-        return self.result_.family.predict_proba(arr, self.params_)
+        return self.family_.predict_proba(arr, self.params_)
 
     def predict(self, X: npt.ArrayLike) -> npt.NDArray[np.intp]:
         """The most probable component of every row of ``X``."""
         arr = self._X(X)
-        return np.argmax(self.result_.family.log_responsibilities(arr, self.params_)[0], axis=1)
+        return np.argmax(self.family_.log_responsibilities(arr, self.params_)[0], axis=1)
 
     def sample(
         self, n_samples: int = 1, *, rng: np.random.Generator | np.random.RandomState | int | None = None
@@ -250,11 +308,12 @@ class DistributedGMM:
             gen = rng
         else:
             gen = np.random.default_rng(self.random_state if rng is None else rng)
-        return self.result_.family.sample(self.params_, int(n_samples), gen)
+        return self.family_.sample(self.params_, int(n_samples), gen)
 
     def _n_parameters(self) -> int:
-        """Free parameters of a full-covariance mixture (as scikit-learn counts them)."""
-        return self.result_.family.n_parameters(self.n_components, self.n_features_in_)
+        """Free parameters of the fitted model (a full-covariance mixture's as scikit-learn counts them)."""
+        width = np.asarray(self._params.means).shape[-1]  # the model's features (after any projection)
+        return self.family_.n_parameters(int(np.asarray(self._params.weights).shape[0]), int(width))
 
     def bic(self, X: npt.ArrayLike | None = None) -> float:
         """Bayesian information criterion; lower is better.
@@ -275,6 +334,45 @@ class DistributedGMM:
             return -2.0 * self.network_loglik_ + 2 * self._n_parameters()
         arr = self._X(X)
         return -2.0 * self.score(arr) * arr.shape[0] + 2 * self._n_parameters()
+
+
+#: The estimator class of each model family (what :func:`load` returns).
+ESTIMATORS: dict[str, type[DistributedGMM]] = {"gaussian": DistributedGMM}
+
+
+def load(path: str | os.PathLike[str]) -> DistributedGMM:
+    """A fitted estimator from a saved model (:meth:`DistributedGMM.save`, ``p2pem model``).
+
+    The estimator of the model's family, with its constructor parameters (``n_components``,
+    ``protocol``, ``max_iter``, ``tol``, ``reg_covar``, ``random_state``) as saved and its
+    fitted state; it predicts, scores and samples exactly as the saved one (raw rows pass
+    through the saved preprocessing first).  It holds no ``result_`` (the run is not saved;
+    its record is in ``saved_``: protocol, privacy, EM trace, graph, rows' nodes).
+
+    Raises
+    ------
+    ConfigError
+        The file is missing or not a saved model (one line naming the file and key).
+    """
+    saved = read_model(path)
+    cls = ESTIMATORS.get(saved.family.name)
+    if cls is None:
+        raise ConfigError(f"{path}: no estimator for model family {saved.family.name!r} (known: {', '.join(ESTIMATORS)})")
+    fit = saved.fit
+    settings = {key: fit[key] for key in ("max_iter", "tol", "reg_covar") if isinstance(fit.get(key), (int, float))}
+    model = cls(n_components=saved.n_components, protocol=saved.protocol.get("name", "pdmm-sp"), **settings)
+    if isinstance(fit.get("seed"), int):
+        model.random_state = fit["seed"]
+    loglik = [float("nan") if v is None else float(v) for v in fit.get("loglik", [])]
+    model._set_model(saved.family, saved.params, n_features_in=saved.n_features_in, loglik=loglik, n_iter=int(fit.get("n_iter", 0)),
+                     converged=bool(fit.get("converged", False)), n_rows=int(fit.get("n_rows", 0)), preprocessing=saved.preprocessing)
+    if saved.feature_names is not None:
+        model.feature_names_in_ = np.asarray(saved.feature_names, dtype=object)
+    model.protocol_ = saved.protocol
+    model.saved_graph_ = saved.graph
+    model.row_nodes_ = None if saved.row_nodes is None else np.asarray(saved.row_nodes)
+    model.saved_ = saved
+    return model
 
 
 _SKLEARN_NOT_FITTED: dict[type, type[NotFittedError]] = {}

@@ -63,10 +63,19 @@ def _argv(command: str, tmp_path: Path, out: Path) -> list[str]:
         "deploy": lambda: ["deploy", str(_small(tmp_path)), "--prepare-only"],
         "keys new": lambda: ["keys", "new", "--node-id", "0"],
         "keys roster": lambda: ["keys", "roster", str(_small(tmp_path)), "--public", str(_pubs(tmp_path))],
+        "model": lambda: ["model", str(_run(tmp_path))],
     }[command]() + ["--out", str(out), "-q"]
 
 
-COMMANDS = ["simulate", "leakage", "tradeoff", "deploy", "keys new", "keys roster"]
+def _run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    if not run.exists():
+        assert main(["simulate", str(_small(tmp_path)), "--out", str(run), "-q"]) == 0
+    return run
+
+
+COMMANDS = ["simulate", "leakage", "tradeoff", "deploy", "keys new", "keys roster", "model"]
+FILE_OUTPUTS = {"keys new": "out.key", "keys roster": "out.toml", "model": "model.json"}
 
 
 def test_every_command_that_writes_out_is_covered() -> None:
@@ -84,7 +93,7 @@ def test_every_command_that_writes_out_is_covered() -> None:
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_out_parents_are_created_and_an_existing_out_needs_force(tmp_path: Path, capsys, command: str) -> None:
-    out = tmp_path / "new" / "deeper" / ("out.key" if command == "keys new" else "out.toml" if command == "keys roster" else "out")
+    out = tmp_path / "new" / "deeper" / FILE_OUTPUTS.get(command, "out")
     assert main(_argv(command, tmp_path, out)) == 0, capsys.readouterr().err
     assert out.exists()
     capsys.readouterr()

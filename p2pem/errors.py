@@ -9,14 +9,17 @@ class P2pemError(Exception):
     exit_code = 1
 
 
-class ConfigError(P2pemError):
-    """A scenario, node config or argument is wrong (unknown key, wrong type, bad value)."""
+class ConfigError(P2pemError, ValueError):
+    """A scenario, node config or argument is wrong (unknown key, wrong type, bad value).
+
+    A ``ValueError`` too, as Python and scikit-learn call a bad argument.
+    """
 
     exit_code = 2
 
 
-class DataError(P2pemError):
-    """Input data is unusable (NaN, non-numeric cells, ragged widths, empty nodes)."""
+class DataError(P2pemError, ValueError):
+    """Input data is unusable (NaN, non-numeric cells, ragged widths, empty nodes); a ``ValueError`` too."""
 
     exit_code = 3
 

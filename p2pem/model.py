@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,10 @@ import numpy.typing as npt
 
 from p2pem.data import Preprocessing, check_parts
 from p2pem.em import EMSettings
-from p2pem.errors import ConfigError, DataError, NotFittedError
+from p2pem.errors import ConfigError, NotFittedError
 from p2pem.families import GAUSSIAN, MixtureFamily
 from p2pem.gmm import FloatArray
-from p2pem.graphs import geometric_graph
+from p2pem.inputs import check_rows, node_split, simulated_graph
 from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
 from p2pem.saved import SavedModel, read_model, write_model
@@ -60,7 +60,15 @@ class DistributedGMM:
         Keep every message in ``result_.trace``.
     graph : networkx.Graph, optional
         The communication graph used when :meth:`fit` is not given one; None draws a random
-        geometric graph over the nodes from ``random_state``.
+        geometric graph over the nodes from ``random_state`` (redrawn until the protocol
+        can run on it: pdmm-sp needs a cycle, secure-sum a Hamiltonian cycle).
+    n_nodes : int, default 10
+        Simulated nodes that :meth:`fit` spreads a plain 2-D ``X`` over (evenly, from
+        ``random_state``; at most one node per row).  Not used when ``fit`` is given one
+        array per node or ``node_ids``.
+    protocol_params : dict, optional
+        Parameters of ``protocol`` given by name, e.g. ``{"perturbation_std": 1e3}``: what
+        ``GridSearchCV`` searches over (``{"protocol_params": [{...}, {...}]}``).
 
     Attributes
     ----------
@@ -78,7 +86,24 @@ class DistributedGMM:
     n_iter_ : int
     converged_ : bool
     n_features_in_ : int
+    feature_names_in_ : array of str
+        The columns of a DataFrame ``X`` (only then).
+    graph_ : networkx.Graph
+        The graph of the fit.
+    row_nodes_ : (n_rows,) int array
+        The node of every row of ``X`` (one array per node: their rows in order).
+    node_ids_ : tuple or None
+        The ``node_ids`` of nodes ``0..n-1``, in sorted order, when given.
     result_ : RunResult
+
+    Notes
+    -----
+    scikit-learn's tools take it as they take ``GaussianMixture``: ``Pipeline``,
+    ``cross_val_score`` (its ``score`` is the mean log-likelihood per row: higher is better),
+    ``GridSearchCV`` over ``n_components``, ``n_nodes`` and ``protocol_params``.  To give the
+    parties in cross-validation, pass ``params={"node_ids": site}`` (scikit-learn splits it with
+    the rows); a group splitter's ``groups`` stays scikit-learn's.  scikit-learn is not
+    imported by p2pem: only its own tools call ``__sklearn_tags__``.
 
     Examples
     --------
@@ -107,6 +132,8 @@ class DistributedGMM:
         engine: str = "vectorised",
         record_trace: bool = False,
         graph: nx.Graph | None = None,
+        n_nodes: int = 10,
+        protocol_params: Mapping[str, Any] | None = None,
     ) -> None:
         self.n_components = n_components
         self.protocol = protocol
@@ -118,6 +145,8 @@ class DistributedGMM:
         self.engine = engine
         self.record_trace = record_trace
         self.graph = graph
+        self.n_nodes = n_nodes
+        self.protocol_params = protocol_params
 
     # -- scikit-learn's parameter protocol ---------------------------------------------------
 
@@ -139,6 +168,16 @@ class DistributedGMM:
             setattr(self, name, value)
         return self
 
+    def __sklearn_tags__(self) -> Any:
+        """scikit-learn's tags: an unsupervised density estimator on dense 2-D float data.
+
+        Only scikit-learn's own tools call this, so scikit-learn is imported here and
+        nowhere else (it is not a dependency of p2pem).
+        """
+        from sklearn.utils import InputTags, Tags, TargetTags  # here: optional dependency, loaded by its caller already
+
+        return Tags(estimator_type="density_estimator", target_tags=TargetTags(required=False), input_tags=InputTags(allow_nan=False))
+
     def __repr__(self) -> str:
         defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values() if p.name != "self"}
         shown = [f"{k}={v!r}" for k, v in self.get_params().items() if not _same(v, defaults[k])]
@@ -146,58 +185,66 @@ class DistributedGMM:
 
     # -- fitting -------------------------------------------------------------------------------
 
-    def fit(
-        self,
-        X: Sequence[FloatArray] | npt.ArrayLike,
-        y: Any = None,
-        *,
-        graph: nx.Graph | None = None,
-        groups: npt.ArrayLike | None = None,
-    ) -> DistributedGMM:
+    def fit(self, X: Any, y: Any = None, *, node_ids: Any = None, graph: nx.Graph | None = None) -> DistributedGMM:
         """Fit the mixture with the configured protocol over the graph.
 
         Parameters
         ----------
-        X : list of (n_i, d) arrays, or (n_rows, d) array
-            One array per node, or all rows at once with ``groups`` giving each row's node.
-        y : networkx.Graph or None
-            Ignored (scikit-learn passes ``y``), except that a graph here is taken as
-            ``graph``, so ``fit(parts, graph)`` works.
+        X : (n_rows, d) array-like, or a list of (n_i, d) arrays
+            All rows (an array, a list of rows, a DataFrame), or one array per node.  Rows
+            without ``node_ids`` are spread evenly over ``n_nodes`` simulated nodes.
+        y : ignored
+            scikit-learn passes ``y``; a networkx graph here is taken as ``graph``, so
+            ``fit(parts, graph)`` works.
+        node_ids : array-like of hashable, shape (n_rows,), optional
+            The party of every row (site names, any ids): the parties become nodes ``0..n-1``
+            in sorted order of their ids (:func:`p2pem.data.relabel_ids`).  One party
+            alone has nothing to aggregate: its model is fitted locally (``centralized``).
         graph : networkx.Graph, optional
             Nodes ``0..n-1``; default: the ``graph`` parameter, else a random geometric
-            graph over the nodes drawn from ``random_state``.
-        groups : array_like of int, shape (n_rows,), optional
-            With a 2-D ``X``: the node id (0..n-1) holding each row.  This is a simulation
-            convenience so the estimator fits scikit-learn tooling.
+            graph over the nodes drawn from ``random_state`` (:func:`p2pem.inputs.simulated_graph`).
+
+        Returns
+        -------
+        self
         """
         if isinstance(y, nx.Graph) and graph is None:
             graph = y
-        parts = _parts(X, groups)
+        streams = scenario_streams(self.random_state)
+        split = node_split(X, node_ids=node_ids, n_nodes=self.n_nodes, rng=np.random.default_rng(streams["data"]), estimator=type(self).__name__)
+        parts = split.parts
         check_parts(parts, self.n_components)
+        d = int(parts[0].shape[1])
+        family = GAUSSIAN
+        init = None if self.init is None else family.params_from_dict(dict(self.init), self.n_components, d)
+        settings = EMSettings(self.n_components, self.max_iter, self.tol, self.reg_covar, init, init_seed(streams))
+        spec = self._protocol_spec()
         if graph is None:
             graph = self.graph
+        if len(parts) == 1 and graph is None:
+            spec = make_protocol("centralized")  # one party: nothing to aggregate, every protocol is local EM
         if graph is None:
-            graph = geometric_graph(len(parts), seed=self.random_state)
-        d = int(np.asarray(parts[0]).shape[1])
-        init = None if self.init is None else GAUSSIAN.params_from_dict(dict(self.init), self.n_components, d)
-        streams = scenario_streams(self.random_state)
-        settings = EMSettings(
-            self.n_components, self.max_iter, self.tol, self.reg_covar, init, init_seed(streams)
-        )
-        spec = make_protocol(self.protocol)
+            graph = simulated_graph(len(parts), spec, np.random.default_rng(streams["graph"]))
         result = run_protocol(parts, graph, spec, settings, seed=streams["protocol"], engine=self.engine, record_trace=self.record_trace)
         self.result_: RunResult = result
-        n_rows = int(sum(len(p) for p in parts))
-        rows = np.repeat(np.arange(len(parts)), [len(p) for p in parts]) if groups is None else np.asarray(groups)
         self._set_model(result.family, result.params, n_features_in=d, loglik=result.loglik, n_iter=result.n_iter,
-                        converged=result.converged, n_rows=n_rows)
+                        converged=result.converged, n_rows=len(split.row_nodes))
         self.graph_ = graph
-        self.row_nodes_ = rows
+        self.row_nodes_ = split.row_nodes
+        self.node_ids_ = split.node_ids
         self.protocol_ = {"name": spec.name, "label": result.protocol, "params": result.protocol_params}
-        names = getattr(X, "columns", None)  # a pandas DataFrame: scikit-learn's feature_names_in_
-        if names is not None and groups is not None:
-            self.feature_names_in_ = np.asarray([str(c) for c in names], dtype=object)
+        if split.feature_names is not None:
+            self.feature_names_in_ = np.asarray(split.feature_names, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
         return self
+
+    def _protocol_spec(self) -> ProtocolSpec:
+        if isinstance(self.protocol, ProtocolSpec):
+            if self.protocol_params:
+                raise ConfigError("protocol_params go with a protocol name; a protocol object carries its own parameters")
+            return self.protocol
+        return make_protocol(self.protocol, self.protocol_params)
 
     def _set_model(self, family: MixtureFamily, params: Any, *, n_features_in: int, loglik: list[float], n_iter: int, converged: bool,
                    n_rows: int, preprocessing: Preprocessing | None = None) -> None:
@@ -233,7 +280,7 @@ class DistributedGMM:
             fit={"n_iter": self.n_iter_, "converged": self.converged_, "loglik": self.loglik_, "n_rows": self.n_rows_,
                  "max_iter": self.max_iter, "tol": self.tol, "reg_covar": self.reg_covar, "seed": self.random_state},
             graph=getattr(self, "saved_graph_", None) if graph is None else
-            {"n_nodes": graph.number_of_nodes(), "edges": sorted([min(e), max(e)] for e in graph.edges), "node_ids": None},
+            {"n_nodes": graph.number_of_nodes(), "edges": sorted([min(e), max(e)] for e in graph.edges), "node_ids": _json_ids(getattr(self, "node_ids_", None))},
             row_nodes=None if rows is None else [int(v) for v in rows],
         )
 
@@ -263,11 +310,9 @@ class DistributedGMM:
 
     def _X(self, X: npt.ArrayLike) -> FloatArray:
         self._check_fitted()
-        arr = np.asarray(X, dtype=float)
-        if arr.ndim != 2 or arr.shape[1] != self.n_features_in_:
-            raise DataError(f"X must have shape (n_rows, {self.n_features_in_}), got {arr.shape}")
-        if not np.all(np.isfinite(arr)):
-            raise DataError("X holds NaN or infinite values")
+        names = getattr(self, "feature_names_in_", None)
+        arr = check_rows(X, n_features=self.n_features_in_, names=None if names is None else list(names), estimator=type(self).__name__,
+                         unnamed_ok=hasattr(self, "saved_"))
         return arr if self.preprocessing_ is None else self.preprocessing_.apply(arr)
 
     def score_samples(self, X: npt.ArrayLike) -> FloatArray:
@@ -401,23 +446,8 @@ def _same(a: Any, b: Any) -> bool:
         return a is b
 
 
-def _parts(X: Sequence[FloatArray] | npt.ArrayLike, groups: npt.ArrayLike | None) -> list[FloatArray]:
-    """One array per node from either form :meth:`DistributedGMM.fit` accepts."""
-    if groups is None:
-        if isinstance(X, np.ndarray):
-            raise DataError("a 2-D X needs groups= (the node id of every row), or pass one array per node")
-        if not isinstance(X, Iterable) or isinstance(X, (str, bytes)):
-            raise DataError(f"X must be one array per node or a 2-D array with groups=, not {type(X).__name__}")
-        return [np.asarray(p, dtype=float) for p in X]
-    arr = np.asarray(X, dtype=float)
-    g = np.asarray(groups)
-    if arr.ndim != 2 or g.shape != (arr.shape[0],):
-        raise DataError(f"groups must hold one node id per row of X ({arr.shape[0]}), got shape {g.shape}")
-    if not np.issubdtype(g.dtype, np.integer) or g.size == 0 or g.min() < 0:
-        raise DataError("groups must be non-negative integer node ids")
-    n = int(g.max()) + 1
-    parts = [arr[g == i] for i in range(n)]
-    empty = [i for i, p in enumerate(parts) if len(p) == 0]
-    if empty:
-        raise DataError(f"groups names nodes 0..{n - 1} but node {empty[0]} holds no row")
-    return parts
+def _json_ids(ids: Any) -> list[Any] | None:
+    """Node ids as JSON can hold them: numbers and text as they are, anything else as its text."""
+    if ids is None:
+        return None
+    return [v.item() if isinstance(v, np.generic) else v if isinstance(v, (str, int, float)) and not isinstance(v, bool) else str(v) for v in ids]

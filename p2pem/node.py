@@ -266,6 +266,8 @@ class Node:
             raise EMFailed(f"node {self.node_id}: the network average of EM iteration {it} is not finite")
         try:
             self.task.absorb(result)
+        except ModelError:  # a component collapsed: the model's problem, not a member's (a ValueError too)
+            raise
         except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
             # finite but absurd averages (a member lying about its statistics) can break the M-step
             raise EMFailed(f"node {self.node_id}: EM iteration {it} failed on the network average ({exc})") from None

@@ -32,11 +32,11 @@ Seed s of a protocol run is ``p2pem.streams.montecarlo_child(seed, 1, s)`` (a ch
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import logging
 import math
-import multiprocessing
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,12 +52,15 @@ from p2pem.dp.protocols import DPProtocol
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError
 from p2pem.gmm import FloatArray, GMMParams, init_from_global, init_statistics, mean_loglik
+from p2pem.parallel import Workers
 from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
 from p2pem.runner import output_header
 from p2pem.scenario import Scenario, TradeoffConfig
 from p2pem.simulate import max_relative_difference, run_protocol
 from p2pem.streams import montecarlo_child
+
+log = logging.getLogger(__name__)
 
 __all__ = ["FORMAT", "VERSION", "TradeoffConfig", "Workload", "build_workload", "run_tradeoff", "summarize", "tradeoff_figure"]
 
@@ -223,24 +226,24 @@ def matched_error(params: GMMParams, reference: GMMParams) -> float:
     return best
 
 
-_WORK: Workload | None = None  # the worker processes' copy (inherited by fork)
+def _task(work: Workload, args: tuple[ProtocolSpec, float | None, int]) -> dict:
+    """One run of the sweep, in whichever worker (module level: workers import it)."""
+    return run_one(work, *args)
 
 
-def _task(args: tuple[ProtocolSpec, float | None, int]) -> dict:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", category=UserWarning)  # reported once by the parent
-        assert _WORK is not None  # set by the parent before the pool forks
-        return run_one(_WORK, *args)
-
-
-def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, int], None] | None = None) -> dict:
+def run_tradeoff(
+    scenario: Scenario, *, jobs: int = 1, workers: Workers | None = None, progress: Callable[[int, int], None] | None = None
+) -> dict:
     """Run the sweep of a scenario and return the ``tradeoff.json`` document.
 
     Parameters
     ----------
     scenario : p2pem.scenario.Scenario
     jobs : int
-        Worker processes (1: run here).
+        Local worker processes (1: run here); ignored when ``workers`` is given.
+    workers : p2pem.parallel.Workers, optional
+        Where the runs go (local processes or a dask cluster); every run draws from its own
+        seed, so the records are the same bits wherever they run.
     progress : callable(done, total), optional
 
     Returns
@@ -255,7 +258,6 @@ def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, 
         delta), ``excluded`` (what epsilon does not cover; these five null for
         non-private runs) and ``wall_s``.
     """
-    global _WORK
     cfg = scenario.tradeoff or TradeoffConfig()
     specs = build_protocols(scenario)
     if not any(is_private(s) for s in specs):
@@ -271,22 +273,9 @@ def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, 
         if spec.name != "centralized":
             validate_protocol(scenario, work.graph, spec)
     t0 = time.perf_counter()
-    records: list[dict] = []
-    if jobs <= 1:
-        for i, task in enumerate(tasks):
-            records.append(run_one(work, *task))
-            if progress is not None:
-                progress(i + 1, len(tasks))
-    else:
-        _WORK = work
-        try:
-            with multiprocessing.get_context("fork").Pool(jobs) as pool:
-                for i, rec in enumerate(pool.imap(_task, tasks, chunksize=max(1, len(tasks) // (8 * jobs)))):
-                    records.append(rec)
-                    if progress is not None:
-                        progress(i + 1, len(tasks))
-        finally:
-            _WORK = None
+    workers = workers or Workers(jobs=jobs)
+    log.info("%s: %d runs on %s", scenario.name, len(tasks), workers.describe())
+    records = workers.map(functools.partial(_task, work), tasks, progress=progress)
     return {
         **output_header((FORMAT, VERSION), scenario),
         "n_train": int(sum(len(p) for p in work.parts)),

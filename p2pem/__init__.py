@@ -1,4 +1,4 @@
-"""p2pem: privacy-preserving distributed EM for Gaussian mixtures over peer-to-peer networks.
+"""p2pem: privacy-preserving distributed EM for Gaussian and skew-normal mixtures over peer-to-peer networks.
 
 The public names below load on first use (PEP 562), so ``import p2pem`` is cheap: a node
 process, which needs neither networkx nor scipy's special functions, starts fast.
@@ -16,6 +16,8 @@ from p2pem.version import __version__ as __version__
 _LAZY = {
     "Centralized": "p2pem.protocols",
     "DistributedGMM": "p2pem.model",
+    "DistributedMixture": "p2pem.model",
+    "DistributedSkewNormalMixture": "p2pem.model",
     "EMSettings": "p2pem.em",
     "Federated": "p2pem.protocols",
     "GMMParams": "p2pem.gmm",
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from p2pem.em import EMSettings
     from p2pem.gmm import GMMParams
     from p2pem.graphs import geometric_graph, graph_from_edges
-    from p2pem.model import DistributedGMM, load
+    from p2pem.model import DistributedGMM, DistributedMixture, DistributedSkewNormalMixture, load
     from p2pem.protocols import Centralized, Federated, PdmmSP, SecureSum
     from p2pem.registry import make_protocol
     from p2pem.simulate import RunResult, run_protocol
@@ -58,6 +60,8 @@ __all__ = [
     "ConfigError",
     "DataError",
     "DistributedGMM",
+    "DistributedMixture",
+    "DistributedSkewNormalMixture",
     "EMSettings",
     "Federated",
     "GMMParams",

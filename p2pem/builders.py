@@ -135,12 +135,12 @@ def split_prepared(
         check_parts(parts, scenario.em.n_components)
     except DataError as exc:
         raise DataError(f"{scenario.path}: {exc}") from exc
-    init = scenario.em.init
-    if init is not None and init.means.shape[1] != X.shape[1]:
-        raise ConfigError(
-            f"{scenario.path}: 'em.init.means' has {init.means.shape[1]} columns "
-            f"but the prepared data has {X.shape[1]} features"
-        )
+    init, family = scenario.em.init, scenario.em.family
+    if init is not None:
+        key = next(key for key, ndim in family.param_keys if ndim == 2)  # the first (K, d) array: means, locations
+        width = np.asarray(getattr(init, key)).shape[1]
+        if width != X.shape[1]:
+            raise ConfigError(f"{scenario.path}: 'em.init.{key}' has {width} columns but the prepared data has {X.shape[1]} features")
     return parts
 
 
@@ -205,7 +205,7 @@ def validate_protocol(scenario: Scenario, graph: nx.Graph, spec: ProtocolSpec) -
 def em_settings(scenario: Scenario) -> EMSettings:
     """Public EM settings; the init seed comes from the scenario's "init" stream."""
     em = scenario.em
-    return EMSettings(em.n_components, em.max_iter, em.tol, em.reg_covar, em.init, init_seed(scenario.streams()))
+    return EMSettings(em.n_components, em.max_iter, em.tol, em.reg_covar, em.init, init_seed(scenario.streams()), family=em.family)
 
 
 def build_protocols(scenario: Scenario) -> list[ProtocolSpec]:

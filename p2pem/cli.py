@@ -258,6 +258,59 @@ def _privacy_cells(run) -> tuple[str, str]:
     return f"{outsider:.3g}", f"{against} (delta {privacy.get('delta'):g}, {privacy.get('accountant')} accountant); releases no log-likelihood"
 
 
+def cmd_select(args: argparse.Namespace) -> int:
+    # here: start-up time (a node process and `p2pem --help` load only what their command needs)
+    from p2pem.plots import selection_figure
+    from p2pem.runner import atomic_output, write_json
+    from p2pem.scenario import load_scenario
+    from p2pem.selection import parse_components, run_selection
+
+    scenario = load_scenario(args.scenario)
+    components = parse_components(args.components)
+    families = [name.strip() for name in args.families.split(",") if name.strip()]
+    if not families:
+        raise P2pemError("--families needs at least one family name")
+    total = len(components) * len(families) * args.n_init
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm  # here: start-up time
+
+        bar = tqdm(total=total, unit="fit", file=sys.stderr, leave=False, dynamic_ncols=True, disable=None)
+
+    def progress(family: str, k: int, restart: int) -> None:
+        if bar is not None:
+            bar.set_description(f"{family} G={k}")
+            bar.update(1)
+
+    try:
+        with atomic_output(args.out) as tmp:
+            doc = run_selection(scenario, components, families, protocol=args.protocol, n_init=args.n_init, progress=progress)
+            write_json(tmp / "select.json", doc)
+            selection_figure(doc, tmp / "select.png")
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"scenario {scenario.name}: {doc['n_rows']} rows over {doc['n_nodes']} nodes, {doc['protocol']}, "
+          f"best of {doc['n_init']} private initialisation{'s' if doc['n_init'] != 1 else ''} per fit")
+    header = f"{'family':<12} {'G':>2} {'loglik':>11} {'d':>3} {'AIC':>10} {'BIC':>10} {'EM its':>6}  note"
+    print(header)
+    print("-" * len(header))
+    best = doc["best"]
+    for r in doc["rows"]:
+        notes = []
+        if best["by_family"][r["family"]]["bic"] == r["n_components"]:
+            notes.append("smallest BIC" + (" overall" if best["bic"] == {"family": r["family"], "n_components": r["n_components"]} else ""))
+        if r["boundary"]:
+            notes.append("at the boundary (|delta| -> 1)")
+        if r["failed_restarts"]:
+            notes.append(f"{r['failed_restarts']} restarts collapsed")
+        print(f"{r['family']:<12} {r['n_components']:>2} {r['loglik']:>11.2f} {r['n_parameters']:>3} {r['aic']:>10.2f} {r['bic']:>10.2f} "
+              f"{r['n_iter']:>6}  {'; '.join(notes)}")
+    print(f"wrote {args.out}/select.json and {args.out}/select.png in {doc['wall_s']:.1f} s")
+    args.json_summary = {"scenario": scenario.name, "files": [f"{args.out}/select.json", f"{args.out}/select.png"], "best": best}
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="p2pem", description=DESCRIPTION, epilog=EXIT_CODES, formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"p2pem {__version__}")
@@ -303,6 +356,22 @@ def build_parser() -> argparse.ArgumentParser:
                      "scenario's protocol name; default the first")
     model_cmd.add_argument("--out", required=True, metavar="MODEL_JSON", help="the model file to write")
     model_cmd.set_defaults(func=cmd_model, out_kind="file")
+
+    sel = sub.add_parser(
+        "select",
+        help="choose the model family and number of components through a private protocol",
+        description="Fit every combination of --families and --components to a scenario's data with one private protocol "
+        "(default: the scenario's first protocol other than centralized) and compare log-likelihood, AIC and BIC "
+        "(lower is better). Writes OUT/select.json (format p2pem-select) and OUT/select.png. Every fit starts from "
+        "the private initialisation; --n-init keeps the best of several public init seeds.",
+    )
+    sel.add_argument("scenario", help="scenario TOML file, e.g. scenarios/ais_skew.toml")
+    sel.add_argument("--components", default="1..4", help="component counts: a range 1..5 or a list 2,3,4 (default 1..4)")
+    sel.add_argument("--families", default="gaussian,skew-normal", help="comma-separated model families (default gaussian,skew-normal)")
+    sel.add_argument("--protocol", default=None, help="protocol name (default: the scenario's first one other than centralized)")
+    sel.add_argument("--n-init", type=int, default=5, help="private initialisations per fit; the best log-likelihood is kept (default 5)")
+    sel.add_argument("--out", required=True, help="output folder (created; files are written atomically)")
+    sel.set_defaults(func=cmd_select)
 
     for module in ("p2pem.leakage.cli", "p2pem.deploy.cli", "p2pem.dp.cli"):
         try:

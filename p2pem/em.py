@@ -39,7 +39,8 @@ class PrivacyHook(Protocol):
     """How a differentially private run changes the EM loop (``EMSettings.privacy``).
 
     Set by a private protocol's :meth:`~p2pem.protocols.base.ProtocolSpec.bind` (never by
-    hand); :class:`p2pem.dp.protocols.PrivateEM` is the Gaussian family's.  Everything here is
+    hand); each family's is in :mod:`p2pem.dp.releases` (the Gaussian family's
+    :class:`p2pem.dp.releases.gaussian.PrivateEM`).  Everything here is
     post-processing of released values or of a node's own data, so it costs no budget.
     ``params`` are the family's batched parameters (one model per node).
     """

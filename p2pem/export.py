@@ -20,7 +20,7 @@ import numpy as np
 from p2pem.builders import build_graph, prepare_rows, split_indices
 from p2pem.data import Preprocessing, fit_preprocessing, load_table
 from p2pem.errors import ConfigError, DataError, P2pemError
-from p2pem.families import make_family
+from p2pem.families import family_from_document
 from p2pem.runner import RESULT_FORMAT, graph_summary
 from p2pem.saved import SavedModel
 from p2pem.scenario import Scenario, load_scenario
@@ -66,9 +66,10 @@ def saved_from_result(result: str | os.PathLike[str], protocol: str | None = Non
     run = runs[index]
     raw, feature_names, pre, owners, graph = _rebuild(scenario, doc, file)
 
-    family_doc = run.get("family") or {"name": "gaussian"}
-    family_doc = family_doc if isinstance(family_doc, dict) else {"name": family_doc}
-    family = make_family(family_doc["name"], **{k: (tuple(v) if isinstance(v, list) else v) for k, v in family_doc.items() if k != "name"})
+    try:
+        family = family_from_document(doc.get("family") or "gaussian")  # result.json version 2 names the family of every run
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: 'family': {exc}") from None
     width = raw.shape[1] if pre is None or pre.components is None else int(pre.components.shape[0])
     try:
         params = family.params_from_dict({key: run[key] for key, _ in family.param_keys}, scenario.em.n_components, width)

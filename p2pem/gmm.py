@@ -26,7 +26,7 @@ update (covariance around the *new* mean) with one consensus round per EM iterat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,7 +96,7 @@ def precision_cholesky(covariances: FloatArray) -> FloatArray:
     return np.swapaxes(np.linalg.inv(cov_chol), -1, -2)
 
 
-def _sum_last(values: list[FloatArray]) -> FloatArray:
+def sum_in_order(values: list[FloatArray]) -> FloatArray:
     """Sum a short list of equally shaped arrays left to right (fixed rounding order)."""
     acc = values[0]
     for v in values[1:]:
@@ -104,10 +104,18 @@ def _sum_last(values: list[FloatArray]) -> FloatArray:
     return acc
 
 
+def logsumexp_in_order(values: list[FloatArray]) -> FloatArray:
+    """log sum_k exp(values[k]) elementwise, stable, with the sum in list order (batch invariant)."""
+    top = values[0]
+    for v in values[1:]:
+        top = np.maximum(top, v)
+    return top + np.log(sum_in_order([np.exp(v - top) for v in values]))
+
+
 def log_det_precision(prec_chol: FloatArray) -> FloatArray:
     """log det of the precision Cholesky factors, shape (...)."""
     d = prec_chol.shape[-1]
-    return _sum_last([np.log(np.ascontiguousarray(prec_chol[..., j, j])) for j in range(d)])
+    return sum_in_order([np.log(np.ascontiguousarray(prec_chol[..., j, j])) for j in range(d)])
 
 
 def batch_statistics(
@@ -142,21 +150,31 @@ def batch_statistics(
     processed in blocks of whole nodes of about :data:`ROWS_PER_BLOCK` rows, so the
     temporaries stay in cache (the same operations on the same rows: the same bits).
     """
+    return in_node_blocks(_batch_statistics_block, X, offsets, weights, means, prec_chol)
+
+
+#: Rows per block of :func:`in_node_blocks` (whole nodes; a block's temporaries fit in cache).
+ROWS_PER_BLOCK = 1 << 15
+
+
+def in_node_blocks(block: Callable[..., FloatArray], X: FloatArray, offsets: npt.NDArray[np.intp], *per_node: FloatArray) -> FloatArray:
+    """``block(X, offsets, *per_node)`` over blocks of whole nodes of about :data:`ROWS_PER_BLOCK` rows.
+
+    ``per_node`` arrays have a leading node axis.  The same operations on the same rows give
+    the same bits, so the result is the one call on everything would give, with the
+    temporaries of one block in cache.
+    """
     n_rows = X.shape[0]
     if n_rows <= ROWS_PER_BLOCK:
-        return _batch_statistics_block(X, offsets, weights, means, prec_chol)
+        return block(X, offsets, *per_node)
     # block boundaries at node starts, every ROWS_PER_BLOCK rows or so
     starts = np.unique(np.searchsorted(offsets, np.arange(0, n_rows, ROWS_PER_BLOCK), side="right") - 1)
     bounds = [*starts.tolist(), len(offsets)]
     out = []
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
         lo, hi = int(offsets[a]), (int(offsets[b]) if b < len(offsets) else n_rows)
-        out.append(_batch_statistics_block(X[lo:hi], offsets[a:b] - lo, weights[a:b], means[a:b], prec_chol[a:b]))
+        out.append(block(X[lo:hi], offsets[a:b] - lo, *(arr[a:b] for arr in per_node)))
     return np.concatenate(out, axis=0)
-
-
-#: Rows per block of :func:`batch_statistics` (whole nodes; a block's temporaries fit in cache).
-ROWS_PER_BLOCK = 1 << 15
 
 
 def _batch_statistics_block(
@@ -178,14 +196,11 @@ def _batch_statistics_block(
         chol = prec_chol[node_of_row, j]
         maha = []
         for col in range(d):
-            y = _sum_last([diff[:, row] * chol[:, row, col] for row in range(d)])
+            y = sum_in_order([diff[:, row] * chol[:, row, col] for row in range(d)])
             maha.append(y * y)
-        log_probs.append(-0.5 * (const + _sum_last(maha)) + log_w[node_of_row, j])
+        log_probs.append(-0.5 * (const + sum_in_order(maha)) + log_w[node_of_row, j])
         diffs.append(diff)
-    top = log_probs[0]
-    for lp in log_probs[1:]:
-        top = np.maximum(top, lp)
-    norm = top + np.log(_sum_last([np.exp(lp - top) for lp in log_probs]))
+    norm = logsumexp_in_order(log_probs)
     iu = np.triu_indices(d)
     columns = []
     resps = [np.exp(lp - norm) for lp in log_probs]
@@ -247,7 +262,7 @@ def unpack_statistics(stats: FloatArray, n_components: int, n_features: int) -> 
 def total_count(stats: FloatArray, n_components: int) -> FloatArray:
     """(N,) sum of the soft counts ``a_k`` of (N, P) statistics, left to right (the rounding
     order of :func:`batch_m_step`)."""
-    return _sum_last([stats[:, j] for j in range(n_components)])
+    return sum_in_order([stats[:, j] for j in range(n_components)])
 
 
 def batch_m_step(stats: FloatArray, means: FloatArray, reg_covar: float, *, iteration: int | None = None):
@@ -272,7 +287,7 @@ def batch_m_step(stats: FloatArray, means: FloatArray, reg_covar: float, *, iter
     where = f" in EM iteration {iteration}" if iteration is not None else ""
     if not np.all(np.isfinite(stats)):
         raise ProtocolError(f"non-finite sufficient statistics{where}")
-    total = _sum_last([a[:, j] for j in range(k)])
+    total = sum_in_order([a[:, j] for j in range(k)])
     small = a <= (10 * np.finfo(float).eps) * total[:, None]
     if np.any(small):
         node, j = (int(v[0]) for v in np.nonzero(small))
@@ -322,7 +337,7 @@ def round_significant(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits - 1}e}")
 
 
-def _quantise_columns(values: FloatArray, digits: int = 6) -> FloatArray:
+def quantise_columns(values: FloatArray, digits: int = 6) -> FloatArray:
     """Each entry of the (n, k) array rounded to ``digits`` significant digits (decimal).
 
     Rounding is monotonic, so a column whose smallest and largest entries round to the same
@@ -375,8 +390,8 @@ def init_from_global_batch(stats: FloatArray, n_components: int, seed: int) -> t
     iu = np.triu_indices(d)
     second[:, iu[0], iu[1]] = upper
     second[:, iu[1], iu[0]] = upper
-    cov = _quantise_columns((second - mean[:, :, None] * mean[:, None, :]).reshape(n, d * d)).reshape(n, d, d)
-    mean = _quantise_columns(mean)
+    cov = quantise_columns((second - mean[:, :, None] * mean[:, None, :]).reshape(n, d * d)).reshape(n, d, d)
+    mean = quantise_columns(mean)
     cov = (cov + cov.transpose(0, 2, 1)) / 2
     u = np.random.default_rng(seed).standard_normal((n_components, d))
     # distinct rows by their bits (a -0.0 is not merged with 0.0)
@@ -392,6 +407,72 @@ def init_from_global_batch(stats: FloatArray, n_components: int, seed: int) -> t
     weights = np.full((n, n_components), 1.0 / n_components)
     covariances = np.broadcast_to(cov[:, None], (n, n_components, d, d)).copy()
     return weights, drawn[np.ravel(inverse)], covariances
+
+
+def read_model_arrays(
+    init: Mapping[str, Any], layout: tuple[tuple[str, int], ...], n_components: int, n_features: int | None = None, *, family: str = ""
+) -> dict[str, FloatArray]:
+    """The checks every family's validator of a user-given model shares.
+
+    ``layout`` lists the model's arrays as ``(key, ndim)`` (a family's ``param_keys``): the
+    first is the weights (K,), positive and summing to 1 (within 1e-8); the first 2-D array
+    (``means``, ``locations``) gives d; every other 2-D array must be (K, d); every 3-D
+    array (K, d, d), each matrix symmetric positive definite.
+
+    Returns
+    -------
+    dict of read-only float64 copies by key.
+
+    Raises
+    ------
+    p2pem.errors.InitError
+        Naming the entry at fault: unknown or missing key, not an array of finite numbers of
+        its dimension, wrong shape, weights, a matrix not symmetric positive definite.
+    """
+    keys = [key for key, _ in layout]
+    unknown = [key for key in init if key not in keys]
+    if unknown:
+        noun = f"a {family} init key" if family else "an init key"
+        raise InitError(str(unknown[0]), f"is not {noun} (known: {', '.join(keys)})")
+    arrays: dict[str, FloatArray] = {}
+    for key, ndim in layout:
+        if key not in init:
+            raise InitError(key, "is missing")
+        try:
+            array = np.array(init[key], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InitError(key, f"must be a {ndim}-D array of numbers") from None
+        if array.ndim != ndim or array.size == 0:
+            raise InitError(key, f"must be a non-empty {ndim}-D array of numbers, got shape {array.shape}")
+        if not np.all(np.isfinite(array)):
+            raise InitError(key, "holds a non-finite value")
+        array.flags.writeable = False
+        arrays[key] = array
+    k = n_components
+    weights = arrays[keys[0]]
+    if weights.shape != (k,):
+        raise InitError(keys[0], f"must hold {k} weights (n_components), got {weights.shape[0]}")
+    if np.any(weights <= 0) or abs(weights.sum() - 1.0) > 1e-8:
+        raise InitError(keys[0], f"must be positive and sum to 1, got {weights.tolist()}")
+    first = next(key for key, ndim in layout if ndim == 2)
+    if arrays[first].shape[0] != k:
+        raise InitError(first, f"must hold {k} {first} (n_components), got {arrays[first].shape[0]}")
+    d = arrays[first].shape[1]
+    if n_features is not None and d != n_features:
+        raise InitError(first, f"has {d} columns but the data will have {n_features} features")
+    for key, ndim in layout:
+        shape = (k, d) if ndim == 2 else (k, d, d) if ndim == 3 else arrays[key].shape
+        if arrays[key].shape != shape:
+            raise InitError(key, f"must have shape {shape}, got {arrays[key].shape}")
+        if ndim == 3:
+            for j, matrix in enumerate(arrays[key]):
+                if not np.allclose(matrix, matrix.T, rtol=1e-10, atol=1e-12):
+                    raise InitError(f"{key}[{j}]", "is not symmetric")
+                try:
+                    np.linalg.cholesky(matrix)
+                except np.linalg.LinAlgError:
+                    raise InitError(f"{key}[{j}]", "is not positive definite") from None
+    return arrays
 
 
 #: Keys of an explicit init, in the order of :class:`GMMParams`.
@@ -428,43 +509,8 @@ def params_from_dict(init: Mapping[str, Any], n_components: int, n_features: int
         the weights are not positive or do not sum to 1 (within 1e-8), or a covariance is not
         symmetric positive definite.
     """
-    unknown = [key for key in init if key not in INIT_KEYS]
-    if unknown:
-        raise InitError(str(unknown[0]), f"is not an init key (known: {', '.join(INIT_KEYS)})")
-    arrays = []
-    for ndim, key in enumerate(INIT_KEYS, start=1):
-        if key not in init:
-            raise InitError(key, "is missing")
-        try:
-            array = np.array(init[key], dtype=np.float64)
-        except (TypeError, ValueError):
-            raise InitError(key, f"must be a {ndim}-D array of numbers") from None
-        if array.ndim != ndim or array.size == 0:
-            raise InitError(key, f"must be a non-empty {ndim}-D array of numbers, got shape {array.shape}")
-        if not np.all(np.isfinite(array)):
-            raise InitError(key, "holds a non-finite value")
-        array.flags.writeable = False
-        arrays.append(array)
-    weights, means, covariances = arrays
-    k = n_components
-    if weights.shape != (k,):
-        raise InitError("weights", f"must hold {k} weights (n_components), got {weights.shape[0]}")
-    if np.any(weights <= 0) or abs(weights.sum() - 1.0) > 1e-8:
-        raise InitError("weights", f"must be positive and sum to 1, got {weights.tolist()}")
-    if means.shape[0] != k:
-        raise InitError("means", f"must hold {k} means (n_components), got {means.shape[0]}")
-    d = means.shape[1]
-    if n_features is not None and d != n_features:
-        raise InitError("means", f"has {d} columns but the data will have {n_features} features")
-    if covariances.shape != (k, d, d):
-        raise InitError("covariances", f"must have shape ({k}, {d}, {d}), got {covariances.shape}")
-    for j, cov in enumerate(covariances):
-        if not np.allclose(cov, cov.T, rtol=1e-10, atol=1e-12):
-            raise InitError(f"covariances[{j}]", "is not symmetric")
-        try:
-            np.linalg.cholesky(cov)
-        except np.linalg.LinAlgError:
-            raise InitError(f"covariances[{j}]", "is not positive definite") from None
+    arrays = read_model_arrays(init, tuple(zip(INIT_KEYS, (1, 2, 3), strict=True)), n_components, n_features)
+    weights, means, covariances = (arrays[key] for key in INIT_KEYS)
     return GMMParams(weights=weights, means=means, covariances=covariances)
 
 

@@ -84,3 +84,34 @@ def loglik_figure(runs: list[RunResult], path: Path, *, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def selection_figure(doc: dict[str, Any], path: Path) -> None:
+    """BIC and AIC (top) and the log-likelihood (bottom) against the number of components, one
+    line per family, the smallest BIC of each family marked (``p2pem select``)."""
+    families = list(doc["families"])
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(6.4, 6.4), dpi=120, sharex=True)
+    for i, name in enumerate(families):
+        rows = [r for r in doc["rows"] if r["family"] == name]
+        ks = [r["n_components"] for r in rows]
+        colour = f"C{i}"
+        ax.plot(ks, [r["bic"] for r in rows], marker="o", color=colour, label=f"{name} BIC")
+        ax.plot(ks, [r["aic"] for r in rows], marker="s", markerfacecolor="none", linestyle="--", color=colour, label=f"{name} AIC")
+        best = min(rows, key=lambda r: r["bic"])
+        ax.plot([best["n_components"]], [best["bic"]], marker="*", markersize=16, color=colour, linestyle="none")
+        ax2.plot(ks, [r["loglik"] for r in rows], marker="o", color=colour, label=name)
+        for r in rows:
+            if r["boundary"]:
+                ax2.annotate("boundary", (r["n_components"], r["loglik"]), textcoords="offset points", xytext=(4, -12), fontsize=7, color=colour)
+    ax.set_ylabel("information criterion (lower is better)")
+    ax.set_title(f"{doc['scenario']}: {doc['n_rows']} rows over {doc['n_nodes']} nodes, {doc['protocol']}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax2.set_ylabel("log-likelihood (network total)")
+    ax2.set_xlabel("number of components G")
+    ax2.set_xticks(sorted({r["n_components"] for r in doc["rows"]}))
+    ax2.grid(alpha=0.3)
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -10,6 +10,8 @@ name                    what it is
 ``dp-central``          differentially private EM, a trusted aggregator adds the noise
 ``dp-distributed``      differentially private EM, every node adds a noise share
                         before ``secure-sum`` or ``pdmm-sp`` sums (see :mod:`p2pem.dp`)
+``dp-msnm``             DP-MSNM (Wu 2021), a central skew-normal baseline replicated with
+                        its flaws (:mod:`p2pem.dp.msnm`)
 ======================  ============================================================
 
 This module sits above both protocol packages (:mod:`p2pem.protocols`, :mod:`p2pem.dp`) and
@@ -23,6 +25,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
+from p2pem.dp.msnm import DPMSNM
 from p2pem.dp.protocols import DPCentral, DPDistributed
 from p2pem.errors import ConfigError
 from p2pem.protocols import Centralized, Federated, PdmmSP, ProtocolSpec, SecureSum
@@ -37,6 +40,7 @@ PROTOCOLS: dict[str, type[ProtocolSpec]] = {
     "centralized": Centralized,
     "dp-central": DPCentral,
     "dp-distributed": DPDistributed,
+    "dp-msnm": DPMSNM,
 }
 
 

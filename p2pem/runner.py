@@ -26,6 +26,8 @@ __all__ = ["RESULT_FORMAT", "ScenarioRun", "build_graph", "em_settings", "graph_
 
 
 #: Format name and version of the result.json that ``p2pem simulate`` writes.
+#: Version 2: ``family`` (the model family, ``{"name": ..., **config}``), and each protocol's
+#: model under the family's parameter names (the Gaussian family's as in version 1).
 RESULT_FORMAT = ("p2pem-result", 2)
 
 
@@ -75,6 +77,7 @@ class ScenarioRun:
     def to_json(self) -> dict:
         return {
             **output_header(RESULT_FORMAT, self.scenario),
+            "family": self.scenario.em.family.describe(),
             "graph": graph_summary(self.graph),
             "n_rows": self.n_rows,
             "protocols": [r.to_json() for r in self.runs],

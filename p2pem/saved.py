@@ -22,7 +22,6 @@ one line which file and key is wrong.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import math
@@ -35,27 +34,16 @@ import numpy as np
 
 from p2pem.data import Preprocessing
 from p2pem.errors import ConfigError, InitError
-from p2pem.families import MixtureFamily, make_family
+from p2pem.families import MixtureFamily, family_from_document
 from p2pem.files import atomic_write
 from p2pem.version import __version__
 
-__all__ = ["MODEL_FORMAT", "SavedModel", "family_document", "read_model", "write_model"]
+__all__ = ["MODEL_FORMAT", "SavedModel", "read_model", "write_model"]
 
 #: Format name and version of a saved model.
 MODEL_FORMAT = ("p2pem-model", 1)
 
 _PREPROCESSING_KEYS = ("center", "scale", "pca_center", "components")
-
-
-def family_document(family: MixtureFamily) -> dict[str, Any]:
-    """``{"name": ..., **configuration}``: the keyword arguments that rebuild the family with
-    :func:`p2pem.families.make_family` (None values left out, tuples as lists)."""
-    config: dict[str, Any] = {}
-    for f in dataclasses.fields(family):  # type: ignore[arg-type]  # every family is a frozen dataclass
-        value = getattr(family, f.name)
-        if f.init and value is not None:
-            config[f.name] = list(value) if isinstance(value, tuple) else value
-    return {"name": family.name, **config}
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,7 +108,7 @@ class SavedModel:
             "version": version,
             "p2pem": self.p2pem or __version__,
             "created": self.created or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "family": family_document(self.family),
+            "family": self.family.describe(),
             "n_components": self.n_components,
             "params": self.family.to_dict(self.params),
             "features": {"n_features_in": self.n_features_in, "names": None if self.feature_names is None else list(self.feature_names)},
@@ -151,7 +139,7 @@ class SavedModel:
         if not isinstance(fam, dict) or not isinstance(fam.get("name"), str):
             raise fail("family", "must be an object with a 'name'")
         try:
-            family = make_family(fam["name"], **{k: (tuple(v) if isinstance(v, list) else v) for k, v in fam.items() if k != "name"})
+            family = family_from_document(fam)
         except ConfigError as exc:
             raise fail("family", str(exc)) from None
         features = doc["features"]

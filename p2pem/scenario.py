@@ -52,9 +52,11 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     max_iter = 100                 # default 100 (0 allowed: initialise only)
     tol = 0.0                      # default 0.0
     reg_covar = 1e-6               # default 1e-6
-    [em.init]                      # optional; all three keys together
-    weights = [...]
-    means = [[...], ...]
+    family = "gaussian"            # default "gaussian": any name of p2pem.families.FAMILIES,
+                                   # or a table [em.family] with name = ... and its settings
+    [em.init]                      # optional; all of the family's keys together
+    weights = [...]                #   gaussian: weights, means, covariances
+    means = [[...], ...]           #   skew-normal: weights, locations, scales, shapes
     covariances = [[[...]], ...]
 
     [[protocols]]                  # one or more, run in order
@@ -68,6 +70,7 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     test_fraction = 0.2            #   held-out rows (drawn from the "montecarlo" stream)
     classify = "status"            #   optional: label column of the Bayes classifier
     class_components = 2           #   mixture components per class
+    families = ["gaussian", "skew-normal"]  # optional: sweep these families (default [em]'s)
                                    #   (see TradeoffConfig)
 
     [leakage]                      # optional, free-form
@@ -98,8 +101,10 @@ from typing import Any
 import numpy as np
 
 from p2pem.data import SPLITS, Preprocessing, parse_ids, read_text_column, relabel_ids
-from p2pem.errors import ConfigError, GraphError, InitError
-from p2pem.gmm import INIT_KEYS, GMMParams, params_from_dict
+from p2pem.errors import ConfigError, GraphError
+from p2pem.families import GAUSSIAN, MixtureFamily, make_family
+from p2pem.families.toml import parse_family
+from p2pem.families.toml import parse_init as parse_family_init
 from p2pem.graphs import default_radius, graph_from_edges, read_graph_file
 from p2pem.registry import PROTOCOLS as _REGISTRY
 from p2pem.registry import make_protocol
@@ -242,15 +247,19 @@ class EMConfig:
         Stop when the log-likelihood gain falls below it (0 runs ``max_iter``).
     reg_covar : float
         Added to the diagonal of every covariance estimate.
-    init : p2pem.gmm.GMMParams or None
-        Explicit initial parameters (read-only arrays), or None.
+    init : the family's single parameters or None
+        Explicit initial parameters (read-only arrays; GMMParams for the Gaussian family),
+        or None.
+    family : p2pem.families.MixtureFamily
+        The model family (``[em] family``), Gaussian by default.
     """
 
     n_components: int
     max_iter: int = 100
     tol: float = 0.0
     reg_covar: float = 1e-6
-    init: GMMParams | None = None
+    init: Any = None
+    family: MixtureFamily = GAUSSIAN
 
 
 @dataclass(frozen=True)
@@ -271,7 +280,7 @@ class ProtocolConfig:
 
 #: epsilon grid of ``[tradeoff]`` when the scenario gives none: 10 values from 0.1 to 100
 DEFAULT_EPSILONS = tuple(float(f"{v:.3g}") for v in np.logspace(-1, 2, 10))
-TRADEOFF_KEYS = ("epsilons", "n_seeds", "test_fraction", "classify", "class_components")
+TRADEOFF_KEYS = ("epsilons", "n_seeds", "test_fraction", "classify", "class_components", "families")
 
 
 @dataclass(frozen=True)
@@ -290,6 +299,9 @@ class TradeoffConfig:
         Label column for the Bayes classifier (CSV data only).
     class_components : int
         Mixture components per class.
+    families : tuple of str or None
+        Model families to sweep every protocol with (each where it applies); None: the
+        scenario's ``[em] family``.
     """
 
     epsilons: tuple[float, ...] = DEFAULT_EPSILONS
@@ -297,6 +309,7 @@ class TradeoffConfig:
     test_fraction: float = 0.2
     classify: str | None = None
     class_components: int = 2
+    families: tuple[str, ...] | None = None
 
 
 def parse_tradeoff(sec: Table) -> TradeoffConfig:
@@ -313,12 +326,19 @@ def parse_tradeoff(sec: Table) -> TradeoffConfig:
     test_fraction = sec.number("test_fraction", default=0.2, positive=True)
     if test_fraction >= 1:
         sec.fail(f"{sec.key('test_fraction')!r} must be < 1, got {test_fraction}")
+    families = sec.string_list("families", default=None)
+    for name in families or ():
+        try:
+            make_family(name)
+        except ConfigError as exc:
+            sec.fail_key("families", str(exc))
     return TradeoffConfig(
         epsilons=epsilons,
         n_seeds=sec.integer("n_seeds", default=10, minimum=1),
         test_fraction=test_fraction,
         classify=sec.string("classify", default=None),
         class_components=sec.integer("class_components", default=2, minimum=1),
+        families=families,
     )
 
 
@@ -408,7 +428,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     seed = top.integer("seed", minimum=0)
     data = _parse_data(top.section("data", _DATA_KEYS), file.parent)
     graph = _parse_graph(top.section("graph", ("kind", "n_nodes", "radius", "edges", "path")), file.parent, data.node_ids)
-    em = _parse_em(top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "init")), _static_width(data))
+    em = _parse_em(top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "family", "init")), _static_width(data))
     protocols = _parse_protocols(top)
     leakage = top.free_table("leakage")
     deploy = _parse_deploy(top)
@@ -622,25 +642,21 @@ def _parse_em(sec: Table, width: int | None) -> EMConfig:
     max_iter = sec.integer("max_iter", default=100, minimum=0)
     tol = sec.number("tol", default=0.0, minimum=0.0)
     reg_covar = sec.number("reg_covar", default=1e-6, minimum=0.0)
+    family = parse_family(sec)
     init = None
     if sec.has("init"):
-        init = parse_init(sec.section("init", INIT_KEYS), n_components, width)
-    return EMConfig(n_components=n_components, max_iter=max_iter, tol=tol, reg_covar=reg_covar, init=init)
+        init = parse_init(sec.section("init", None), n_components, width, family)
+    return EMConfig(n_components=n_components, max_iter=max_iter, tol=tol, reg_covar=reg_covar, init=init, family=family)
 
 
-def parse_init(sec: Table, n_components: int, n_features: int | None) -> GMMParams:
-    """An ``init`` table (``weights``, ``means``, ``covariances``) as :class:`GMMParams`.
+def parse_init(sec: Table, n_components: int, n_features: int | None, family: MixtureFamily = GAUSSIAN) -> Any:
+    """An ``init`` table as the family's single parameters (:func:`p2pem.families.toml.parse_init`).
 
-    The TOML types are checked here (arrays of finite numbers); everything else by
-    :func:`p2pem.gmm.params_from_dict`, whose error becomes one line naming the file and the
-    dotted key, e.g. ``s.toml: 'em.init.covariances[1]' is not positive definite``.
-    Rosters (:mod:`p2pem.deploy.config`) read their ``[em.init]`` through it too.
+    Errors are one line naming the file and the dotted key, e.g.
+    ``s.toml: 'em.init.covariances[1]' is not positive definite``.  Rosters
+    (:mod:`p2pem.deploy.roster`) read their ``[em.init]`` through it too.
     """
-    values = {key: sec.number_array(key, ndim=ndim) for ndim, key in enumerate(INIT_KEYS, start=1)}
-    try:
-        return params_from_dict(values, n_components, n_features)
-    except InitError as exc:
-        sec.fail_key(exc.key, exc.problem)
+    return parse_family_init(sec, family, n_components, n_features)
 
 
 def _parse_protocols(top: Table) -> tuple[ProtocolConfig, ...]:

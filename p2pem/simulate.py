@@ -70,7 +70,8 @@ class RunResult:
     #: the model family of ``params``
     family: MixtureFamily = GAUSSIAN
 
-    # the Gaussian family's arrays, by their names (other families: ``params`` itself)
+    # every family's weights and component means and covariances (the skew-normal family's
+    # are derived from its own parameters); a family's other arrays: ``params`` itself
     @property
     def weights(self) -> FloatArray:
         return self.params.weights
@@ -90,6 +91,7 @@ class RunResult:
             "resolved_params": self.resolved_params,
             "loglik": [None if v != v else v for v in self.loglik],  # NaN (not released: private runs) -> null
             **self.family.to_dict(self.params),
+            **self.family.derived(self.params),
             "n_iter": self.n_iter,
             "converged": self.converged,
             "consensus_iterations": list(self.consensus_iterations),

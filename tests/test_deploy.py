@@ -654,3 +654,37 @@ def test_nodes_in_separate_network_namespaces(tmp_path):
     assert max_rel_diff(doc["protocols"][0], simulate(path)) <= 1e-9
     text = log.read_text()
     assert all(f"from 10.77.0.{10 + i}" in text for i in range(n))  # every node came over its veth
+
+
+def test_skew_normal_deployment_equals_simulate(tmp_path):
+    """A skew-normal scenario (AIS BMI/Bfat, raw units) deployed as node processes over the
+    test broker gives the simulator's model; the roster carries the family."""
+    text = (ROOT / "scenarios" / "ais_skew.toml").read_text()
+    text = text.replace('"../data/ais.csv"', json.dumps(str(ROOT / "data" / "ais.csv")))
+    text = re.sub(r"(?m)^n_nodes = \d+", "n_nodes = 5", text)
+    text = re.sub(r"(?m)^max_iter = \d+", "max_iter = 4", text)
+    text = re.sub(r"(?m)^tol = .*$", "tol = 0.0", text)
+    text += "\n[deploy]\ntimeout = 10.0\nheartbeat = 1.0\n"
+    path = tmp_path / "skew.toml"
+    path.write_text(text)
+    run = subprocess.run(
+        [sys.executable, "-m", "p2pem", "deploy", str(path), "--out", str(tmp_path / "dep"), "-q", "--check", "--insecure-reproducible-seed"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert run.returncode == 0, run.stderr
+    doc = json.loads((tmp_path / "dep" / "result.json").read_text())
+    from test_schemas import validate
+
+    validate(doc)
+    assert doc["family"] == {"name": "skew-normal"}
+    sim = simulate(path)
+    a = doc["protocols"][0]
+    for key in ("weights", "locations", "scales", "shapes", "deltas", "means", "covariances"):
+        ref = np.asarray(getattr(sim.params, key))
+        assert np.max(np.abs(np.asarray(a[key]) - ref)) <= 1e-9 * np.max(np.abs(ref)), key
+    assert (a["messages"], a["bytes"]) == (sim.messages, sim.bytes)
+    from p2pem.deploy.roster import Roster
+
+    assert Roster.load(tmp_path / "dep" / "roster.toml").em["family"] == {"name": "skew-normal"}

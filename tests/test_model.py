@@ -119,3 +119,40 @@ def test_fit_with_node_ids_equals_fit_with_parts() -> None:
     assert c.node_ids_ == tuple(f"site-{i:02d}" for i in range(12))
     with pytest.raises(DataError, match="must be a 2-D array"):
         DistributedGMM(2).fit(3.0)
+
+
+# --------------------------------------------------------------------------- the skew-normal estimator
+
+
+def test_skew_normal_estimator_attributes_inference_and_criteria() -> None:
+    import math
+
+    from p2pem import DistributedSkewNormalMixture
+    from p2pem.families import SKEW_NORMAL
+    from p2pem.snmix import SkewNormalParams
+
+    truth = SkewNormalParams.from_direct([0.4, 0.6], [[0.0, 0.0], [3.0, 1.0]], [np.eye(2), [[1.0, 0.3], [0.3, 0.8]]], [[3.0, 0.0], [-2.0, 1.0]])
+    X, _ = SKEW_NORMAL.sample(truth, 240, np.random.default_rng(5))
+    parts = np.array_split(X, 12)
+    m = DistributedSkewNormalMixture(n_components=2, protocol="secure-sum", max_iter=30, tol=0.0, random_state=3)
+    m.fit(parts, geometric_graph(12, seed=2))
+    assert m.locations_.shape == (2, 2) and m.scales_.shape == (2, 2, 2) and m.shapes_.shape == (2, 2)
+    assert m.weights_.shape == (2,) and m.deltas_.shape == (2, 2)
+    np.testing.assert_allclose(m.means_, m.locations_ + math.sqrt(2 / math.pi) * m.deltas_, rtol=1e-14)
+    np.testing.assert_allclose(m.covariances_, m.scales_ - (2 / math.pi) * m.deltas_[:, :, None] * m.deltas_[:, None, :], rtol=1e-14)
+    assert m.score(X) == pytest.approx(m.loglik_[-1], rel=1e-10)
+    d = 2 * (2 * 2 + 3) + 1  # G (2p + p(p+1)/2) + G - 1
+    assert m.bic() == pytest.approx(-2 * m.score(X) * len(X) + d * math.log(len(X)), rel=1e-10)
+    assert m.aic(X) == pytest.approx(-2 * m.score(X) * len(X) + 2 * d, rel=1e-12)
+    proba = m.predict_proba(X)
+    assert proba.shape == (len(X), 2) and np.allclose(proba.sum(1), 1.0)
+    assert np.array_equal(m.predict(X), proba.argmax(1))
+    sample, labels = m.sample(50, rng=1)
+    assert sample.shape == (50, 2) and np.array_equal(m.sample(50, rng=1)[0], sample) and labels.shape == (50,)
+    assert clone(m).get_params() == m.get_params() and "max_delta" in m.get_params()
+    assert repr(DistributedSkewNormalMixture(2, max_delta=0.9)) == "DistributedSkewNormalMixture(n_components=2, max_delta=0.9)"
+    with pytest.raises(ConfigError, match="DistributedSkewNormalMixture has no parameter 'shape'"):
+        m.set_params(shape=1)
+    init = {"weights": m.weights_, "locations": m.locations_, "scales": m.scales_, "shapes": m.shapes_}
+    again = DistributedSkewNormalMixture(2, protocol="federated", max_iter=0, init=init).fit(parts, geometric_graph(12, seed=2))
+    np.testing.assert_allclose(again.shapes_, m.shapes_, rtol=1e-12)

@@ -64,6 +64,26 @@ def test_an_estimator_saved_and_loaded_scores_to_the_bit(tmp_path: Path) -> None
     assert {k: v for k, v in again.items() if k != "created"} == {k: v for k, v in doc.items() if k != "created"}
 
 
+def test_a_skew_normal_estimator_saved_and_loaded_scores_to_the_bit(tmp_path: Path) -> None:
+    """Every family saves the same way: its parameters in its own names, its configuration."""
+    from p2pem import DistributedSkewNormalMixture
+
+    parts = _parts(1)
+    model = DistributedSkewNormalMixture(2, max_iter=8, tol=0.0, random_state=2, init_shapes=[1.0, -1.0, 0.5], max_delta=0.95)
+    model.fit(parts, geometric_graph(12, seed=2))
+    path = model.save(tmp_path / "skew.json")
+    doc = json.loads(path.read_text())
+    jsonschema.validate(doc, load_schema("p2pem-model"))
+    assert doc["family"] == {"name": "skew-normal", "init_shapes": [1.0, -1.0, 0.5], "max_delta": 0.95}
+    assert list(doc["params"]) == ["weights", "locations", "scales", "shapes"]
+    loaded = p2pem.load(path)
+    assert type(loaded) is DistributedSkewNormalMixture
+    assert loaded.get_params()["init_shapes"] == [1.0, -1.0, 0.5] and loaded.max_delta == 0.95
+    for name in ("weights_", "locations_", "scales_", "shapes_", "deltas_", "means_", "covariances_"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(model, name))
+    _same_inference(model, loaded, np.random.default_rng(9).normal(size=(200, 3)) * 3)
+
+
 def test_an_unfitted_estimator_cannot_be_saved(tmp_path: Path) -> None:
     with pytest.raises(NotFittedError):
         DistributedGMM().save(tmp_path / "m.json")

@@ -230,7 +230,7 @@ def test_protocol_parameters_and_free_tables(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ("max_iter = 20", "max_iters = 20", "unknown key 'em.max_iters' (known: n_components, max_iter, tol, reg_covar, init)"),
+        ("max_iter = 20", "max_iters = 20", "unknown key 'em.max_iters' (known: n_components, max_iter, tol, reg_covar, family, init)"),
         ("seed = 7", "seed = 7\nsed = 1", "unknown key 'sed' (known: name, seed, data, graph, em, protocols, leakage, deploy, tradeoff)"),
         ('split = "even"', 'split = "even"\nshuffle = true', "unknown key 'data.shuffle' (known: "),
         ("n_nodes = 10", 'n_nodes = "80"', "'graph.n_nodes' must be an integer, got '80' (a string)"),
@@ -245,7 +245,7 @@ def test_protocol_parameters_and_free_tables(tmp_path: Path) -> None:
         ('split = "even"', 'split = "evn"', "'data.split' must be one of 'even', 'contiguous', 'random', got 'evn'"),
         ('source = "synthetic"', 'source = "sql"', "'data.source' must be one of 'csv', 'synthetic', got 'sql'"),
         ('kind = "geometric"', 'kind = "ring"', "'graph.kind' must be one of 'geometric', 'edges', got 'ring'"),
-        ('name = "federated"', 'name = "fedavg"', "'protocols[1].name' must be one of 'pdmm-sp', 'secure-sum', 'federated', 'centralized', 'dp-central', 'dp-distributed', got 'fedavg'"),
+        ('name = "federated"', 'name = "fedavg"', "'protocols[1].name' must be one of 'pdmm-sp', 'secure-sum', 'federated', 'centralized', 'dp-central', 'dp-distributed', 'dp-msnm', got 'fedavg'"),
         ('name = "federated"', "mode = 1", "missing required key 'protocols[1].name'"),
         ("seed = 7\n", "", "missing required key 'seed'"),
         ("n_nodes = 10\n", "", "missing required key 'graph.n_nodes'"),

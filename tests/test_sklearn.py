@@ -18,13 +18,13 @@ from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 from sklearn.utils.estimator_checks import check_estimator  # noqa: E402
 
-from p2pem import DistributedGMM, PdmmSP  # noqa: E402
+from p2pem import DistributedGMM, DistributedSkewNormalMixture, PdmmSP  # noqa: E402
 from p2pem.errors import ConfigError, DataError, GraphError  # noqa: E402
 from p2pem.runner import run_scenario  # noqa: E402
 from p2pem.scenario import load_scenario  # noqa: E402
 
 #: Every estimator class of p2pem, with the parameters that keep its checks fast.
-ESTIMATORS = [DistributedGMM(max_iter=20)]
+ESTIMATORS = [DistributedGMM(max_iter=20), DistributedSkewNormalMixture(max_iter=20)]
 
 #: Checks expected to fail, with the reason (none today).
 EXPECTED_FAILED: dict[str, str] = {}
@@ -134,6 +134,24 @@ def test_grid_search_over_components_and_protocol_parameters() -> None:
     grid = GridSearchCV(DistributedGMM(3, max_iter=10, random_state=0, n_nodes=6),
                         {"protocol": [PdmmSP(theta=0.5), "secure-sum", "federated"]}, cv=2).fit(X)
     assert np.all(np.isfinite(grid.cv_results_["mean_test_score"]))
+
+
+@pytest.mark.parametrize("cls", [DistributedGMM, DistributedSkewNormalMixture], ids=lambda c: c.__name__)
+def test_every_estimator_in_pipeline_cross_validation_and_grid_search(cls) -> None:
+    """What the Gaussian estimator does in scikit-learn's tools, every family's does (shorter runs)."""
+    X = _blobs(150)
+    pipe = make_pipeline(StandardScaler(), cls(3, max_iter=10, random_state=0, n_nodes=6)).fit(X)
+    scaled = StandardScaler().fit_transform(X)
+    np.testing.assert_array_equal(pipe.predict(X), pipe[-1].predict(scaled))
+    ids = np.array([f"site-{i}" for i in np.random.default_rng(2).integers(6, size=150)])
+    scores = cross_val_score(cls(2, max_iter=8, random_state=0), X, groups=ids, cv=GroupKFold(n_splits=3), params={"node_ids": ids})
+    train, test = next(GroupKFold(n_splits=3).split(X, groups=ids))
+    assert cls(2, max_iter=8, random_state=0).fit(X[train], node_ids=ids[train]).score(X[test]) == scores[0]
+    grid = GridSearchCV(cls(max_iter=10, random_state=0, n_nodes=5),
+                        {"n_components": [1, 3], "protocol_params": [{"perturbation_std": 10.0}, {"perturbation_std": 1000.0}]}, cv=2)
+    grid.fit(X)
+    assert grid.best_params_["n_components"] == 3 and type(grid.best_estimator_) is cls
+    assert len(grid.cv_results_["params"]) == 4
 
 
 def test_protocol_params_are_checked() -> None:

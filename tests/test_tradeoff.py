@@ -63,7 +63,7 @@ def test_tradeoff_writes_versioned_json_and_figure(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["tradeoff", str(_scenario(tmp_path)), "--out", str(out), "-q"]) == 0
     doc = json.loads((out / "tradeoff.json").read_text())
-    assert doc["format"] == "p2pem-tradeoff" and doc["version"] == 2
+    assert doc["format"] == "p2pem-tradeoff" and doc["version"] == 3
     from test_schemas import validate
 
     validate(doc)

@@ -12,12 +12,12 @@ checked against it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from p2pem.em import EMSettings, EMState
 from p2pem.errors import ProtocolError
-from p2pem.gmm import GMMParams
 from p2pem.protocols.base import ProtocolSpec, Topology, diameter_bound
 from p2pem.task import drive
 
@@ -67,7 +67,7 @@ def simulate_with_dropouts(
     schedule: Mapping[int, int],
     *,
     rngs: Sequence[np.random.Generator],
-) -> tuple[GMMParams, int]:
+) -> tuple[Any, int]:
     """EM over a network whose node ``k`` leaves before EM iteration ``schedule[k]``.
 
     Each aggregation runs over the nodes present (their topology from
@@ -88,8 +88,8 @@ def simulate_with_dropouts(
 
     Returns
     -------
-    (GMMParams, int)
-        The survivors' model and the number of EM iterations.
+    (model, int)
+        The survivors' model (the family's single parameters) and the number of EM iterations.
     """
     dropped: set[int] = set()
     survivors: list[int] = list(range(len(parts)))

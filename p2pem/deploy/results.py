@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from p2pem.deploy.roster import Roster
 from p2pem.deploy.kit import Kit
 from p2pem.deploy.supervise import DeploymentFailed
 from p2pem.errors import ConfigError, ProtocolError
-from p2pem.gmm import GMMParams
+from p2pem.families import MixtureFamily
 
 __all__ = ["collect_results", "compare_with_simulate", "write_result"]
 
@@ -139,7 +139,7 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
         protocol=getattr(spec, "label", spec.name),
         protocol_params=spec.params(),
         resolved_params=spec.resolved_params(roster.topology()),
-        params=GMMParams(np.asarray(ref["weights"]), np.asarray(ref["means"]), np.asarray(ref["covariances"])),
+        params=_model(family, ref),
         family=family,
         loglik=list(ref["loglik"]),
         n_iter=int(ref["n_iter"]),
@@ -188,6 +188,7 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
         doc: dict[str, Any] = {**output_header(RESULT_FORMAT, scenario), "graph": graph_summary(build_graph(scenario))}
     else:
         doc = {**output_header(RESULT_FORMAT, None), "graph": {"n_nodes": roster.n_nodes, "diameter": roster.diameter}}
+    doc["family"] = family.describe()
     doc["n_rows"] = int(sum(r["n_rows"] for r in reports))
     doc["protocols"] = [run.to_json()]
     run_s = [n["run_s"] for n in nodes if n["run_s"] is not None]
@@ -227,7 +228,7 @@ def write_result(kit: Kit, doc: dict[str, Any]) -> Path:
 
 
 def compare_with_simulate(kit: Kit, doc: dict[str, Any]) -> float:
-    """Largest relative difference of weights, means, covariances to ``p2pem simulate`` (vectorised)."""
+    """Largest relative difference of the model's arrays (the family's parameters) to ``p2pem simulate`` (vectorised)."""
     from p2pem.builders import build_graph, em_settings, load_data
     from p2pem.scenario import load_scenario
     from p2pem.simulate import max_relative_difference, run_protocol
@@ -242,15 +243,21 @@ def compare_with_simulate(kit: Kit, doc: dict[str, Any]) -> float:
         from p2pem.simulate import protocol_streams
 
         parts = load_data(scenario)
-        sim: Any
-        sim, _ = simulate_with_dropouts(
+        model: Any
+        model, _ = simulate_with_dropouts(
             parts, roster.neighbours, roster.protocol_spec(), em_settings(scenario), schedule,
             rngs=protocol_streams(scenario.streams()["protocol"], len(parts)),
         )
     else:
-        sim = run_protocol(
+        model = run_protocol(
             load_data(scenario), build_graph(scenario), roster.protocol_spec(), em_settings(scenario), seed=scenario.streams()["protocol"]
-        )
+        ).params
     run = doc["protocols"][0]
-    return max_relative_difference(GMMParams(np.asarray(run["weights"]), np.asarray(run["means"]), np.asarray(run["covariances"])), sim)
+    family = roster.em_settings().family
+    return max_relative_difference(_model(family, run), model, family)
+
+
+def _model(family: MixtureFamily, document: Mapping[str, Any]) -> Any:
+    """The model a node report or a result entry holds, in the family's parameter names (validated)."""
+    return family.params_from_dict({key: document[key] for key, _ in family.param_keys}, len(document["weights"]))
 

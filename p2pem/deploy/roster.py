@@ -27,6 +27,7 @@ Layout::
     tol = 0.0
     reg_covar = 1e-06
     init_seed = 2868129180             # public: seeds the initial means
+    family = { name = "gaussian" }     # the model family and its public settings
 
     [protocol]
     name = "pdmm-sp"
@@ -55,7 +56,7 @@ import numpy as np
 from p2pem.deploy.config import toml_dumps
 from p2pem.errors import ConfigError
 from p2pem.files import atomic_write
-from p2pem.gmm import INIT_KEYS
+from p2pem.families.toml import parse_family, parse_init
 from p2pem.tomltable import Table, read_toml
 
 __all__ = ["DEPLOYABLE", "ROSTER_FORMAT", "Roster", "check_deployable"]
@@ -106,8 +107,9 @@ class Roster:
     diameter : int
         Graph diameter (public; pdmm-sp's stopping rule uses it).
     em : dict
-        ``n_components``, ``max_iter``, ``tol``, ``reg_covar``, ``init_seed`` and optionally
-        ``init`` (``weights``, ``means``, ``covariances`` as nested lists).
+        ``n_components``, ``max_iter``, ``tol``, ``reg_covar``, ``init_seed``, ``family``
+        (:meth:`~p2pem.families.base.MixtureFamily.describe`; absent: Gaussian) and optionally
+        ``init`` (the family's parameters as nested lists).
     protocol : dict
         ``name`` plus every protocol parameter.
     keys : tuple of PublicIdentity
@@ -150,15 +152,17 @@ class Roster:
         return Topology(n_nodes=self.n_nodes, neighbours=self.neighbours, diameter=self.diameter, ring=self.ring)
 
     def em_settings(self):
-        """The public :class:`~p2pem.em.EMSettings` of the run."""
+        """The public :class:`~p2pem.em.EMSettings` of the run (its model family included)."""
         from p2pem.em import EMSettings
-        from p2pem.gmm import params_from_dict
+        from p2pem.families import family_from_document
 
         em = self.em
         try:
-            init = None if em.get("init") is None else params_from_dict(em["init"], int(em["n_components"]), self.n_features)
+            family = family_from_document(em.get("family", "gaussian"))
+            init = None if em.get("init") is None else family.params_from_dict(em["init"], int(em["n_components"]), self.n_features)
             return EMSettings(
-                int(em["n_components"]), int(em["max_iter"]), float(em["tol"]), float(em["reg_covar"]), init, int(em["init_seed"])
+                int(em["n_components"]), int(em["max_iter"]), float(em["tol"]), float(em["reg_covar"]), init, int(em["init_seed"]),
+                family=family,
             )
         except ConfigError as exc:
             raise ConfigError(f"{self.where}: em: {exc}") from None
@@ -214,11 +218,12 @@ class Roster:
             "tol": float(settings.tol),
             "reg_covar": float(settings.reg_covar),
             "init_seed": int(settings.init_seed),
+            "family": settings.family.describe(),
         }
         if n_features is not None:
             em["n_features"] = int(n_features)
         if settings.init is not None:
-            em["init"] = {k: np.asarray(v).tolist() for k, v in settings.init.as_dict().items()}
+            em["init"] = settings.family.to_dict(settings.init)
         protocol = {"name": spec.name, **spec.params()}
         roster = cls(run_id, topo.neighbours, topo.diameter, em, protocol, tuple(keys), topo.ring)
         return roster
@@ -283,22 +288,22 @@ class Roster:
         n = topo.integer("n_nodes", minimum=2)
         diameter = topo.integer("diameter", minimum=1)
         ring = topo.int_list("ring", default=None)
-        em_t = top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "init_seed", "n_features", "init"))
+        em_t = top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "init_seed", "n_features", "family", "init"))
+        family = parse_family(em_t)
         em: dict[str, Any] = {
             "n_components": em_t.integer("n_components", minimum=1),
             "max_iter": em_t.integer("max_iter", minimum=0),
             "tol": em_t.number("tol", minimum=0.0),
             "reg_covar": em_t.number("reg_covar", minimum=0.0),
             "init_seed": em_t.integer("init_seed", minimum=0),
+            "family": family.describe(),
         }
         if "n_features" in em_t.table:
             em["n_features"] = em_t.integer("n_features", minimum=1)
         if "init" in em_t.table:
-            init_t = em_t.section("init", INIT_KEYS)
-            from p2pem.scenario import parse_init  # here: a node process never imports networkx
-
-            parse_init(init_t, em["n_components"], em.get("n_features"))  # the same checks as a scenario's
-            em["init"] = {k: init_t.table[k] for k in INIT_KEYS}
+            init_t = em_t.section("init", None)
+            parse_init(init_t, family, em["n_components"], em.get("n_features"))  # the same checks as a scenario's
+            em["init"] = {key: init_t.table[key] for key, _ in family.param_keys}
         proto_t = top.section("protocol", None)
         protocol = dict(proto_t.table)
         if not isinstance(protocol.get("name"), str):

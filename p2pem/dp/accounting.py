@@ -89,17 +89,23 @@ class Release:
 def releases(em_blocks: Sequence[Block], init_blocks: Sequence[Block], n_iter: int, split: tuple[float, ...]) -> list[Release]:
     """The releases of a run with its split; shares renormalised over what is actually released.
 
-    When the initialisation is public (``init_blocks`` empty) the init fraction is not
-    spent and the others are scaled up to the whole budget (likewise the EM fractions when
-    ``n_iter`` is 0).
+    Each block is paid from the fraction of its kind (:attr:`p2pem.dp.mechanisms.Block.split_kind`),
+    shared equally by the blocks of that kind.  When the initialisation is public
+    (``init_blocks`` empty) the init fraction is not spent and the others are scaled up to
+    the whole budget (likewise the EM fractions when ``n_iter`` is 0, or a kind no block has).
     """
-    w, m, c, i = split
+    fractions = dict(zip(SPLIT_BLOCKS, split, strict=True))
+    kinds = [b.split_kind for b in em_blocks]
+    unknown = next((b.name for b in [*em_blocks, *init_blocks] if b.split_kind not in fractions), None)
+    if unknown is not None:
+        raise ConfigError(f"released block {unknown!r} has no budget kind (one of {', '.join(SPLIT_BLOCKS)})")
     parts: list[tuple[Block, int, float]] = []
     if n_iter > 0:
-        # a prefix of the three blocks may be released alone (shares are renormalised below)
-        parts += [(b, n_iter, f) for b, f in zip(em_blocks, (w, m, c), strict=False)]
+        # a kind's fraction is shared by its blocks (the Gaussian family has one block per
+        # kind); blocks of a kind the run does not release leave their fraction unspent
+        parts += [(b, n_iter, fractions[k] / kinds.count(k)) for b, k in zip(em_blocks, kinds, strict=True)]
     if init_blocks:
-        parts += [(b, 1, i / len(init_blocks)) for b in init_blocks]
+        parts += [(b, 1, fractions["init"] / len(init_blocks)) for b in init_blocks]
     total = sum(f for _, _, f in parts)
     if any(not f > 0 for _, _, f in parts):
         raise ConfigError("the budget split gives no share to a block this run releases")

@@ -51,12 +51,24 @@ class Block:
     Parameters
     ----------
     name : str
-        "weights", "means" or "covariances" (per EM iteration), or "init-count",
-        "init-sum", "init-second" (once, for the private initialisation).
+        The Gaussian family: "weights", "means" or "covariances" (per EM iteration), or
+        "init-count", "init-sum", "init-second" (once, for the private initialisation);
+        other families name their own (:mod:`p2pem.dp.releases`).
     start, stop : int
         Where the block sits in the released vector.
     l1, l2 : float
         L1 and L2 sensitivity under adding or removing one row (module docstring).
+    kind : str
+        Which fraction of the budget split pays for it: "weights", "means", "covariances"
+        (per EM iteration) or "init" (:data:`p2pem.dp.accounting.SPLIT_BLOCKS`); blocks of
+        one kind share its fraction equally.  Default: the name ("init" for "init-...").
+    unit : bool
+        The block's sensitivity depends on the *public* current model (skew-normal: the
+        sums weighted by r1 and r2, :mod:`p2pem.dp.releases.skewnormal`).  The family's hook
+        then releases the block divided by its sensitivity at that model, so ``l1 = l2 = 1``
+        here and the calibrated scale is a noise multiplier: the noise on the block in its
+        own units is multiplier x sensitivity, iteration by iteration, and each release
+        costs what its multiplier costs (what the accountants compose).
     """
 
     name: str
@@ -64,6 +76,13 @@ class Block:
     stop: int
     l1: float
     l2: float
+    kind: str = ""
+    unit: bool = False
+
+    @property
+    def split_kind(self) -> str:
+        """The split fraction that pays for this block (``kind``, or one read off the name)."""
+        return self.kind or ("init" if self.name.startswith("init") else self.name)
 
     @property
     def index(self) -> slice:
@@ -109,8 +128,13 @@ def init_blocks(n_features: int, bound: float) -> list[Block]:
 
 
 def em_release_size(n_components: int, n_features: int) -> int:
-    """Length of the vector an EM iteration aggregates: statistics plus the continue flag."""
+    """Length of the vector an EM iteration of the Gaussian family aggregates: statistics plus the continue flag."""
     return stats_size(n_components, n_features) + 1
+
+
+def block_norms(stats: FloatArray, blocks: list[Block]) -> dict[str, tuple[FloatArray, FloatArray]]:
+    """Per block, the (L1, L2) norms of the rows of ``stats`` (N, P) restricted to it (for sensitivity checks)."""
+    return {b.name: (np.abs(stats[:, b.index]).sum(axis=1), np.sqrt((stats[:, b.index] ** 2).sum(axis=1))) for b in blocks}
 
 
 def scale_vector(blocks: list[Block], scales: list[float], size: int) -> FloatArray:

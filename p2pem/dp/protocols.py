@@ -42,10 +42,11 @@ from typing import TYPE_CHECKING, Literal, Union
 
 import numpy as np
 
-from p2pem.dp import accounting, guarantees, mechanisms, postprocess
+from p2pem.dp import accounting, guarantees, mechanisms
 from p2pem.errors import ConfigError, ProtocolError
-from p2pem.families.gaussian import GaussianBatch, GaussianFamily
-from p2pem.gmm import FloatArray, init_stats_size, unpack_statistics
+from p2pem.dp.releases import RepairOptions, private_release
+from p2pem.dp.releases.gaussian import PrivateEM
+from p2pem.gmm import FloatArray
 from p2pem.messages import Message
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology, parameter_fields
 from p2pem.protocols.exact import Federated, SecureSum, ServerNode, UploadNode, fsum_average
@@ -62,96 +63,6 @@ log = logging.getLogger(__name__)
 
 class DataBoundWarning(UserWarning):
     """The feature bound of a private run was read off the data (so the run is not DP)."""
-
-
-# ------------------------------------------------------------------------- the EM side
-
-
-@dataclass(frozen=True, eq=False)
-class PrivateEM:
-    """What a private run changes in the Gaussian EM loop (a :class:`p2pem.em.PrivacyHook`).
-
-    ``encode`` turns a node's centred statistics into the uncentred sums that are released
-    (and blanks the log-likelihood); ``decode`` turns a noisy network average back into
-    centred statistics, with every count at least one row; ``repair`` post-processes the
-    M-step (weights clipped, means clipped to the public box, covariances repaired);
-    ``decode_init`` repairs the noisy global moments of the private initialisation.  All of
-    it is post-processing of released values or a node's own data, so it costs no budget.
-    """
-
-    n_components: int
-    n_features: int
-    n_nodes: int
-    bound: float
-    weight_floor: float = 1e-3
-    smoothing: float = 0.0
-    repair_method: str = "eigclamp"
-    eig_floor: float = 1e-3
-
-    def encode(self, stats: FloatArray, params: GaussianBatch) -> FloatArray:
-        """(N, P) statistics centred at ``params.means`` (N, K, d) -> released uncentred sums, ll = 0."""
-        k, d = self.n_components, self.n_features
-        a, b, c, _ = unpack_statistics(stats, k, d)
-        mu = params.means
-        first = b + a[..., None] * mu
-        mb = mu[..., :, None] * b[..., None, :]
-        second = c + mb + np.swapaxes(mb, -1, -2) + a[..., None, None] * (mu[..., :, None] * mu[..., None, :])
-        return self._pack(a, first, second, np.zeros(stats.shape[0]))
-
-    def decode(self, stats: FloatArray, params: GaussianBatch) -> FloatArray:
-        """Noisy released averages (N, P) -> statistics centred at ``params.means``, counts >= 1 row."""
-        k, d = self.n_components, self.n_features
-        a, first, second, ll = unpack_statistics(stats, k, d)
-        a = np.maximum(a, 1.0 / self.n_nodes)  # averages: one row is 1/n
-        mu = params.means
-        b = first - a[..., None] * mu
-        mf = mu[..., :, None] * first[..., None, :]
-        c = second - mf - np.swapaxes(mf, -1, -2) + a[..., None, None] * (mu[..., :, None] * mu[..., None, :])
-        return self._pack(a, b, c, ll)
-
-    def repair(self, params: GaussianBatch) -> GaussianBatch:
-        w = postprocess.clip_weights(params.weights, self.weight_floor, self.smoothing)
-        m = np.clip(params.means, -self.bound, self.bound)
-        if np.array_equal(m, params.means):
-            m = params.means
-        c = postprocess.repair_covariances(params.covariances, self.repair_method, self.eig_floor)
-        return GaussianBatch(w, m, c)
-
-    def decode_init(self, rows: FloatArray) -> FloatArray:
-        """Noisy [n, sum x, upper sum x x^T] averages (N, P0) -> consistent ones (PD covariance).
-
-        The covariance is repaired, and its eigenvalues are kept in [floor, d B^2]: no data
-        in the box [-B, B]^d has a larger variance, and the floor is at least 1e-4 of the
-        largest eigenvalue, so that the initialisation's rounding to 6 significant digits
-        (:func:`p2pem.gmm.init_from_global`) leaves it positive definite.  A covariance
-        already inside those limits is left as it is.
-        """
-        d = self.n_features
-        rows = np.array(rows, dtype=float)
-        iu = np.triu_indices(d)
-        ceiling = d * self.bound**2
-        for row in rows:
-            count = max(row[0], 1.0 / self.n_nodes)
-            mean = np.clip(row[1 : 1 + d] / count, -self.bound, self.bound)
-            second = np.empty((d, d))
-            second[iu] = row[1 + d :] / count
-            second.T[iu] = row[1 + d :] / count
-            cov = postprocess.repair_covariances(second - np.outer(mean, mean), self.repair_method, self.eig_floor)
-            lam, vec = np.linalg.eigh(cov)
-            floor = max(self.eig_floor, 1e-4 * min(float(lam[-1]), ceiling))
-            if lam[0] < floor or lam[-1] > ceiling:
-                lam = np.clip(lam, floor, ceiling)
-                cov = (vec * lam) @ vec.T
-                cov = (cov + cov.T) / 2
-            row[0] = count
-            row[1 : 1 + d] = count * mean
-            row[1 + d :] = (count * (cov + np.outer(mean, mean)))[iu]
-        return rows
-
-    def _pack(self, a, first, second, ll) -> FloatArray:
-        n = a.shape[0]
-        iu = np.triu_indices(self.n_features)
-        return np.concatenate([a, first.reshape(n, -1), second[..., iu[0], iu[1]].reshape(n, -1), ll[:, None]], axis=1)
 
 
 # ------------------------------------------------------------------------- the plan
@@ -259,7 +170,8 @@ class DPProtocol(ProtocolSpec):
         Raises
         ------
         ConfigError
-            ``settings.tol`` is not 0, ``settings.max_iter`` is 0, or the family is not Gaussian.
+            ``settings.tol`` is not 0, ``settings.max_iter`` is 0, or the family has no private
+            release (:data:`p2pem.dp.releases.PRIVATE_FAMILIES`).
         """
         if settings.tol != 0:
             raise ConfigError(f"{self.label}: a private run has a fixed number of EM iterations: set tol = 0 (em.tol)")
@@ -267,9 +179,6 @@ class DPProtocol(ProtocolSpec):
             # with no M-step the only aggregation after the init would deliver the
             # log-likelihood of the init: statistics the budget has no share for
             raise ConfigError(f"{self.label}: a private run needs at least one EM iteration, got max_iter = {settings.max_iter} (em.max_iter)")
-        if not isinstance(settings.family, GaussianFamily):
-            raise ConfigError(f"{self.label}: the released statistics and their sensitivities are derived for the gaussian family only, "
-                              f"not {settings.family.name!r}")
         d = int(parts[0].shape[1])
         k = settings.n_components
         bound, from_data = self.bound, False
@@ -286,16 +195,21 @@ class DPProtocol(ProtocolSpec):
         n_clipped = sum(int(np.count_nonzero(c != p)) for c, p in zip(clipped, parts, strict=True))
         if n_clipped:
             log.info("%s: %d feature values clipped to [-%g, %g]", self.label, n_clipped, bound, bound)
-        em = mechanisms.em_blocks(k, d, bound)
-        init = mechanisms.init_blocks(d, bound) if settings.init is None else []
+        options = RepairOptions(self.weight_floor, self.smoothing, self.covariance_repair, self.eig_floor)
+        try:
+            layout = private_release(settings.family, k, d, len(parts), bound, mechanism=self.mechanism, private_init=settings.init is None,
+                                     options=options)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.label}: {exc}") from None
+        em, init = list(layout.em), list(layout.init)
         rel = accounting.releases(em, init, settings.max_iter, accounting.parse_split(self.split))
         scales = accounting.calibrate(self.mechanism, self.accountant, float(self.epsilon), float(self.delta), rel)
         by_name = {r.block.name: s for r, s in zip(rel, scales, strict=True)}
         colluders, shares = self._collusion(len(parts))
         plan = NoisePlan(
             mechanism=self.mechanism,
-            init_scale=mechanisms.scale_vector(init, [by_name.get(b.name, 0.0) for b in init], init_stats_size(d)),
-            em_scale=mechanisms.scale_vector(em, [by_name.get(b.name, 0.0) for b in em], mechanisms.em_release_size(k, d)),
+            init_scale=mechanisms.scale_vector(init, [by_name.get(b.name, 0.0) for b in init], layout.init_size),
+            em_scale=mechanisms.scale_vector(em, [by_name.get(b.name, 0.0) for b in em], layout.em_size),
             releases=tuple(rel),
             scales=tuple(scales),
             bound=bound,
@@ -306,8 +220,7 @@ class DPProtocol(ProtocolSpec):
             excluded=self._excluded(bound, from_data, settings),
             aggregator_rng=protocol_streams(seed, len(parts))[-1],
         )
-        hook = PrivateEM(k, d, len(parts), bound, self.weight_floor, self.smoothing, self.covariance_repair, self.eig_floor)
-        return dataclasses.replace(self, plan=plan), dataclasses.replace(settings, privacy=hook), clipped
+        return dataclasses.replace(self, plan=plan), dataclasses.replace(settings, privacy=layout.hook), clipped
 
     def _collusion(self, n_nodes: int) -> tuple[int, int]:
         """(colluding nodes the guarantee survives, shares per calibrated draw): one trusted draw."""

@@ -29,6 +29,7 @@ reproduce a simulation.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -190,6 +191,27 @@ class MixtureFamily(abc.ABC, Generic[P, B]):
     def to_dict(self, params: P | B) -> dict[str, list]:
         """``{key: nested list}`` in :attr:`param_keys` order (``result.json``)."""
         return {key: np.asarray(getattr(params, key)).tolist() for key, _ in self.param_keys}
+
+    def derived(self, params: P) -> dict[str, list]:
+        """Quantities derived from a model that ``result.json`` shows after :meth:`to_dict`
+        (never read back).  The skew-normal family: ``deltas`` and each component's
+        ``means`` and ``covariances``.  The default: none."""
+        return {}
+
+    def config(self) -> dict[str, Any]:
+        """The family's public configuration: the keyword arguments that rebuild it with
+        :func:`p2pem.families.make_family` (None values left out; tuples as lists, as TOML
+        and JSON write them).  Scenarios, rosters and ``result.json`` carry it."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]  # every family is a dataclass
+            value = getattr(self, f.name)
+            if f.init and value is not None:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """``{"name": ..., **config()}``: the family as a document names it."""
+        return {"name": self.name, **self.config()}
 
     def flatten(self, params: P | Mapping[str, Any]) -> FloatArray:
         """One model (or its :meth:`to_dict` form) as one float64 vector.

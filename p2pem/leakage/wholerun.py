@@ -49,9 +49,11 @@ most revealed direction leaks at the configured perturbation.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -59,7 +61,6 @@ import numpy.typing as npt
 
 from p2pem.em import EMSettings, EMState
 from p2pem.errors import ConfigError, DataError
-from p2pem.gmm import GMMParams
 from p2pem.leakage.attack import Observation
 from p2pem.leakage.montecarlo import monte_carlo, monte_carlo_spec
 from p2pem.leakage.private import bind_for_whole_run
@@ -99,8 +100,9 @@ class WholeRunView:
     iterations : list of int
         Aggregation numbers: 0 is the initialisation (absent with a given ``init``), t >= 1
         the E-step statistics at the model of iteration t - 1.
-    models : list of GMMParams or None
-        The public model each aggregation's statistics were computed at (None for 0).
+    models : list of models or None
+        The public model each aggregation's statistics were computed at (None for 0): the
+        family's single parameters (GMMParams for the Gaussian family).
     sums : list of (n_groups, P_t) arrays
         Per aggregation, the group sums computed from the observed messages only.
     truth : list of (n_groups, P_t) arrays
@@ -110,8 +112,8 @@ class WholeRunView:
         Per aggregation t >= 1, how many nodes asked to continue (public: every node gets it).
     loglik : list of float
         The public mean log-likelihood per row after every M-step and at the end.
-    final : GMMParams
-        The public final model.
+    final : model
+        The public final model (the family's single parameters).
     messages_observed : list of int
         Messages the adversary observed in each aggregation.
     rounds : list of int
@@ -128,12 +130,12 @@ class WholeRunView:
     groups: tuple[tuple[int, ...], ...]
     rows: tuple[int, ...] = ()
     iterations: list[int] = field(default_factory=list)
-    models: list[GMMParams | None] = field(default_factory=list)
+    models: list[Any] = field(default_factory=list)
     sums: list[FloatArray] = field(default_factory=list)
     truth: list[FloatArray] = field(default_factory=list)
     continue_flags: list[float] = field(default_factory=list)
     loglik: list[float] = field(default_factory=list)
-    final: GMMParams | None = None
+    final: Any = None
     messages_observed: list[int] = field(default_factory=list)
     rounds: list[int] = field(default_factory=list)
     observe: Callable[..., Observation] | None = None
@@ -481,7 +483,7 @@ def record_whole_run(
         for adv in adversaries
     ]
     refs = [adv.corrupt_nodes[0] if adv.corrupt_nodes else 0 for adv in adversaries]
-    models: list[GMMParams | None] = []
+    models: list[Any] = []
 
     def public_models(it: int, values: FloatArray) -> None:
         """The models every node holds while computing aggregation ``it``'s statistics."""
@@ -522,8 +524,9 @@ def record_whole_run(
     return views
 
 
-def _copy_params(p: GMMParams) -> GMMParams:
-    return GMMParams(p.weights.copy(), p.means.copy(), p.covariances.copy())
+def _copy_params(p: Any) -> Any:
+    """A copy of one node's model (any family's single parameters), independent of the run's arrays."""
+    return copy.deepcopy(p)
 
 
 # ------------------------------------------------------------------------- rank structure

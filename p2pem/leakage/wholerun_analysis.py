@@ -10,6 +10,11 @@ One record per (protocol, adversary, corrupt set, honest node) holds the RMS dis
 node's rows to their best-matching estimates and the fraction recovered within the
 tolerance, next to the baseline of an adversary who only draws rows from the public model.
 
+The exact reduction takes any model family's statistics vector (it is linear algebra on the
+messages, whatever they carry).  The attack inverts the Gaussian family's statistics
+(:mod:`p2pem.leakage.attack`): for another family (skew-normal) it is not run, and
+``whole_run.json`` says so in its ``attack`` field; the disclosures are reported as always.
+
 Settings come from the optional ``[leakage.whole_run]`` table of the scenario::
 
     [leakage.whole_run]
@@ -63,6 +68,11 @@ WHOLE_RUN_KEYS = ("corrupt_sets", "adversary", "server_corrupt", "iterations_see
 #: Parkinsons analysis stays within minutes: for them the numbers say what this budget
 #: achieves, not that no attack could do better.
 BUDGETS = ((10, None, 200), (40, 2, 80), (math.inf, 1, 10))
+#: Why the attack is not run for a family other than the Gaussian one (whole_run.json's ``attack``).
+ATTACK_GAUSSIAN_ONLY = (
+    "the reconstruction attack fits rows to the Gaussian family's statistics; for this family only the exact reduction "
+    "(the disclosed group sums, 'disclosures') is reported"
+)
 #: Default size limit (nodes) of the rank-structure check.
 RANK_CHECK_NODES = 30
 
@@ -211,12 +221,17 @@ class WholeRunReport:
     records: list[NodeRecord] = field(default_factory=list)
     disclosures: list[dict] = field(default_factory=list)
     protocols: list[dict] = field(default_factory=list)
+    family: dict = field(default_factory=lambda: {"name": "gaussian"})
+    #: None when the attack ran; else why not
+    attack_skipped: str | None = None
 
     def to_json(self) -> dict:
         return {
             "format": WHOLE_RUN_FORMAT,
             "version": WHOLE_RUN_VERSION,
             "scenario": self.scenario,
+            "family": self.family,
+            "attack": "run" if self.attack_skipped is None else f"not run: {self.attack_skipped}",
             "n_nodes": self.n_nodes,
             "n_rows": self.n_rows,
             "n_features": self.n_features,
@@ -335,7 +350,8 @@ def analyse_whole_run(
     if not specs:
         raise ConfigError(f"{scenario.path}: no synchronous network protocol to analyse")
     n = len(parts)
-    report = WholeRunReport(scenario.name, config, n, int(sum(len(p) for p in parts)), int(parts[0].shape[1]), settings.n_components)
+    report = WholeRunReport(scenario.name, config, n, int(sum(len(p) for p in parts)), int(parts[0].shape[1]), settings.n_components,
+                            family=settings.family.describe(), attack_skipped=None if settings.family.name == "gaussian" else ATTACK_GAUSSIAN_ONLY)
     attack_ss = scenario.streams()["montecarlo"].spawn(2)[1]
     rank_on = config.rank_check if config.rank_check is not None else n <= RANK_CHECK_NODES
     for p_index, spec in enumerate(specs):
@@ -366,7 +382,7 @@ def analyse_whole_run(
         )
         # every group disclosed to any adversary of this protocol is attacked once, as one task
         tasks: dict[tuple[int, ...], _GroupAttack] = {}
-        for view in views:
+        for view in views if report.attack_skipped is None else ():
             for k, group in enumerate(view.groups):
                 if group not in tasks:
                     rows = _group_rows(parts, group, view.data_bound)
@@ -396,8 +412,10 @@ def analyse_whole_run(
                     "aggregations": len(view.iterations),
                     "messages_observed": int(sum(view.messages_observed)),
                     "quantities": "per aggregation (0: initialisation, t: E-step at the model of iteration t-1) and group: "
-                    "sums of a_k, b_k, C_k, log-likelihood and continue flag (aggregation 0: count, sum x, sum x x^T); "
-                    "every intermediate model is public",
+                    + ("sums of a_k, b_k, C_k, log-likelihood and continue flag (aggregation 0: count, sum x, sum x x^T)"
+                       if settings.family.name == "gaussian" else f"the {settings.family.name} family's statistics vector, log-likelihood "
+                       "and continue flag (aggregation 0: its initialisation moments)")
+                    + "; every intermediate model is public",
                     "groups": [
                         {"nodes": list(g), "rows": view.rows[k], "max_reduction_error": float(err[:, k].max())}
                         for k, g in enumerate(view.groups)
@@ -407,6 +425,8 @@ def analyse_whole_run(
                 }
             )
             for k, group in enumerate(view.groups):
+                if report.attack_skipped is not None:
+                    continue
                 *dists, base = cache[group]
                 offset = 0
                 for node in group:

@@ -73,7 +73,18 @@ def cmd_whole_run(args: argparse.Namespace) -> int:
     with atomic_output(args.out) as tmp:
         report = analyse_whole_run(scenario, config, progress=progress, workers=from_args(args))
         write_json(tmp / "whole_run.json", report.to_json())
-        whole_run_figure(report.records, tmp / "whole_run.png", title=f"{scenario.name}: attack on the whole run", tolerance=config.tolerance)
+        if report.records:
+            whole_run_figure(report.records, tmp / "whole_run.png", title=f"{scenario.name}: attack on the whole run", tolerance=config.tolerance)
+    worst = max(d["groups"][k]["max_reduction_error"] for d in report.disclosures for k in range(len(d["groups"])))
+    if report.attack_skipped is not None:
+        for d in report.disclosures:
+            largest = max((g["rows"] for g in d["groups"]), default=0)
+            print(f"{d['protocol']:<12} {d['adversary']:<19} corrupt {len(d['corrupt'])}: {len(d['groups'])} disclosed group sums, "
+                  f"smallest {min((len(g['nodes']) for g in d['groups']), default=0)} node(s), largest {largest} rows")
+        print(f"attack: not run ({report.family['name']} family): {report.attack_skipped}")
+        print(f"exact reduction: the group sums computed from the views match the inputs' to {worst:.1e} (relative)")
+        print(f"wrote {args.out}/whole_run.json in {time.perf_counter() - t0:.1f} s")
+        return 0
     print(f"attack: nonlinear least squares on every disclosed group sum of aggregations 0..T given the public models; "
           f"a row is recovered within {config.tolerance:g} (data units)")
     groups = defaultdict(list)
@@ -88,7 +99,6 @@ def cmd_whole_run(args: argparse.Namespace) -> int:
         who = f"{len(corrupt)}{'+S' if server else ''}"
         print(f"{proto:<12} {adv:<19} {who:>8} {max(r.group_rows for r in recs):>13} {frac:>24.2f} "
               f"{np.median([r.reconstruction_error[-1] for r in recs]):>12.2g} {np.median([r.baseline_error for r in recs]):>9.2g}")
-    worst = max(d["groups"][k]["max_reduction_error"] for d in report.disclosures for k in range(len(d["groups"])))
     print(f"exact reduction: the group sums computed from the views match the inputs' to {worst:.1e} (relative)")
     print(f"wrote {args.out}/whole_run.json, {args.out}/whole_run.png in {time.perf_counter() - t0:.1f} s")
     return 0

@@ -1,0 +1,245 @@
+"""Model choice through the private protocol: log-likelihood, AIC and BIC per family and number of components.
+
+``p2pem select`` fits every (family, G) of a sweep to a scenario's data with one private
+protocol (pdmm-sp by default) and compares the fits by the information criteria
+
+    AIC = -2 L + 2 d,    BIC = -2 L + d log n,
+
+with L the network's total log-likelihood of the final model (the last aggregation of the
+run delivers it: every node learns it, nobody pools rows) and d the family's free parameters
+(:meth:`~p2pem.families.base.MixtureFamily.n_parameters`; skew-normal:
+G (2p + p(p+1)/2) + G - 1).  EM finds local maxima; as scikit-learn's ``n_init``, each
+(family, G) is fitted from ``n_init`` private initialisations (public init seeds: the
+scenario's, then children of its ``"init"`` stream) and the best log-likelihood is kept.
+Everything a fit releases is what a run of the protocol releases, so a sweep of m fits
+releases m runs' worth.
+
+A skew-normal fit that reaches the boundary of its parameter space (|delta| -> 1, e.g. one
+component on data it cannot otherwise follow) is recorded with ``boundary = true``: its
+likelihood is a supremum approached, not a maximum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from p2pem.builders import build_graph, build_protocols, em_settings, load_data
+from p2pem.errors import ConfigError, ProtocolError
+from p2pem.families import FAMILIES, make_family
+from p2pem.registry import make_protocol
+from p2pem.runner import output_header
+from p2pem.scenario import Scenario
+from p2pem.simulate import run_protocol
+from p2pem.snmix import BoundaryWarning
+from p2pem.streams import child, init_seed
+
+__all__ = ["SELECT_FORMAT", "SelectionRow", "parse_components", "run_selection"]
+
+#: Format name and version of ``select.json``.
+SELECT_FORMAT = ("p2pem-select", 1)
+
+
+@dataclass(frozen=True)
+class SelectionRow:
+    """The best of ``n_init`` fits of one (family, G).
+
+    ``loglik`` is the network's total log-likelihood of the final model, ``mean_loglik`` per
+    row; ``restart`` says which initialisation gave it (0: the scenario's init seed).
+    """
+
+    family: str
+    n_components: int
+    loglik: float
+    mean_loglik: float
+    n_parameters: int
+    aic: float
+    bic: float
+    n_iter: int
+    converged: bool
+    restart: int
+    boundary: bool
+    failed_restarts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def parse_components(text: str) -> list[int]:
+    """``"1..5"``, ``"2,3,5"`` or ``"3"`` as a sorted list of component counts >= 1.
+
+    Raises
+    ------
+    ConfigError
+        Anything else (one line, naming the text).
+    """
+    values: set[int] = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        match = re.fullmatch(r"(\d+)\s*(?:\.\.|-)\s*(\d+)", part)
+        if match:
+            lo, hi = int(match[1]), int(match[2])
+            if lo > hi:
+                raise ConfigError(f"--components: range {part!r} runs backwards")
+            values.update(range(lo, hi + 1))
+        elif part.isdigit():
+            values.add(int(part))
+        else:
+            raise ConfigError(f"--components must look like 1..5 or 2,3,4, got {text!r}")
+    if not values or min(values) < 1:
+        raise ConfigError(f"--components needs counts >= 1, got {text!r}")
+    return sorted(values)
+
+
+def _family(scenario: Scenario, name: str):
+    """The scenario's own family when it has that name (its settings kept), else the default one."""
+    return scenario.em.family if scenario.em.family.name == name else make_family(name)
+
+
+def _protocol(scenario: Scenario, protocol: str | None):
+    if protocol is not None:
+        return make_protocol(protocol)
+    for spec in build_protocols(scenario):
+        if spec.name != "centralized":
+            return spec
+    return make_protocol("pdmm-sp")
+
+
+def restart_seed(scenario: Scenario, restart: int) -> int:
+    """Public init seed of restart ``restart``: the scenario's for 0, else ``child("init", restart)``'s first word."""
+    streams = scenario.streams()
+    return init_seed(streams) if restart == 0 else int(child(streams["init"], restart).generate_state(1)[0])
+
+
+def run_selection(
+    scenario: Scenario,
+    components: Sequence[int],
+    families: Sequence[str],
+    *,
+    protocol: str | None = None,
+    n_init: int = 1,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Fit every (family, G) through one protocol and return the ``select.json`` document.
+
+    Parameters
+    ----------
+    scenario : Scenario
+        Its data, graph, EM settings (``max_iter``, ``tol``, ``reg_covar``; its ``init`` is
+        not used: every fit starts from the private initialisation) and seed.
+    components : sequence of int
+    families : sequence of str
+        Names in :data:`p2pem.families.FAMILIES`.
+    protocol : str, optional
+        A protocol name; default: the scenario's first protocol other than ``centralized``.
+    n_init : int
+        Private initialisations per (family, G); the best final log-likelihood is kept.
+    progress : callable(family, G, restart), optional
+        Called before each fit.
+
+    Returns
+    -------
+    dict
+        ``format`` / ``version`` (:data:`SELECT_FORMAT`), the scenario header, ``protocol``,
+        ``n_rows``, ``n_init``, ``rows`` (:class:`SelectionRow` as JSON, families in the
+        given order, G ascending) and ``best``: per family the G of smallest BIC and of
+        smallest AIC, and overall the (family, G) of smallest BIC.
+
+    Raises
+    ------
+    ConfigError
+        An unknown family (with "did you mean"), ``n_init`` < 1, or a private protocol that
+        needs a fixed number of iterations while the scenario has ``tol`` > 0.
+    """
+    if not isinstance(n_init, int) or n_init < 1:
+        raise ConfigError(f"--n-init must be a positive integer, got {n_init!r}")
+    fams = [_family(scenario, name) for name in families]
+    spec = _protocol(scenario, protocol)
+    if hasattr(spec, "epsilon"):  # dp-central, dp-distributed, dp-msnm
+        raise ConfigError(
+            f"{spec.name}: a differentially private run releases no log-likelihood, so it cannot be compared by AIC or BIC: "
+            "choose pdmm-sp, secure-sum or federated (--protocol)"
+        )
+    parts = load_data(scenario)
+    n_rows = int(sum(len(p) for p in parts))
+    d = int(parts[0].shape[1])
+    g = build_graph(scenario)
+    spec.validate(g)
+    base = dataclasses.replace(em_settings(scenario), init=None)
+    rows: list[SelectionRow] = []
+    t0 = time.perf_counter()
+    for family in fams:
+        for k in components:
+            best = None
+            failed = 0
+            for restart in range(n_init):
+                if progress is not None:
+                    progress(family.name, k, restart)
+                settings = dataclasses.replace(base, n_components=k, family=family, init_seed=restart_seed(scenario, restart))
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", BoundaryWarning)
+                    try:
+                        run = run_protocol(parts, g, spec, settings, seed=scenario.streams()["protocol"])
+                    except ProtocolError:  # e.g. a collapsed component: this restart fails, the sweep goes on
+                        failed += 1
+                        continue
+                boundary = any(issubclass(w.category, BoundaryWarning) for w in caught)
+                for w in caught:
+                    if not issubclass(w.category, BoundaryWarning):
+                        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+                total = float(run.loglik[-1]) * n_rows
+                if best is None or total > best[0]:
+                    best = (total, run, restart, boundary)
+            if best is None:
+                raise ProtocolError(f"every initialisation of {family.name} with {k} components failed (a component collapsed): drop that count")
+            total, run, restart, boundary = best
+            n_par = family.n_parameters(k, d)
+            rows.append(
+                SelectionRow(
+                    family=family.name,
+                    n_components=k,
+                    loglik=total,
+                    mean_loglik=float(run.loglik[-1]),
+                    n_parameters=n_par,
+                    aic=-2 * total + 2 * n_par,
+                    bic=-2 * total + n_par * math.log(n_rows),
+                    n_iter=run.n_iter,
+                    converged=run.converged,
+                    restart=restart,
+                    boundary=boundary,
+                    failed_restarts=failed,
+                )
+            )
+    best_by_family = {}
+    for family in fams:
+        mine = [r for r in rows if r.family == family.name]
+        best_by_family[family.name] = {
+            "bic": min(mine, key=lambda r: r.bic).n_components,
+            "aic": min(mine, key=lambda r: r.aic).n_components,
+        }
+    overall = min(rows, key=lambda r: r.bic)
+    return {
+        **output_header(SELECT_FORMAT, scenario),
+        "protocol": getattr(spec, "label", spec.name),
+        "protocol_params": spec.params(),
+        "n_rows": n_rows,
+        "n_features": d,
+        "n_nodes": len(parts),
+        "n_init": n_init,
+        "em": {"max_iter": base.max_iter, "tol": base.tol, "reg_covar": base.reg_covar},
+        "families": {f.name: f.describe() for f in fams},
+        "rows": [r.to_json() for r in rows],
+        "best": {"by_family": best_by_family, "bic": {"family": overall.family, "n_components": overall.n_components}},
+        "wall_s": time.perf_counter() - t0,
+    }
+
+
+def known_families() -> str:
+    """The family names, for help texts."""
+    return ", ".join(FAMILIES)

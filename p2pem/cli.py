@@ -20,10 +20,11 @@ from p2pem import __version__
 from p2pem.errors import P2pemError
 
 DESCRIPTION = """\
-p2pem fits one Gaussian mixture model to data spread over many parties without
-pooling it: each node runs the E-step on its own rows and the network averages the
-sufficient statistics with PDMM consensus and subspace perturbation (pdmm-sp), or with
-the baselines secure-sum, federated and centralized.
+p2pem fits one mixture model (Gaussian or skew-normal) to data spread over many
+parties without pooling it: each node runs the E-step on its own rows and the network
+sums the sufficient statistics with PDMM consensus and subspace perturbation (pdmm-sp),
+a secure-sum ring, federated EM or differentially private EM.  Start with
+`p2pem simulate scenarios/parkinsons.toml --out runs/first`.
 """
 
 

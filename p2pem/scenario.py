@@ -142,6 +142,11 @@ seed_streams = scenario_streams
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
+def empty_table() -> Mapping[str, Any]:
+    """An absent table: empty and read-only (the default of a dataclass field)."""
+    return _EMPTY
+
+
 # ------------------------------------------------------------------------ dataclasses
 
 
@@ -275,7 +280,7 @@ class ProtocolConfig:
     """
 
     name: str
-    params: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    params: Mapping[str, Any] = field(default_factory=empty_table)
 
 
 #: epsilon grid of ``[tradeoff]`` when the scenario gives none: 10 values from 0.1 to 100
@@ -375,8 +380,8 @@ class Scenario:
     graph: GraphConfig
     em: EMConfig
     protocols: tuple[ProtocolConfig, ...]
-    leakage: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-    deploy: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    leakage: Mapping[str, Any] = field(default_factory=empty_table)
+    deploy: Mapping[str, Any] = field(default_factory=empty_table)
     tradeoff: TradeoffConfig | None = None
 
     def streams(self) -> dict[str, np.random.SeedSequence]:

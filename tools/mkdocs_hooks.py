@@ -4,7 +4,10 @@ A page marks where generated text goes with an HTML comment on a line of its own
 
 * ``<!-- generated: cli -->``: every command's ``--help``, from :func:`p2pem.cli.build_parser`;
 * ``<!-- generated: formats -->``: every JSON output format, from the JSON Schemas in
-  ``p2pem/schemas/`` (:data:`p2pem.schemas.FORMATS`).
+  ``p2pem/schemas/`` (``p2pem.schemas.FORMATS``).
+
+It also renders what docstrings carry over from Sphinx (roles, ``::``) as plain Markdown
+would, after the page is converted (:func:`on_page_content`).
 
 ``mkdocs.yml`` names this file under ``hooks``; ``tests/test_docs.py`` checks that both
 markers are in the site and that the generated text names every command and format.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 MARKERS = ("cli", "formats")
@@ -26,6 +30,18 @@ def on_page_markdown(markdown: str, **kwargs: Any) -> str:
         if marker in markdown:
             markdown = markdown.replace(marker, GENERATORS[name]())
     return markdown
+
+
+#: a Sphinx role left in a docstring, as the Markdown renderer leaves it: :func:<code>~a.b</code>
+_ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj|const):<code>(~?)([^<]+)</code>")
+
+
+def on_page_content(html: str, **kwargs: Any) -> str:
+    """Docstrings are NumPy style, some with Sphinx roles and ``::`` that Markdown does not know:
+    render a role as the code it names (``~`` keeps the last name, as Sphinx does) and a
+    paragraph's closing ``::`` as ``:``."""
+    html = _ROLE.sub(lambda m: f"<code>{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}</code>", html)
+    return html.replace("::</p>", ":</p>")
 
 
 def cli_reference(width: int = 100) -> str:

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from p2pem import __version__
+from p2pem import __version__, parallel
 from p2pem.errors import P2pemError
 
 DESCRIPTION = """\
@@ -285,7 +285,8 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     try:
         with atomic_output(args.out) as tmp:
-            doc = run_selection(scenario, components, families, protocol=args.protocol, n_init=args.n_init, progress=progress)
+            doc = run_selection(scenario, components, families, protocol=args.protocol, n_init=args.n_init, progress=progress,
+                                workers=parallel.from_args(args))
             write_json(tmp / "select.json", doc)
             selection_figure(doc, tmp / "select.png")
     finally:
@@ -372,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--protocol", default=None, help="protocol name (default: the scenario's first one other than centralized)")
     sel.add_argument("--n-init", type=int, default=5, help="private initialisations per fit; the best log-likelihood is kept (default 5)")
     sel.add_argument("--out", required=True, help="output folder (created; files are written atomically)")
+    parallel.add_options(sel)
     sel.set_defaults(func=cmd_select)
 
     for module in ("p2pem.leakage.cli", "p2pem.deploy.cli", "p2pem.dp.cli"):

@@ -86,6 +86,18 @@ def test_whole_run_attacks_are_the_same_wherever_they_run(cluster: str) -> None:
     assert analyse_whole_run(scenario, workers=Workers(backend="dask", scheduler=cluster)).to_json()["runs"] == here
 
 
+def test_model_selection_is_the_same_wherever_it_runs(tmp_path: Path, cluster: str) -> None:
+    from p2pem.selection import run_selection
+
+    scenario = load_scenario(SCENARIOS / "ais_skew.toml")
+    here = run_selection(scenario, [1, 2], ["gaussian", "skew-normal"], n_init=2)
+    assert len(here["rows"]) == 4 and {r["restart"] for r in here["rows"]} <= {0, 1}
+    assert run_selection(scenario, [1, 2], ["gaussian", "skew-normal"], n_init=2, workers=Workers(backend="dask", scheduler=cluster))["rows"] == here["rows"]
+    assert main(["select", str(SCENARIOS / "ais_skew.toml"), "--components", "1..2", "--families", "gaussian,skew-normal", "--n-init", "2",
+                 "-j", "2", "--out", str(tmp_path / "sel"), "-q"]) == 0
+    assert json.loads((tmp_path / "sel" / "select.json").read_text())["rows"] == here["rows"]
+
+
 def test_workers_are_checked() -> None:
     with pytest.raises(ConfigError, match="--jobs must be an integer >= 1"):
         Workers(jobs=0)

@@ -98,6 +98,7 @@ def run_scenario(
     settings = em_settings(scenario)
     specs = build_protocols(scenario)
     for spec in specs:  # fail before running anything
+        spec.check_settings(settings)
         if spec.name != "centralized":
             validate_protocol(scenario, g, spec)
     runs = []

@@ -473,3 +473,23 @@ def test_a_noisy_private_initialisation_always_gives_a_valid_init():
     # moments already consistent and inside the limits are kept
     inside = np.array([[1.0, 0.5, -0.25, 1.5, 0.1, 0.8]])
     np.testing.assert_array_equal(hook.decode_init(inside), inside)
+
+
+def test_a_scenario_whose_private_protocol_cannot_run_runs_nothing(tmp_path, capsys, monkeypatch):
+    """The private protocol's settings are checked before the exact protocol before it runs."""
+    from p2pem import runner
+    from p2pem.cli import main
+
+    ran = []
+    real = runner.run_protocol
+    monkeypatch.setattr(runner, "run_protocol", lambda *a, **k: ran.append(a[2].name) or real(*a, **k))
+    path = tmp_path / "s.toml"
+    path.write_text(
+        'seed = 1\n[data]\nsource = "synthetic"\nn_samples = 60\n[graph]\nkind = "geometric"\nn_nodes = 6\n'
+        '[em]\nn_components = 2\nmax_iter = 0\ntol = 0.0\n[[protocols]]\nname = "pdmm-sp"\n'
+        '[[protocols]]\nname = "dp-central"\nbound = 4.0\n'
+    )
+    assert main(["simulate", str(path), "--out", str(tmp_path / "out"), "-q"]) != 0
+    err = capsys.readouterr().err
+    assert "dp-central-gaussian: a private run needs at least one EM iteration, got max_iter = 0 (em.max_iter)" in err
+    assert ran == [] and not (tmp_path / "out").exists()

@@ -44,7 +44,7 @@ import numpy as np
 
 from p2pem.dp import accounting, guarantees, mechanisms
 from p2pem.errors import ConfigError, ProtocolError
-from p2pem.dp.releases import RepairOptions, private_release
+from p2pem.dp.releases import RepairOptions, check_private, private_release
 from p2pem.dp.releases.gaussian import PrivateEM
 from p2pem.gmm import FloatArray
 from p2pem.messages import Message
@@ -159,13 +159,8 @@ class DPProtocol(ProtocolSpec):
 
     # -- binding to a run ----------------------------------------------------------------
 
-    def bind(
-        self, settings: EMSettings, parts: list[FloatArray], *, seed: int | np.random.SeedSequence = 0
-    ) -> tuple[DPProtocol, EMSettings, list[FloatArray]]:
-        """Bind to a run: clip the data to the public box, calibrate the noise, hook the EM.
-
-        See :meth:`p2pem.protocols.base.ProtocolSpec.bind`.  The bound spec (a new frozen
-        instance carrying the :class:`NoisePlan`) serves that one run.
+    def check_settings(self, settings: EMSettings) -> None:
+        """Refuse a run this private protocol cannot account for; see :meth:`ProtocolSpec.check_settings`.
 
         Raises
         ------
@@ -179,6 +174,25 @@ class DPProtocol(ProtocolSpec):
             # with no M-step the only aggregation after the init would deliver the
             # log-likelihood of the init: statistics the budget has no share for
             raise ConfigError(f"{self.label}: a private run needs at least one EM iteration, got max_iter = {settings.max_iter} (em.max_iter)")
+        try:
+            check_private(settings.family)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.label}: {exc} (em.family)") from None
+
+    def bind(
+        self, settings: EMSettings, parts: list[FloatArray], *, seed: int | np.random.SeedSequence = 0
+    ) -> tuple[DPProtocol, EMSettings, list[FloatArray]]:
+        """Bind to a run: clip the data to the public box, calibrate the noise, hook the EM.
+
+        See :meth:`p2pem.protocols.base.ProtocolSpec.bind`.  The bound spec (a new frozen
+        instance carrying the :class:`NoisePlan`) serves that one run.
+
+        Raises
+        ------
+        ConfigError
+            :meth:`check_settings` refuses the settings.
+        """
+        self.check_settings(settings)
         d = int(parts[0].shape[1])
         k = settings.n_components
         bound, from_data = self.bound, False

@@ -455,6 +455,19 @@ class ProtocolSpec(abc.ABC):
         """
         return self, settings, parts
 
+    def check_settings(self, settings: EMSettings) -> None:
+        """Refuse settings this protocol cannot run with, before anything of the scenario runs.
+
+        :func:`p2pem.runner.run_scenario` calls it for every protocol before the first one
+        starts, and :meth:`bind` of a protocol that overrides it calls it again, so a scenario
+        whose last protocol cannot run writes nothing.  The default accepts everything.
+
+        Raises
+        ------
+        ConfigError
+            The settings do not suit the protocol (e.g. a private run with ``tol`` > 0).
+        """
+
     @property
     def message_kinds(self) -> frozenset[str] | None:
         """Every kind of message this protocol's nodes send each other; None when not declared.

@@ -40,6 +40,21 @@ PRIVATE_FAMILIES: dict[str, Callable[..., ReleaseLayout]] = {
 }
 
 
+def check_private(family: MixtureFamily) -> None:
+    """Refuse a family with no private release (naming the ones that have one).
+
+    Raises
+    ------
+    ConfigError
+        ``family`` is not in :data:`PRIVATE_FAMILIES`.
+    """
+    if family.name not in PRIVATE_FAMILIES:
+        raise ConfigError(
+            f"the released statistics and their sensitivities are derived for the families {', '.join(PRIVATE_FAMILIES)} only, "
+            f"not {family.name!r}"
+        )
+
+
 def private_release(
     family: MixtureFamily,
     n_components: int,
@@ -58,10 +73,6 @@ def private_release(
     ConfigError
         The family has no private release (naming the ones that do).
     """
-    maker = PRIVATE_FAMILIES.get(family.name)
-    if maker is None:
-        raise ConfigError(
-            f"the released statistics and their sensitivities are derived for the families {', '.join(PRIVATE_FAMILIES)} only, "
-            f"not {family.name!r}"
-        )
+    check_private(family)
+    maker = PRIVATE_FAMILIES[family.name]
     return maker(family, n_components, n_features, n_nodes, bound, mechanism=mechanism, private_init=private_init, options=options)

@@ -35,6 +35,11 @@ from p2pem.simulate import RunResult, run_protocol
 from p2pem.streams import init_seed, scenario_streams
 
 
+#: The estimator class of each model family (what :func:`load` returns), filled as the classes
+#: are defined (:meth:`DistributedMixture.__init_subclass__`).
+ESTIMATORS: dict[str, type[DistributedMixture]] = {}
+
+
 class DistributedMixture:
     """What every distributed mixture estimator shares: fitting over a graph, inference, saving.
 
@@ -54,6 +59,12 @@ class DistributedMixture:
 
     #: the name of the family this class fits (:data:`ESTIMATORS`; None: an abstract base)
     family_name: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that names its family becomes that family's estimator (:func:`load`, the tests' list)."""
+        super().__init_subclass__(**kwargs)
+        if cls.family_name is not None:
+            ESTIMATORS[cls.family_name] = cls
 
     #: a loaded model's record (:func:`load`): the saved document and its graph
     saved_: SavedModel
@@ -499,8 +510,6 @@ class DistributedSkewNormalMixture(DistributedMixture):
         return {"init_shapes": config.get("init_shapes"), "max_delta": config.get("max_delta")}
 
 
-#: The estimator class of each model family (what :func:`load` returns).
-ESTIMATORS: dict[str, type[DistributedMixture]] = {cls.family_name: cls for cls in (DistributedGMM, DistributedSkewNormalMixture) if cls.family_name}
 
 
 def load(path: str | os.PathLike[str]) -> DistributedMixture:

@@ -18,13 +18,14 @@ from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 from sklearn.utils.estimator_checks import check_estimator  # noqa: E402
 
+import p2pem.model  # noqa: E402
 from p2pem import DistributedGMM, DistributedSkewNormalMixture, PdmmSP  # noqa: E402
 from p2pem.errors import ConfigError, DataError, GraphError  # noqa: E402
 from p2pem.runner import run_scenario  # noqa: E402
 from p2pem.scenario import load_scenario  # noqa: E402
 
-#: Every estimator class of p2pem, with the parameters that keep its checks fast.
-ESTIMATORS = [DistributedGMM(max_iter=20), DistributedSkewNormalMixture(max_iter=20)]
+#: Every estimator class of p2pem (one per model family), with the parameters that keep its checks fast.
+ESTIMATORS = [cls(max_iter=20) for cls in p2pem.model.ESTIMATORS.values()]
 
 #: Checks expected to fail, with the reason (none today).
 EXPECTED_FAILED: dict[str, str] = {}
@@ -48,6 +49,13 @@ def test_check_estimator_passes(estimator) -> None:
     # array API input is checked only with SCIPY_ARRAY_API set in the environment (scikit-learn's own skip)
     assert skipped <= {"check_array_api_input"}, skipped
     assert len([r for r in results if r["status"] == "passed"]) >= 40
+
+
+def test_every_family_has_its_estimator() -> None:
+    from p2pem.families import FAMILIES
+
+    assert set(p2pem.model.ESTIMATORS) == set(FAMILIES)
+    assert p2pem.model.ESTIMATORS["gaussian"] is DistributedGMM and p2pem.model.ESTIMATORS["skew-normal"] is DistributedSkewNormalMixture
 
 
 def test_tags_without_importing_scikit_learn() -> None:
@@ -136,7 +144,7 @@ def test_grid_search_over_components_and_protocol_parameters() -> None:
     assert np.all(np.isfinite(grid.cv_results_["mean_test_score"]))
 
 
-@pytest.mark.parametrize("cls", [DistributedGMM, DistributedSkewNormalMixture], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", list(p2pem.model.ESTIMATORS.values()), ids=lambda c: c.__name__)
 def test_every_estimator_in_pipeline_cross_validation_and_grid_search(cls) -> None:
     """What the Gaussian estimator does in scikit-learn's tools, every family's does (shorter runs)."""
     X = _blobs(150)

@@ -33,9 +33,11 @@ exit codes:
   0    success
   1    an error of another kind
   2    configuration: a scenario, node config or argument is wrong
-  3    data: unusable input data, or a model it cannot support (a component collapsed)
+  3    data: unusable input data
   4    protocol: a run failed or a member broke the protocol
   5    transport: broker unreachable, a node fell silent, a timeout
+  6    model: the data cannot support the model (a component collapsed, a covariance is
+       singular): change the data, n_components or reg_covar
   130  interrupted (Ctrl-C; a second Ctrl-C quits without cleaning up)
 
 output: --out is created with its missing parent folders; an existing OUT (a folder

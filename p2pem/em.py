@@ -226,11 +226,18 @@ class EMState:
             self.finished = True
 
     def summary(self, part: int = 0) -> FloatArray:
-        """Node ``part``'s model flattened by the family (what nodes compare at the end)."""
-        return self.family.flatten(self.params(part))
+        """Node ``part``'s model flattened by the family, then its final log-likelihood per row
+        (NaN in a private run, which releases none): what nodes compare at the end."""
+        ll = float(self.loglik[-1][part]) if self.loglik else float("nan")
+        return np.append(self.family.flatten(self.params(part)), ll)
 
     def summary_size(self) -> int:
-        return self.family.flat_size(self.settings.n_components, self.n_features)
+        return self.family.flat_size(self.settings.n_components, self.n_features) + 1
+
+    def max_contribution_size(self) -> int:
+        """The longest contribution of the run (the init moments or the statistics and flag)."""
+        d = self.n_features
+        return max(self.family.init_stats_size(d), self.family.stats_size(self.settings.n_components, d) + 1)
 
     def flat_models(self) -> FloatArray:
         """(n_parts, summary_size): every node's model flattened (for the node spread)."""

@@ -53,13 +53,18 @@ class ProtocolError(P2pemError):
 
 
 class ModelError(DataError, ProtocolError):
-    """The model cannot be fitted to this data: a component collapsed onto too few rows, a
-    covariance is singular (exit code 3, a data problem: change the data, ``n_components``
-    or ``reg_covar``).
+    """The model cannot be fitted to this data: the model's own arithmetic failed on the
+    averages it was given (a component collapsed onto too few rows, a covariance is not
+    positive definite, an M-step is not finite).  Change the data, ``n_components`` or
+    ``reg_covar``.
 
-    Also a :class:`ProtocolError`, so a caller that stops a run on any failed aggregation
-    (a deployment's node, a sweep that counts failed restarts) treats it as before.
+    Not a protocol violation: in a deployment it stops the run without a culprit (unless the
+    member whose message made the average unusable is known).  A :class:`DataError` (a
+    ``ValueError``) and a :class:`ProtocolError`, so code that catches either still catches
+    it; its own exit code, 6, tells it apart.
     """
+
+    exit_code = 6
 
 
 class TransportError(P2pemError):

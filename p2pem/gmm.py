@@ -286,7 +286,7 @@ def batch_m_step(stats: FloatArray, means: FloatArray, reg_covar: float, *, iter
     a, b, c, ll = unpack_statistics(stats, k, d)
     where = f" in EM iteration {iteration}" if iteration is not None else ""
     if not np.all(np.isfinite(stats)):
-        raise ProtocolError(f"non-finite sufficient statistics{where}")
+        raise ModelError(f"non-finite sufficient statistics{where}")
     total = sum_in_order([a[:, j] for j in range(k)])
     small = a <= (10 * np.finfo(float).eps) * total[:, None]
     if np.any(small):

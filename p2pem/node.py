@@ -33,9 +33,10 @@ class OutOfRound(ProtocolError):
     """A message for an aggregation this node has already finished (stale, replayed or reordered)."""
 
 
-class EMFailed(ProtocolError):
-    """The network average of an aggregation is unusable (not finite, or the task fails on it,
-    e.g. the M-step)."""
+class EMFailed(ModelError):
+    """The network average of an aggregation is unusable: not finite, or the task fails on it
+    (a collapsed component, a singular covariance, a non-finite M-step).  A model error, not a
+    protocol violation: nobody in particular sent the average."""
 
 
 class Node:
@@ -166,6 +167,26 @@ class Node:
         members = self._members
         return waited if members is None else tuple(members[k] for k in waited)
 
+    # -- accountable stops: the running aggregation's declarations, in the ids messages use --
+
+    def proposal(self) -> tuple[int, int] | None:
+        """This node's own stop proposal ``(proposed_at, stop_round)``, once (see :meth:`Aggregation.proposal`)."""
+        return None if self.agg is None or self.done else self.agg.proposal()
+
+    def claimed_stop(self, msg: Message) -> int | None:
+        """The stop round ``msg`` announces (see :meth:`Aggregation.claimed_stop`)."""
+        return None if self.agg is None else self.agg.claimed_stop(msg)
+
+    def check_proposal(self, origin: int, proposed_at: int, stop: int) -> tuple[str, str] | None:
+        """Check node ``origin``'s stop proposal against this node's state (see :meth:`Aggregation.check_proposal`)."""
+        if self.agg is None or self.done:
+            return ("form", "this node runs no aggregation")
+        if self._index is not None:
+            if origin not in self._index:
+                return ("form", f"node {origin} dropped out")
+            origin = self._index[origin]
+        return self.agg.check_proposal(origin, proposed_at, stop)
+
     @property
     def round(self) -> int:
         """The protocol round of the running aggregation (0 when none runs)."""
@@ -180,6 +201,10 @@ class Node:
     @property
     def ready(self) -> bool:
         return not self.done and self.agg is not None and self.agg.ready
+
+    def may_wake(self) -> bool:
+        """Whether a deployment may wake the node now (see :meth:`Aggregation.may_wake`)."""
+        return not self.done and self.agg is not None and self.agg.may_wake()
 
     def waiting_for(self) -> str:
         """What the node is waiting for, for timeout messages."""
@@ -266,11 +291,10 @@ class Node:
             raise EMFailed(f"node {self.node_id}: the network average of EM iteration {it} is not finite")
         try:
             self.task.absorb(result)
-        except ModelError:  # a component collapsed: the model's problem, not a member's (a ValueError too)
-            raise
-        except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
-            # finite but absurd averages (a member lying about its statistics) can break the M-step
-            raise EMFailed(f"node {self.node_id}: EM iteration {it} failed on the network average ({exc})") from None
+        except (ProtocolError, ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
+            # a component that collapses, or finite but absurd averages (a member lying about
+            # its statistics): the task cannot use what the whole network computed
+            raise EMFailed(f"node {self.node_id}: EM iteration {it} failed on the network average: {exc}") from None
         if self.task.finished:
             self.agg = None
             return []

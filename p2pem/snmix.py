@@ -69,7 +69,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pem.errors import ProtocolError
+from p2pem.errors import ModelError, ProtocolError
 from p2pem.gmm import in_node_blocks, log_det_precision, logsumexp_in_order, precision_cholesky, quantise_columns, read_model_arrays, sum_in_order
 from p2pem.gmm import init_from_global_batch as gaussian_init_from_global
 from p2pem.gmm import init_statistics as gaussian_init_statistics
@@ -391,19 +391,19 @@ def batch_m_step(stats: FloatArray, locations: FloatArray, deltas: FloatArray, r
 
     Raises
     ------
-    ProtocolError
+    ModelError
         Non-finite statistics, or a component whose weight collapsed (naming it).
     """
     n, k, d = locations.shape
     s0, s1, s2, m0, m1, S, ll = unpack_statistics(stats, k, d)
     where = f" in EM iteration {iteration}" if iteration is not None else ""
     if not np.all(np.isfinite(stats)):
-        raise ProtocolError(f"non-finite sufficient statistics{where}")
+        raise ModelError(f"non-finite sufficient statistics{where}")
     total = sum_in_order([s0[:, j] for j in range(k)])
     small = (s0 <= (10 * np.finfo(float).eps) * total[:, None]) | (s2 <= 0)
     if np.any(small):
         node, j = (int(v[0]) for v in np.nonzero(small))
-        raise ProtocolError(
+        raise ModelError(
             f"skew-normal component {j} collapsed (weight {s0[node, j] / total[node]:.3g}){where}: "
             "decrease n_components, change the init or increase reg_covar"
         )

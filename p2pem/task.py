@@ -60,12 +60,18 @@ class Task(Protocol):
 
     def summary(self, part: int = 0) -> FloatArray:
         """The finished result of node ``part`` as one float64 vector: what nodes compare to
-        agree they ended with the same result (up to consensus error)."""
+        agree they ended with the same result (up to consensus error).  The last entry is
+        compared as a log-likelihood (relative to its magnitude, at least 1): a task without one
+        puts 0 there."""
         ...
 
     def summary_size(self) -> int:
         """Length of :meth:`summary` (public)."""
         ...
+
+    # optional: ``max_contribution_size() -> int``, the longest contribution of the whole run
+    # (public); a deployment refuses longer payloads before decoding them.  Without it, 64
+    # times the first contribution's length.
 
 
 T = TypeVar("T", bound=Task)

@@ -7,7 +7,21 @@ and prints wall time, protocol messages, payload bytes and what crossed the brok
 * ``simulate --engine messages``: the same Node state machines over an in-memory queue;
 * ``deploy``: ``p2pem deploy``'s launcher, 20 ``p2pem node`` processes, a Mosquitto started
   on a free loopback port with the kit's password file and ACL, every message authenticated
-  with one HMAC-SHA256 tag per receiver (per-edge keys) and every initial dual sealed per edge.
+  with one HMAC-SHA256 tag per receiver (per-edge keys) and every initial dual sealed per edge;
+* and, as a reference in the same run, the same kit's node runtimes in this one process over
+  the in-memory link (virtual time): the CPU per delivery of the runtime's own work (checks,
+  codec, protocol, EM) against a deployed delivery's, the rest being the MQTT client, the
+  event loop and 20 processes sharing the CPUs.
+
+Two more measurements on request:
+
+* ``--protocols``: every protocol of the scenario deployed in turn (pdmm-sp, secure-sum,
+  federated with its server process, dp-central, dp-distributed over secure-sum and over
+  pdmm-sp, asynchronous pdmm-sp), side by side with its simulation: protocol messages,
+  payload bytes, envelopes, wire bytes, deliveries and wall time over the 20 processes;
+* ``--baseline DIR``: the same pdmm-sp deployment run alternately with this tree's code and
+  with the code checked out in ``DIR`` (e.g. the main branch), ``--repeat`` times each, in the
+  same run, and the ratio of their wall times: what this tree's checks cost against that code.
 
 Usage::
 
@@ -15,6 +29,9 @@ Usage::
     .venv/bin/python sim/bench_deploy.py --max-iter 5          # a quicker look
     .venv/bin/python sim/bench_deploy.py --out /tmp/bench      # keep the kit, logs and result.json
     .venv/bin/python sim/bench_deploy.py --max-iter 5 --profile /tmp/prof   # cProfile every node process
+    .venv/bin/python sim/bench_deploy.py --protocols           # the per-protocol table
+    .venv/bin/python sim/bench_deploy.py --baseline /work/main --repeat 2   # the checks against main's code
+    .venv/bin/python sim/bench_deploy.py --protocols --json out.json        # the numbers as JSON too
 
 Not a test: the numbers depend on the machine (and on whatever else runs on it; the load
 average is printed next to them).  Needs ``mosquitto`` installed.
@@ -39,7 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-iter", type=int, help="override the scenario's em.max_iter (written to a copy of the file)")
     parser.add_argument("--out", help="keep the deployment folder here (default: a temporary folder)")
     parser.add_argument("--profile", metavar="DIR", help="run every node under cProfile and write DIR/node-<pid>.prof (slower)")
+    parser.add_argument("--protocols", action="store_true", help="deploy every protocol of the scenario and print the per-protocol table")
+    parser.add_argument("--baseline", metavar="DIR", help="a checkout of other code (e.g. main) to deploy alternately with this tree's, for the cost of the checks")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each code with --baseline (default 2)")
+    parser.add_argument("--json", metavar="FILE", help="also write the measured numbers as JSON")
     args = parser.parse_args(argv)
+    if args.protocols or args.baseline:
+        return _extra(args)
 
     from p2pem.deploy.broker import free_port
     from p2pem.deploy.kit import prepare_kit, start_kit_broker
@@ -155,8 +178,153 @@ def main(argv: list[str] | None = None) -> int:
         # number of CPUs is the wall time they occupy
         share = ((validate + control) / (os.cpu_count() or 1) + agree) / run["wall_s"]
         print(f"all three together: about {100 * share:.1f} % of the deployment's wall time on {os.cpu_count()} CPUs (goal < 5 %)")
+        mem_cpu, mem_deliveries = _in_memory_cpu(kit, Path(tmp) / "in-memory")
+        per_mem = 1e6 * mem_cpu / max(mem_deliveries, 1)
+        per_dep = 1e6 * (cpu - startup_cpu) / max(deliveries, 1)
+        print(
+            f"reference in the same run: the same kit's {kit.n_nodes} runtimes in one process over the in-memory link "
+            f"(no MQTT, no processes) take {mem_cpu:.1f} CPU s for {mem_deliveries} deliveries, {per_mem:.0f} us each: the runtime's "
+            f"own work (checks, codec, protocol, EM) is {100 * per_mem / per_dep:.0f} % of a deployed delivery's {per_dep:.0f} us; "
+            "the rest is the MQTT client, the event loop and the processes sharing the CPUs"
+        )
         if args.out:
             print(f"kit, logs and result.json in {out}")
+    return 0
+
+
+def _in_memory_cpu(kit, out: Path) -> tuple[float, int]:
+    """CPU seconds and deliveries of every party of ``kit`` run in this process, in virtual time,
+    over :class:`~p2pem.deploy.transports.memory.MemoryBroker` (the runtime without MQTT)."""
+    import asyncio
+    from dataclasses import replace
+
+    from p2pem.deploy.bootstrap import peers_for
+    from p2pem.deploy.clock import run_virtual
+    from p2pem.deploy.config import NodeConfig
+    from p2pem.deploy.process import run_reported
+    from p2pem.deploy.roster import Roster
+    from p2pem.deploy.runtime import NodeRuntime
+    from p2pem.deploy.server import ServerRuntime
+    from p2pem.deploy.transports.base import subscriptions_for
+    from p2pem.deploy.transports.memory import MemoryBroker
+    from p2pem.messages import SERVER
+
+    out.mkdir(parents=True)
+    roster = Roster.load(kit.roster_path)
+    broker = MemoryBroker()
+    launch = os.urandom(16)
+    t0 = time.process_time()
+    runtimes = []
+    for i in kit.parties:
+        config = replace(NodeConfig.load(kit.config_path(i)), result=out / f"result{i}.json")
+        link = broker.link(subscriptions_for(roster.run_id, i, peers_for(roster, i)), name=f"node{i}")
+        runtimes.append((ServerRuntime if i == SERVER else NodeRuntime)(config, link=link, launch=launch))
+
+    async def everyone() -> list[int]:
+        return await asyncio.gather(*(run_reported(rt) for rt in runtimes))
+
+    import logging
+
+    quiet = logging.getLogger("p2pem")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # the seeded kit's warning, once per node, was printed by the deployment already
+    try:
+        codes = run_virtual(everyone())
+    finally:
+        quiet.setLevel(level)
+    cpu = time.process_time() - t0
+    if any(codes):
+        raise SystemExit(f"the in-memory reference run failed (exit codes {codes})")
+    import json
+
+    deliveries = sum(json.loads((out / f"result{i}.json").read_text())["wire"]["received"] for i in kit.parties)
+    return cpu, deliveries
+
+
+def _scenario_copy(args, tmp: Path) -> Path:
+    """The scenario, with ``--max-iter`` applied, as a file in ``tmp`` (data paths absolute)."""
+    import re
+
+    path = Path(args.scenario).resolve()
+    text = path.read_text().replace('"../data/', f'"{path.parent.parent}/data/')
+    if args.max_iter is not None:
+        text = re.sub(r"(?m)^max_iter = \d+", f"max_iter = {args.max_iter}", text, count=1)
+    out = tmp / path.name
+    out.write_text(text)
+    return out
+
+
+def _deploy_cli(scenario: Path, out: Path, protocol: str, pythonpath: str | None = None) -> dict:
+    """``p2pem deploy`` as its own process (with ``pythonpath`` first on the path); its result.json."""
+    import json
+    import subprocess
+
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "p2pem", "deploy", str(scenario), "--out", str(out), "-q", "--insecure-reproducible-seed", "--protocol", protocol]
+    t0 = time.perf_counter()
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if run.returncode != 0:
+        raise SystemExit(f"deploy --protocol {protocol} failed: {run.stderr.strip().splitlines()[-1] if run.stderr.strip() else run.returncode}")
+    doc = json.loads((out / "result.json").read_text())
+    doc["launcher_wall_s"] = wall
+    return doc
+
+
+def _extra(args) -> int:
+    """--protocols and --baseline (module docstring)."""
+    import json
+    import statistics
+
+    from _common import print_table
+
+    from p2pem.builders import build_graph, build_protocols, em_settings, load_data
+    from p2pem.scenario import load_scenario
+    from p2pem.simulate import run_protocol
+
+    report: dict = {"format": "p2pem-bench-deploy", "version": 1, "cpus": os.cpu_count(), "load_before": os.getloadavg()[0]}
+    with tempfile.TemporaryDirectory(prefix="p2pem-bench-") as tmp:
+        scenario_path = _scenario_copy(args, Path(tmp))
+        scenario = load_scenario(scenario_path)
+        n = scenario.graph.n_nodes
+        if args.protocols:
+            rows, table = [], []
+            specs = build_protocols(scenario)
+            for k, spec in enumerate(specs, 1):
+                sim = run_protocol(load_data(scenario), build_graph(scenario), spec, em_settings(scenario), seed=scenario.streams()["protocol"])
+                print(f"  deploying {k}/{len(specs)}: {getattr(spec, 'label', spec.name)} ...", file=sys.stderr)
+                doc = _deploy_cli(scenario_path, Path(tmp) / f"p{k}", str(k))
+                run, dep = doc["protocols"][0], doc["deployment"]
+                entry = {
+                    "protocol": run["protocol"], "processes": n + (1 if "server" in dep else 0), "em_iterations": run["n_iter"],
+                    "messages": run["messages"], "payload_bytes": run["bytes"], "simulated_messages": sim.messages,
+                    "envelopes": dep["envelopes_published"], "wire_bytes": dep["wire_bytes"], "deliveries": dep["deliveries"],
+                    "control_messages": dep["control_messages"], "wall_s": dep["wall_s"], "run_s": dep["run_s"], "node_cpu_s": dep["node_cpu_s"],
+                }
+                table.append(entry)
+                rows.append([entry["protocol"], entry["processes"], entry["messages"], f"{entry['payload_bytes'] / 1e6:.2f}", entry["envelopes"],
+                             f"{entry['wire_bytes'] / 1e6:.2f}", entry["deliveries"], f"{entry['wall_s']:.1f}", f"{entry['run_s']:.1f}"])
+            print(f"\n{scenario.name}: every protocol deployed, {n} nodes, {scenario.em.max_iter} EM iterations, {os.cpu_count()} CPUs")
+            print_table(["protocol", "processes", "messages", "payload MB", "envelopes", "wire MB", "deliveries", "wall s", "consensus s"], rows)
+            report["protocols"] = table
+        if args.baseline:
+            walls: dict[str, list[float]] = {"this tree": [], "baseline": []}
+            cpus: dict[str, list[float]] = {"this tree": [], "baseline": []}
+            for r in range(args.repeat):
+                for name, path in (("this tree", None), ("baseline", str(Path(args.baseline).resolve()))):
+                    doc = _deploy_cli(scenario_path, Path(tmp) / f"b{r}-{name.replace(' ', '')}", "pdmm-sp", path)
+                    walls[name].append(doc["deployment"]["wall_s"])
+                    cpus[name].append(doc["deployment"]["node_cpu_s"])
+            this, base = statistics.median(walls["this tree"]), statistics.median(walls["baseline"])
+            print(f"\npdmm-sp deployment, median of {args.repeat} alternating runs each: this tree {this:.2f} s, {args.baseline} {base:.2f} s "
+                  f"(ratio {this / base:.3f}, i.e. {100 * (this / base - 1):+.1f} % wall time); node CPU {statistics.median(cpus['this tree']):.1f} s "
+                  f"against {statistics.median(cpus['baseline']):.1f} s")
+            report["baseline"] = {"dir": args.baseline, "walls": walls, "node_cpu_s": cpus, "ratio": this / base}
+        report["load_after"] = os.getloadavg()[0]
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
     return 0
 
 

@@ -175,11 +175,11 @@ def test_graph_problems_name_the_file_and_key(tmp_path: Path, capsys) -> None:
     assert f"{tree}: 'protocols[0]' (pdmm-sp) on 'graph.edges': the graph has no cycle" in err and "\n" not in err, err
 
 
-def test_a_collapsed_model_is_a_data_problem_not_a_protocol_one(tmp_path: Path, capsys) -> None:
+def test_a_collapsed_model_is_a_model_problem_not_a_protocol_one(tmp_path: Path, capsys) -> None:
     rows = tmp_path / "rows.csv"
     rows.write_text("a,b\n" + "1,2\n" * 6 + "3,4\n" * 6)  # b = a + 1: a singular covariance
     text = SMALL.replace('source = "synthetic"\nn_samples = 60', f'source = "csv"\npath = "{rows}"').replace("max_iter = 3", "max_iter = 3\nreg_covar = 0.0")
-    assert main(["simulate", str(_small(tmp_path, text)), "--out", str(tmp_path / "out"), "-q"]) == 3
+    assert main(["simulate", str(_small(tmp_path, text)), "--out", str(tmp_path / "out"), "-q"]) == 6
     err = capsys.readouterr().err.strip()
     assert "singular" in err and "\n" not in err
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import subprocess
@@ -119,7 +120,7 @@ def test_roster_rejects_inconsistent_topologies(tmp_path):
     assert "give 3" in _edit_roster(tmp_path, "diameter = 3", "diameter = 4")
     assert "unknown key 'topology.radius'" in _edit_roster(tmp_path, "diameter = 3", "diameter = 3\nradius = 0.3")
     assert "invalid run id" in _edit_roster(tmp_path, 'run_id = "run-1"', 'run_id = "a/b"')
-    assert "cannot be deployed" in _edit_roster(tmp_path, 'mode = "sync"', 'mode = "async"')
+    assert "insecure" in _edit_roster(tmp_path, "encrypt_duals = true", "encrypt_duals = false")
     assert "lists itself" in _edit_roster(tmp_path, _array("neighbours", 1, 3, 5), _array("neighbours", 0, 1, 3, 5))
 
 
@@ -140,18 +141,19 @@ def test_roster_rejects_shared_keys(tmp_path):
 @pytest.mark.parametrize(
     ("name", "params", "expected"),
     [
-        ("pdmm-sp", {"mode": "async"}, "mode = 'async' cannot be deployed"),
         ("pdmm-sp", {"encrypt_duals": False}, "insecure"),
-        ("federated", {}, "'federated' cannot be deployed"),
-        ("secure-sum", {}, "'secure-sum' cannot be deployed"),
+        ("dp-distributed", {"aggregation": "pdmm-sp"}, "dp-distributed needs a public 'bound'"),
+        ("dp-central", {}, "dp-central needs a public 'bound'"),
         ("centralized", {}, "'centralized' cannot be deployed"),
     ],
 )
-def test_only_synchronous_encrypted_pdmm_sp_is_deployable(name, params, expected):
+def test_every_protocol_but_centralized_is_deployable(name, params, expected):
     with pytest.raises(ConfigError, match=expected) as info:
         check_deployable(make_protocol(name, params))
     assert "\n" not in str(info.value)
-    check_deployable(make_protocol("pdmm-sp", {"mode": "sync"}))
+    for name, params in [("pdmm-sp", {"mode": "sync"}), ("pdmm-sp", {"mode": "async"}), ("secure-sum", {}), ("federated", {}),
+                         ("dp-central", {"bound": 5.0}), ("dp-distributed", {"bound": 5.0, "aggregation": "pdmm-sp"})]:
+        check_deployable(make_protocol(name, params))
 
 
 # ------------------------------------------------------------------------- node config
@@ -235,7 +237,8 @@ def test_toml_writer_round_trips():
 
 def test_parkinsons_20_scenario_and_deploy_table(tmp_path):
     scenario = load_scenario(SCENARIO)
-    assert scenario.graph.n_nodes == 20 and [p.name for p in scenario.protocols] == ["pdmm-sp"]
+    assert scenario.graph.n_nodes == 20 and [p.name for p in scenario.protocols] == [
+        "pdmm-sp", "secure-sum", "federated", "dp-central", "dp-distributed", "dp-distributed", "pdmm-sp"]
     assert scenario.em.max_iter == 30
     assert Timeouts.from_mapping(scenario.deploy).timeout == 20.0
     text = SCENARIO.read_text().replace("../data", str(ROOT / "data"))
@@ -296,6 +299,34 @@ def test_keys_new_show_and_roster(tmp_path, capsys):
     assert "no public key for node(s) 3" in capsys.readouterr().err
 
 
+def test_keys_roster_warns_about_cut_vertices_and_lonely_nodes(tmp_path, caplog):
+    """A roster whose graph a single member could split (a cut vertex) or whose node has one
+    neighbour (it learns that node's statistics) is written, with a warning saying why (logged:
+    the CLI's logging prints it on stderr)."""
+    pubs = tmp_path / "pubs"
+    pubs.mkdir()
+    for i in range(5):
+        assert main(["keys", "new", "--out", str(pubs / f"node{i}.key"), "--node-id", str(i)]) == 0
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(
+        'seed = 3\n[data]\nsource = "synthetic"\nn_samples = 40\n[graph]\nkind = "edges"\n'
+        "edges = [[0, 1], [1, 2], [2, 0], [2, 3], [3, 4], [4, 2]]\n[em]\nn_components = 2\nmax_iter = 4\n"
+        '[[protocols]]\nname = "pdmm-sp"\n'
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="p2pem.deploy"):
+        assert main(["keys", "roster", str(scenario), "--public", str(pubs), "--out", str(tmp_path / "r.toml")]) == 0
+    err = caplog.text
+    assert (tmp_path / "r.toml").is_file()
+    assert "node 2 is a cut vertex: every path between the parts {0, 1}; {3, 4} passes it" in err
+    from p2pem.deploy.cuts import cut_warnings
+
+    lonely = cut_warnings(((1,), (0, 2, 3), (1, 3), (1, 2)))
+    assert any("node 0 has a single neighbour (node 1)" in w for w in lonely)
+    assert any("node 1 is a cut vertex" in w for w in lonely)
+    assert cut_warnings(((1, 2), (0, 2), (0, 1))) == []
+
+
 def test_assemble_roster_names_the_public_file_at_fault(tmp_path):
     from p2pem.deploy.keys import public_toml
     from p2pem.deploy.assemble import assemble_roster
@@ -338,15 +369,15 @@ def test_assemble_roster_names_the_public_file_at_fault(tmp_path):
 
 
 def test_deploy_refuses_undeployable_protocols_in_one_line(tmp_path):
-    text = SCENARIO.read_text().replace("../data", str(ROOT / "data")).replace('name = "pdmm-sp"', 'name = "federated"')
-    text = text.replace("mode = \"sync\"", "")
-    path = tmp_path / "fed.toml"
+    text = SCENARIO.read_text().replace("../data", str(ROOT / "data")).replace('name = "pdmm-sp"', 'name = "centralized"', 1)
+    text = text.replace("mode = \"sync\"", "", 1)
+    path = tmp_path / "central.toml"
     path.write_text(text)
     result = subprocess.run(
         [sys.executable, "-m", "p2pem", "deploy", str(path), "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "'federated' cannot be deployed" in result.stderr
+    assert result.stderr.count("\n") == 1 and "'centralized' cannot be deployed" in result.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -381,7 +412,7 @@ def test_every_deploy_key_reaches_the_node_configs(tmp_path):
     kit = prepare_kit(scenario, tmp_path / "kit", broker=("127.0.0.1", 1883), timeouts=timeouts)
     config = NodeConfig.load(kit.config_path(5))
     assert config.timeouts == Timeouts(timeout=12.0, startup_timeout=60.0, heartbeat=1.0, reconnect_timeout=33.0)
-    assert config.on_dropout == "continue" and config.seed is None and not kit.seeded
+    assert Roster.load(kit.roster_path).on_dropout == "continue" and config.seed is None and not kit.seeded  # the run's, in the roster
     roster = Roster.load(kit.roster_path)
     assert roster.n_features == 2
     seeded = prepare_kit(scenario, tmp_path / "seeded", broker=("127.0.0.1", 1883), seeded=True)

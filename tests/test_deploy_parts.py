@@ -14,12 +14,17 @@ from p2pem.deploy.bootstrap import CONNECT_PAUSE, Handshake, connect
 from p2pem.deploy.clock import VirtualTimeLoop, loop_clock, run_virtual
 from p2pem.deploy.codec import Codec
 from p2pem.deploy.config import Timeouts
-from p2pem.deploy.control import AGREEMENT_RTOL, Agreement, Signer, abort_message, plausible_receivers
+from p2pem.deploy.agreement import Agreement
+from p2pem.deploy.control import FINAL_PHASE, Signer, abort_message, implausible, make_abort, parse_abort, plausible_receivers
+from p2pem.deploy.cuts import separates
+from p2pem.deploy.eviction import Eviction
+from p2pem.deploy.limits import LogLimiter, TokenBucket
+from p2pem.deploy.stops import Stops
 from p2pem.deploy.crypto import Identity
 from p2pem.deploy.failures import NodeFailure, Reason, describe_abort
 from p2pem.deploy.transports.base import AccessRefused, Incoming, topic_for
-from p2pem.deploy.watchdog import Watchdog
-from p2pem.errors import ConfigError, ProtocolError, TransportError
+from p2pem.deploy.watchdog import FINAL, RUNNING, Status, Watchdog
+from p2pem.errors import ConfigError, ModelError, ProtocolError, TransportError
 from p2pem.messages import Message
 from p2pem.protocols.base import NodeContext, ProtocolViolation, Topology
 from p2pem.protocols.pdmm import PdmmSP
@@ -106,16 +111,32 @@ def test_admission_convicts_only_the_authenticated_sender(codecs):
 
 
 def test_admission_window_comes_before_the_replay_guard(codecs):
-    """A message two EM iterations ahead is refused without a trace in the guard, so a member
-    cannot fill it, and the same message is admitted once the node gets there."""
+    """A message two EM iterations ahead convicts its sender without a trace in the guard (no
+    honest neighbour gets there before this node), one two behind is ignored without a trace (a
+    replay, or a straggler), and the iteration window holds the guard to three iterations."""
     admission = Admission(RUN, codecs[1], 1)
     nbrs = frozenset({0, 2})
-    ahead = wire(codecs, primal(0, 3))
-    for _ in range(2):
-        verdict = admission.admit(ahead, nbrs, 1)
-        assert isinstance(verdict, Rejected) and verdict.reason == "OutOfRound"
+    ahead = admission.admit(wire(codecs, primal(0, 3)), nbrs, 1)
+    assert isinstance(ahead, Convicted) and ahead.culprit == 0 and "check 'window'" in ahead.detail
+    behind = admission.admit(wire(codecs, primal(0, 3)), nbrs, 5)
+    assert behind == Ignored("stale", behind.msg) and behind.msg is not None
     assert len(admission.guard) == 0
-    assert isinstance(admission.admit(ahead, nbrs, 2), Admitted)
+    assert isinstance(admission.admit(wire(codecs, primal(0, 2)), nbrs, 1), Admitted)
+    far = [admission.admit(wire(codecs, primal(0, 10**6 + k)), nbrs, 1) for k in range(100)]
+    assert all(isinstance(v, Convicted) for v in far) and len(admission.guard) == 1
+
+
+def test_admission_checks_the_payload_length_from_the_header_before_decoding(codecs, monkeypatch):
+    """A payload longer than any message of the run convicts its sender before it is opened."""
+    admission = Admission(RUN, codecs[1], 1, max_entries=3, max_fields=8)
+    nbrs = frozenset({0, 2})
+    opened = []
+    monkeypatch.setattr(codecs[1], "open", lambda env: opened.append(env) or None)
+    big = Message(0, NEIGHBOURS[0], 0, 1, "primal", np.zeros(4), False, (0, 0))
+    verdict = admission.admit(wire(codecs, big), nbrs, 0)
+    assert isinstance(verdict, Convicted) and verdict.culprit == 0 and "4 payload entries" in verdict.detail and not opened
+    wide = Message(0, NEIGHBOURS[0], CONTROL, 1, "hello", (1, 2), False, tuple(range(9)))
+    assert isinstance(admission.admit(wire(codecs, wide), nbrs, 0), Convicted) and not opened
 
 
 # ----------------------------------------------------------------------------- watchdog
@@ -154,15 +175,17 @@ def test_watchdog_stall_limit_is_longer_until_the_first_aggregation_finished():
 # ----------------------------------------------------------------------------- handshake
 
 
-def hello(sender: int, seq: int, epoch: int = 0, digests=(11, 22)) -> Message:
-    return Message(sender, NEIGHBOURS[sender], CONTROL, seq, "hello", digests, False, (epoch,))
+def hello(sender: int, seq: int, epoch: int = 0, digests=(11, 22), status=(1, 3, 7, 0)) -> Message:
+    return Message(sender, NEIGHBOURS[sender], CONTROL, seq, "hello", digests, False, (epoch, *status))
 
 
 def test_handshake_starts_when_every_neighbour_was_heard_and_repairs_reconnections():
     hs = Handshake(1, (11).to_bytes(32, "big"), 22)
-    mine = hs.hello((0, 2), epoch=0)
-    assert mine.meta == (0,) and mine.payload == (11, 22) and mine.round == 1 and hs.hello((0, 2), 0).round == 2
-    assert hs.receive(hello(0, 1), True, (0, 2), started=False) and hs.hello_due and not hs.start_due
+    mine = hs.hello((0, 2), epoch=0, status=(1, 4, 2, 0, 2))
+    assert mine.meta == (0, 1, 4, 2, 0, 2) and mine.payload == (11, 22) and mine.round == 1 and hs.hello((0, 2), 0).round == 2
+    status = hs.receive(hello(0, 1), True, (0, 2), started=False, now=5.0)
+    assert status == Status(RUNNING, 3, 7, frozenset({0}), 5.0)
+    assert hs.hello_due and not hs.start_due
     assert hs.missing((0, 2)) == [2]
     assert hs.receive(hello(2, 1), True, (0, 2), started=False) and hs.start_due
     assert not hs.receive(hello(2, 1), True, (0, 2), started=True)  # a replayed sequence number
@@ -183,6 +206,29 @@ def test_handshake_refuses_another_roster_or_other_step_parameters_naming_the_ne
         hs.receive(Message(0, (1, 2, 3), CONTROL, 0, "hello", (11, 22), False, (0,)), True, (0, 2), started=False)
     with pytest.raises(ProtocolViolation, match="are not the sender's neighbours"):
         hs.receive(hello(0, 1), False, (0, 2), started=False)
+    strict = Handshake(1, (11).to_bytes(32, "big"), 22, peers_of=lambda j: NEIGHBOURS[j])
+    with pytest.raises(ProtocolViolation, match=r"waits for nodes \[1, 2\], which are not all its neighbours"):
+        strict.receive(hello(3, 1, status=(1, 0, 0, 1, 2)), True, (0, 2), started=False)
+
+
+def test_hellos_beyond_the_rate_an_honest_node_sends_convict_the_flooder():
+    hs = Handshake(1, (11).to_bytes(32, "big"), 22, tick=0.2)
+    for seq in range(1, 31):  # a burst: answers to every neighbour, a reconnection
+        hs.receive(hello(0, seq), True, (0, 2), started=True, now=0.0)
+    with pytest.raises(ProtocolViolation, match="check 'rate'.*a flood"):
+        hs.receive(hello(0, 31), True, (0, 2), started=True, now=0.0)
+    hs2 = Handshake(1, (11).to_bytes(32, "big"), 22, tick=0.2)
+    for seq in range(1, 1000):  # one per tick for a long time is fine
+        hs2.receive(hello(0, seq), True, (0, 2), started=True, now=0.2 * seq)
+
+
+def test_token_bucket_and_log_limiter():
+    bucket = TokenBucket(capacity=3, rate=2.0)
+    assert [bucket.take(0.0) for _ in range(4)] == [True, True, True, False]
+    assert bucket.take(0.5) and not bucket.take(0.5)
+    logs = LogLimiter(first=2)
+    allowed = [logs.allow(("x",)) for _ in range(100)]
+    assert sum(allowed) == 2 + 5 and allowed[:2] == [True, True] and logs.count(("x",)) == 100  # 1, 2, 4, ..., 64
 
 
 def test_startup_timeout_names_the_neighbours_never_heard():
@@ -233,32 +279,173 @@ def test_connect_gives_up_at_once_when_the_broker_refuses_the_credentials():
 # ----------------------------------------------------------------------------- signed statements
 
 
-def test_abort_is_verified_against_its_origin_and_launch(keys):
-    signers = {i: Signer(keys[i], [k.public for k in keys.values()], RUN, LAUNCH, NEIGHBOURS) for i in keys}
-    msg = signers[0].abort(0, NEIGHBOURS[0], Reason.CANNOT_CONTINUE, 3, 7, (2,))
-    assert msg.meta == (int(Reason.SILENT), 3, 7, 0, 2)  # told as the wire reason
-    relayed = abort_message(2, NEIGHBOURS[2], msg.meta, msg.payload)  # node 2 relays it unchanged
-    meta, signature = signers[1].verify_abort(relayed)
-    assert meta == msg.meta and signature == msg.payload
-    framed = abort_message(2, NEIGHBOURS[2], (int(Reason.SILENT), 3, 7, 0, 1), msg.payload)
+@pytest.fixture(scope="module")
+def signers(keys) -> dict[int, Signer]:
+    return {i: Signer(keys[i], {j: k.public for j, k in keys.items()}, RUN, LAUNCH) for i in keys}
+
+
+def peers(j: int) -> tuple[int, ...]:
+    return NEIGHBOURS[j]
+
+
+def test_abort_is_verified_against_its_origin_and_launch(signers, keys):
+    abort = make_abort(signers[0], Reason.SILENT, 3, 7, 0, (2,))
+    msg = abort_message(0, NEIGHBOURS[0], abort)
+    assert msg.meta == (int(Reason.SILENT), 3, 7, 0, 1, 2) and msg.round == 0
+    relayed = abort_message(2, NEIGHBOURS[2], parse_abort(msg, 4))  # node 2 relays it unchanged
+    assert parse_abort(relayed, 4) == abort
+    signers[1].check(relayed, "abort", 0, abort.fields(), abort.signature)
+    framed = abort_message(2, NEIGHBOURS[2], make_abort(signers[2], Reason.SILENT, 3, 7, 0, (1,)))  # node 2 signs as node 0
     with pytest.raises(ProtocolViolation) as info:
-        signers[1].verify_abort(framed)
+        forged = parse_abort(framed, 4)
+        signers[1].check(framed, "abort", forged.origin, forged.fields(), forged.signature)
     assert info.value.sender == 2 and "abort in the name of node 0 is not signed by node 0 (forged)" in str(info.value)
-    other_launch = Signer(keys[1], [k.public for k in keys.values()], RUN, b"\x08" * 16, NEIGHBOURS)
+    other_launch = Signer(keys[1], {j: k.public for j, k in keys.items()}, RUN, b"\x08" * 16)
     with pytest.raises(ProtocolViolation, match="forged"):
-        other_launch.verify_abort(relayed)
+        other_launch.check(relayed, "abort", 0, abort.fields(), abort.signature)
     with pytest.raises(ProtocolViolation, match="is not \\(reason, iteration"):
-        signers[1].verify_abort(abort_message(2, NEIGHBOURS[2], (104, 3, 7, 0), msg.payload))  # a local-only reason
+        parse_abort(Message(2, NEIGHBOURS[2], CONTROL, 0, "abort", (1, 2), False, (104, 3, 7, 0, 0)), 4)  # a local-only reason
+    assert make_abort(signers[0], Reason.CANNOT_CONTINUE, 3, 7, 0, (2,)).reason == Reason.DROPPED_OUT  # told as the wire reason
 
 
-def test_drop_must_come_from_a_neighbour_of_the_dropped_node(keys):
-    signer = Signer(keys[0], [k.public for k in keys.values()], RUN, LAUNCH, NEIGHBOURS)
-    msg, signature = signer.drop(0, NEIGHBOURS[0], (1, 2, 0), None)
-    assert signer.verify_drop(msg) == ((1, 2, 0), signature)
-    far = Signer(keys[1], [k.public for k in keys.values()], RUN, LAUNCH, NEIGHBOURS)
-    msg, _ = far.drop(1, NEIGHBOURS[1], (3, 2, 1), None)  # nodes 1 and 3 are not neighbours
-    with pytest.raises(ProtocolViolation, match="node 1 cannot see node 3 fall silent"):
-        signer.verify_drop(msg)
+def test_a_flooded_statement_is_verified_once_and_a_forgery_of_it_still_fails(keys, monkeypatch):
+    """A signed statement reaches a node once per neighbour; the second copy of the same bytes
+    skips the Ed25519 check, while another signature over the same fields is still checked."""
+    signer = Signer(keys[1], {j: k.public for j, k in keys.items()}, RUN, LAUNCH)
+    abort = make_abort(Signer(keys[0], {j: k.public for j, k in keys.items()}, RUN, LAUNCH), Reason.SILENT, 3, 7, 0, (2,))
+    msg = abort_message(0, NEIGHBOURS[0], abort)
+    calls = []
+    original = type(keys[0].public).verify
+    monkeypatch.setattr(type(keys[0].public), "verify", lambda self, *a: calls.append(1) or original(self, *a))
+    for _ in range(3):
+        signer.check(msg, "abort", 0, abort.fields(), abort.signature)
+    assert len(calls) == 1
+    bent = (abort.signature[0], abort.signature[1] ^ 1)
+    with pytest.raises(ProtocolViolation, match="forged"):
+        signer.check(msg, "abort", 0, abort.fields(), bent)
+    with pytest.raises(ProtocolViolation, match="forged"):  # the same signature under other fields
+        signer.check(msg, "abort", 0, (*abort.fields()[:-1], abort.fields()[-1] + 1), abort.signature)
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize(
+    "reason, round_, culprits, evidence, why",
+    [
+        (Reason.SILENT, 5, (2,), (), None),
+        (Reason.VIOLATION, 5, (1,), (), "cannot have watched node(s) 1"),  # node 3's neighbours are 0 and 2
+        (Reason.DISAGREE, FINAL_PHASE, (2,), (), None),
+        (Reason.DISAGREE, 5, (2,), (), "only be found in the final phase"),
+        (Reason.DISAGREE, FINAL_PHASE, (0, 2), (), "exactly one neighbour"),
+        (Reason.INTERRUPTED, 5, (1,), (), "names nobody"),
+        (Reason.MODEL, 5, (), (), None),
+        (Reason.SILENT, 5, (), (), "it names nobody"),
+        (Reason.STOP, 5, (1,), (0, 3, 8), None),  # a stop's origin may be anywhere
+        (Reason.SPLIT, FINAL_PHASE, (0,), (1,), "does not separate"),  # 3 reaches 1 by 2
+    ],
+)
+def test_an_abort_no_honest_origin_signs_is_implausible(signers, reason, round_, culprits, evidence, why):
+    origin = 3
+    abort = make_abort(signers[origin], reason, 4, round_, origin, culprits, evidence, (5, 6) if reason == Reason.STOP else ())
+    found = implausible(abort, peers, 4, lambda v, a, b: separates(NEIGHBOURS, v, a, b))
+    assert (found is None) if why is None else (why in found), found
+    assert implausible(abort, peers, 9, lambda v, a, b: False) is not None  # signed 5 EM iterations away
+
+
+def test_eviction_needs_two_witnesses_and_convicts_a_vote_no_honest_node_casts(signers):
+    """Node 0 has three neighbours (two votes drop it), node 1 two (both)."""
+    ev = {i: Eviction(i, NEIGHBOURS, "continue", signers[i]) for i in range(4)}
+    assert ev[2].threshold(0) == 2 and ev[2].threshold(1) == 2 and ev[2].threshold(3) == 2
+    ev[1].vote(0, 4)
+    msg = ev[1].message(1, NEIGHBOURS[1], 0, 4, 1)
+    assert ev[2].receive(msg, 4) == (0, 4, 1) and not ev[2].decided(0, 4)
+    assert ev[2].receive(msg, 4) is None  # relayed again by someone: nothing new
+    ev[3].vote(0, 4)
+    assert ev[2].receive(ev[3].message(3, NEIGHBOURS[3], 0, 4, 3), 4) == (0, 4, 3) and ev[2].decided(0, 4)
+    assert ev[2].witnesses(0, 4) == (1, 3)
+    # node 3 is no neighbour of node 1; a stop run; an iteration outside the window
+    far = Eviction(3, NEIGHBOURS, "continue", signers[3])
+    far.votes[(1, 4)] = {3: signers[3].sign("drop", (1, 4, 3))}
+    with pytest.raises(ProtocolViolation, match="node 3 cannot see node 1 fall silent"):
+        ev[2].receive(far.message(3, NEIGHBOURS[3], 1, 4, 3), 4)
+    with pytest.raises(ProtocolViolation, match="on_dropout = 'stop'"):
+        Eviction(2, NEIGHBOURS, "stop", signers[2]).receive(msg, 4)
+    with pytest.raises(ProtocolViolation, match="a vote for EM iteration 4, this node is in EM iteration 2"):
+        Eviction(2, NEIGHBOURS, "continue", signers[2]).receive(msg, 2)
+    assert Eviction(2, NEIGHBOURS, "continue", signers[2]).receive(msg, 6) is None  # relayed late: the run went on
+    forged = Message(1, NEIGHBOURS[1], CONTROL, 0 * 4 + 2, "drop", msg.payload, False, (0, 4, 2))  # node 1's signature as node 2's
+    with pytest.raises(ProtocolViolation, match="not signed by node 2"):
+        ev[3].receive(forged, 4)
+
+
+def test_stop_proposals_are_signed_relayed_when_they_lower_the_stop_round_and_back_announcements(signers):
+    stops = {i: Stops(i, 4, signers[i]) for i in range(4)}
+    stops[0].own(2, 0, 9, 11)
+    msg = stops[0].message(0, NEIGHBOURS[0], 2, 0, 0)
+    fields = stops[1].parse(msg)
+    assert fields == (2, 0, 0, 9, 11)
+    assert stops[1].record(*fields, msg.payload) and stops[1].backed(2, 0, 11) and not stops[1].backed(2, 1, 11)
+    stops[2].own(2, 0, 10, 12)
+    later = stops[2].message(2, NEIGHBOURS[2], 2, 0, 2)
+    assert not stops[1].record(*stops[1].parse(later), later.payload)  # 12 > 11: never announced, not relayed
+    assert stops[1].origin_of(2, 0, 11) == (0, (9, 11, tuple(msg.payload)))
+    tampered = Message(0, NEIGHBOURS[0], CONTROL, 0, "stop", msg.payload, False, (2, 0, 0, 8, 10))
+    with pytest.raises(ProtocolViolation, match="not signed by node 0"):
+        stops[1].parse(tampered)
+    stops[1].forget_before(3)
+    assert not stops[1].backed(2, 0, 11)
+
+
+# ----------------------------------------------------------------------------- watchdog: slowness
+
+
+def test_watchdog_names_a_neighbour_that_holds_its_messages_back():
+    """Its heartbeats keep it from looking silent, but they say it waits for nobody."""
+    dog = Watchdog(5, Timeouts(timeout=10.0, startup_timeout=30.0, heartbeat=1.0))
+    dog.restart((1, 2), now=0.0)
+    dog.check([1], 0.0, "here", first_done=True)  # node 1's message awaited from now
+    for t in range(1, 11):
+        dog.reported(1, Status(RUNNING, 3, 4, frozenset(), float(t)))  # alive, waiting for nobody
+        dog.check([1], float(t), "here", first_done=True)
+    dog.reported(1, Status(RUNNING, 3, 4, frozenset(), 10.5))
+    with pytest.raises(NodeFailure) as info:
+        dog.check([1], 10.5, "here", first_done=True)
+    assert info.value.reason == Reason.SLOW and info.value.culprits == (1,) and "waits for nobody" in str(info.value)
+    # one that waits for someone else is blocked, not slow: the stall limit names it
+    other = Watchdog(5, Timeouts(timeout=10.0, startup_timeout=30.0, heartbeat=1.0))
+    other.restart((1,), now=0.0)
+    other.check([1], 0.0, "here", first_done=True)
+    for t in range(1, 30):
+        other.reported(1, Status(RUNNING, 3, 4, frozenset({7}), float(t)))
+        other.check([1], float(t), "here", first_done=True)
+    # ... and one whose heartbeats say it finished EM is slow at once after the timeout
+    done = Watchdog(5, Timeouts(timeout=10.0, startup_timeout=30.0, heartbeat=1.0))
+    done.check([1], 0.0, "here", first_done=True)
+    done.reported(1, Status(FINAL, 3, 0, frozenset({5}), 10.5))
+    with pytest.raises(NodeFailure, match="it finished EM"):
+        done.check([1], 10.5, "here", first_done=True)
+
+
+def test_watchdog_names_a_neighbour_that_claims_to_miss_what_it_was_sent():
+    dog = Watchdog(5, Timeouts(timeout=10.0, startup_timeout=30.0, heartbeat=1.0))
+    sent = {1: (3, 4)}  # this node published round 4 of EM iteration 3 to node 1
+    republished = []
+    for t in range(0, 21):
+        dog.reported(1, Status(RUNNING, 3, 4, frozenset({5}), float(t)))
+        republished.append(dog.claims(sent, float(t), "here"))
+    assert republished.count(True) == 1 and republished.index(True) == 11  # re-sent once, after the timeout
+    dog.reported(1, Status(RUNNING, 3, 4, frozenset({5}), 20.5))
+    with pytest.raises(NodeFailure) as info:
+        dog.claims(sent, 20.5, "here")
+    assert info.value.reason == Reason.SLOW and info.value.culprits == (1,) and "sent and re-sent" in str(info.value)
+    # waiting for a round this node has not sent yet is honest; nor is a neighbour whose messages were garbled named
+    fair = Watchdog(5, Timeouts(timeout=10.0, startup_timeout=30.0, heartbeat=1.0))
+    for t in range(0, 40):
+        fair.reported(1, Status(RUNNING, 3, 5, frozenset({5}), float(t)))
+        assert not fair.claims(sent, float(t), "here")
+    fair.garbled[1] = 0.0
+    for t in range(0, 40):
+        fair.reported(1, Status(RUNNING, 3, 4, frozenset({5}), float(t)))
+        assert not fair.claims(sent, float(t), "here")
 
 
 def test_plausible_receivers_allow_for_drops_not_yet_heard_of():
@@ -272,55 +459,76 @@ def test_plausible_receivers_allow_for_drops_not_yet_heard_of():
 # ----------------------------------------------------------------------------- agreement
 
 
-def final(sender: int, model, n_iter: int = 4) -> Message:
-    return Message(sender, NEIGHBOURS[sender], CONTROL, 0, "final", np.asarray(model, dtype=float), False, (n_iter,))
-
-
-def test_agreement_compares_models_that_arrive_before_and_after_this_nodes_own():
-    model = np.array([0.5, 0.5, 1.0, -2.0])
-    agreement = Agreement(1, model.size)
-    assert agreement.receive(final(0, model * (1 + AGREEMENT_RTOL / 2)), True)
-    assert not agreement.receive(final(0, model), True)  # one per neighbour
-    msg = agreement.message((0, 2), model, 4)
-    assert msg.kind == "final" and msg.meta == (4,) and msg.payload is not model
-    agreement.settle()
-    assert agreement.agreed == {0} and not agreement.done(frozenset({0, 2}))
+def test_agreement_floods_signed_results_and_compares_model_and_loglik(signers):
+    """Node 1 (neighbours 0, 2) compares every node's final with its own, whoever relays it."""
+    result = np.array([0.5, 0.5, 1.0, -2.0, -4.25])  # the model, then its log-likelihood
+    rtol = 1e-8
+    makers = {i: Agreement(i, 4, NEIGHBOURS, 5, rtol, signers[i]) for i in range(4)}
+    mine = Agreement(1, 4, NEIGHBOURS, 5, rtol, signers[1])
+    early = makers[0].message(NEIGHBOURS[0], result * (1 + rtol / 2), 4, 5)
+    assert mine.receive(early, now=0.0)  # the first of its origin: relay it
+    assert not mine.receive(early, now=0.0)
+    own = mine.message(NEIGHBOURS[1], result, 4, 5)
+    assert own.kind == "final" and own.meta[:3] == (4, 1, 5) and own.payload is not result
+    mine.settle(1.0)
+    assert mine.agreed == {0} and not mine.done([0, 1, 2, 3])
+    # node 3 is not node 1's neighbour: its final arrives relayed by node 2
+    far = makers[3].message(NEIGHBOURS[3], result, 4, 5)
+    relayed = Message(2, NEIGHBOURS[2], CONTROL, 3, "final", far.payload, False, far.meta)
+    assert mine.receive(relayed, 2.0)
+    assert not mine.done([0, 1, 2, 3])
+    assert mine.receive(makers[2].message(NEIGHBOURS[2], result, 4, 5), 3.0) and mine.done([0, 1, 2, 3])
+    # a neighbour whose log-likelihood differs; one after another number of EM iterations
+    other = Agreement(1, 4, NEIGHBOURS, 5, rtol, signers[1])
+    other.message(NEIGHBOURS[1], result, 4, 5)
+    ll_off = result.copy()
+    ll_off[-1] = -4.1
     with pytest.raises(NodeFailure) as info:
-        agreement.receive(final(2, model * (1 + 10 * AGREEMENT_RTOL)), True)
-    assert info.value.reason == Reason.DISAGREE and info.value.culprits == (1, 2)
-    with pytest.raises(NodeFailure, match="neighbour node 3 finished after 5 EM iterations, this node after 4"):
-        agreement.receive(final(3, model, n_iter=5), True)
+        other.receive(makers[2].message(NEIGHBOURS[2], ll_off, 4, 5), 0.0)
+    assert info.value.reason == Reason.DISAGREE and info.value.culprits == (2,) and "log-likelihood" in str(info.value)
+    with pytest.raises(NodeFailure, match="neighbour node 0 finished after 5 EM iterations, this node after 4"):
+        other.receive(makers[0].message(NEIGHBOURS[0], result, 5, 6), 0.0)
+    # a remote origin that differs: no failure yet, the boundary is found by neighbours
+    remote = makers[3].message(NEIGHBOURS[3], result * (1 + 10 * rtol), 4, 5)
+    other.receive(Message(2, NEIGHBOURS[2], CONTROL, 3, "final", remote.payload, False, remote.meta), 7.0)
+    assert other.conflict == (3, 7.0) and not other.done([0, 1, 2, 3])
     with pytest.raises(ProtocolViolation, match="shape"):
-        Agreement(1, 4).receive(final(0, np.zeros(5)), True)
+        Agreement(1, 4, NEIGHBOURS, 4, rtol, signers[1]).receive(early, 0.0)
+    forged = Message(0, NEIGHBOURS[0], CONTROL, 0, "final", result * 2, False, early.meta)
+    with pytest.raises(ProtocolViolation, match="not signed by node 0"):
+        Agreement(1, 4, NEIGHBOURS, 5, rtol, signers[1]).receive(forged, 0.0)
 
 
 # ----------------------------------------------------------------------------- failures
 
 
 def test_each_reason_has_its_exit_code_and_the_reason_it_is_told_as():
-    assert {r for r in Reason if r.wire != r} == {Reason.CANNOT_CONTINUE, Reason.DROPOUT_MISMATCH, Reason.UNUSABLE_AVERAGE, Reason.ABORTED}
+    assert {r for r in Reason if r.wire != r} == {Reason.CANNOT_CONTINUE, Reason.EVICTED, Reason.ABORTED}
     assert all(r.wire.value < 100 for r in Reason)
-    assert Reason.VIOLATION.exit_code == Reason.UNUSABLE_AVERAGE.exit_code == ProtocolError.exit_code
-    assert Reason.MISMATCH.exit_code == Reason.DROPOUT_MISMATCH.exit_code == ConfigError.exit_code
-    assert Reason.SILENT.exit_code == Reason.ABORTED.exit_code == TransportError.exit_code
+    assert Reason.VIOLATION.exit_code == Reason.STOP.exit_code == ProtocolError.exit_code
+    assert Reason.MODEL.exit_code == ModelError.exit_code == 6
+    assert Reason.MISMATCH.exit_code == ConfigError.exit_code
+    assert Reason.SILENT.exit_code == Reason.ABORTED.exit_code == Reason.SLOW.exit_code == TransportError.exit_code
     assert (Reason.INTERNAL.exit_code, Reason.INTERRUPTED.exit_code) == (70, 130)
     failure = NodeFailure(Reason.INTERRUPTED, 4, "stopped by SIGTERM", exit_code=143)
     assert (str(failure), failure.exit_code, failure.culprits, failure.node) == ("node 4: stopped by SIGTERM", 143, (), 4)
 
 
 @pytest.mark.parametrize(
-    "meta, line",
+    "fields, line",
     [
-        ((1, 2, 5, 0, 3), "node 3 fell silent in EM iteration 2, protocol round 5 (detected by node 0)"),
-        ((7, 0, 0, 1, 2, 3), "nodes 2, 3 run with a roster (or step parameters derived from it) that differs from node 1's"),
-        ((8, 1, 9, 4, 2), "node 4 caught node 2 violating the protocol in EM iteration 1, protocol round 9"),
-        ((9, 3, 0, 0, 0, 1), "nodes 0, 1 finished with different models (found by node 0)"),
-        ((5, 1, 2, 3), "node 3 hit a protocol error in EM iteration 1, protocol round 2"),
-        ((1, 2), "stopped (no reason given)"),
+        ((1, 2, 5, 0, (3,)), "node 0 reports that node 3 fell silent in EM iteration 2, protocol round 5"),
+        ((7, 0, 0, 1, (2, 3)), "node 1 reports that nodes 2, 3 run with a roster (or step parameters derived from it) that differs from its own"),
+        ((8, 1, 9, 4, (2,)), "node 4 reports that node 2 violated the protocol in EM iteration 1, protocol round 9"),
+        ((9, 3, -1, 0, (1,)), "node 0 reports that node 1 finished with a different model than it did"),
+        ((5, 1, 2, 3, ()), "node 3 reports that it hit a protocol error in EM iteration 1, protocol round 2"),
+        ((13, 4, 20, 2, (7,)), "node 2 reports that the stop proposal signed by node 7 in EM iteration 4 contradicts its counters"),
+        ((12, 4, 20, 2, (1,)), "node 2 reports that node 1 held back the messages it waited for in EM iteration 4, protocol round 20"),
     ],
 )
-def test_describe_abort(meta, line):
-    assert describe_abort(meta) == line
+def test_describe_abort(fields, line):
+    reason, it, rnd, origin, culprits = fields
+    assert describe_abort(reason, it, rnd, origin, culprits) == line
 
 
 # ----------------------------------------------------------------------------- virtual time

@@ -484,3 +484,49 @@ def test_qos0_subscriber_that_stops_reading_loses_nothing(mosquitto_broker):
         resume.set()
         thread.join(30)
     assert got == list(range(n))
+
+
+def test_one_readiness_event_reads_every_waiting_packet_and_no_more():
+    """paho reads one packet per ``loop_read``; the wrapper keeps calling it while the socket
+    holds bytes (so a burst costs one event-loop turn), stops when nothing waits, when paho
+    reports an error, and after READ_BURST packets."""
+    from p2pem.deploy.transports.mqtt import READ_BURST, _read_in_bursts
+
+    a, b = socket.socketpair()
+    a.setblocking(False)
+
+    class FakePaho:
+        def __init__(self, fail_after: int | None = None) -> None:
+            self.packets: list[bytes] = []
+            self.fail_after = fail_after
+
+        def socket(self) -> socket.socket:
+            return a
+
+        def loop_read(self, max_packets: int = 1) -> int:
+            if self.fail_after is not None and len(self.packets) >= self.fail_after:
+                return 7  # an error code: the wrapper stops and returns it
+            try:
+                self.packets.append(a.recv(1))  # a "packet" is one byte here
+            except BlockingIOError:
+                pass
+            return 0
+
+    try:
+        client = FakePaho()
+        _read_in_bursts(client)
+        b.sendall(b"abcde")
+        assert client.loop_read() == 0 and client.packets == [b"a", b"b", b"c", b"d", b"e"]
+        assert client.loop_read() == 0 and len(client.packets) == 5  # nothing waiting: one empty try
+        b.sendall(bytes(READ_BURST + 10))
+        client.loop_read()
+        assert len(client.packets) == 5 + READ_BURST
+        client.loop_read()
+        assert len(client.packets) == 5 + READ_BURST + 10
+        failing = FakePaho(fail_after=2)
+        _read_in_bursts(failing)
+        b.sendall(b"xyz")
+        assert failing.loop_read() == 7 and failing.packets == [b"x", b"y"]
+    finally:
+        a.close()
+        b.close()

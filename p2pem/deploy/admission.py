@@ -8,20 +8,27 @@ A message is admitted only if, in this order:
    message: it carries nothing, :class:`Ignored`);
 2. its topic is a topic of this run (:class:`Rejected` ``BadTopic``);
 3. it is a well-formed envelope of this run and launch that lists this node among its
-   receivers, this node's tag verifies under the edge key of the claimed sender, and its
-   sealed payload, if any, authenticates (:meth:`~p2pem.deploy.codec.Codec.decode`).  A tag
-   that verifies on a message that is otherwise inconsistent or whose seal does not open
-   proves that the sender wrote it: :class:`Convicted`.  Without a valid tag anyone on the
-   path may have made it: :class:`Rejected` with the codec's reason;
+   receivers and this node's tag verifies under the edge key of the claimed sender
+   (:meth:`~p2pem.deploy.codec.Codec.verify`).  Without a valid tag anyone on the path may
+   have made it: :class:`Rejected` with the codec's reason.  A tag that verifies proves that
+   the sender wrote every byte, so from here on whatever is wrong convicts it
+   (:class:`Convicted`): a payload longer than any message of the run (read from the
+   header, before the payload is decoded), more receivers or meta fields than the roster
+   allows, an envelope that contradicts itself, a seal that does not open
+   (:meth:`~p2pem.deploy.codec.Codec.open`);
 4. the topic names the same sender (and receiver) as the authenticated header
    (``TopicMismatch``);
 5. it comes from a current neighbour (``NotNeighbour``);
-6. it lies in the iteration window: a control message (iteration -1), or a message of an
-   EM iteration no further ahead than the next one (``OutOfRound``); any other negative
-   iteration is a violation, and so is a protocol message of a kind the protocol does not
-   declare (:attr:`~p2pem.protocols.base.ProtocolSpec.message_kinds`).  Checked before the
-   replay guard, so a member cannot fill the guard with messages for far-away iterations;
-7. :class:`ReplayGuard` has not accepted it before: an identical copy
+6. it lies in the iteration window: a control message (iteration -1), or a message of EM
+   iteration it-1, it or it+1 for a node in EM iteration it.  A message further ahead is a
+   violation (no honest neighbour gets two aggregations ahead: each needs this node's part);
+   one further back is :class:`Ignored` (``stale``: a replay by anyone on the path, or a
+   straggler of an aggregation this node left); any other negative iteration is a
+   violation, and so is a protocol message of a kind the protocol does not declare
+   (:attr:`~p2pem.protocols.base.ProtocolSpec.message_kinds`).  Checked before the replay
+   guard, so nobody can fill the guard with messages for far-away iterations;
+7. :class:`ReplayGuard` has not accepted it before (signed statements, :data:`SIGNED_KINDS`,
+   are deduplicated by the ledgers that keep them instead): an identical copy
    (MQTT QoS 1 delivers at least once) is :class:`Ignored`, a different message under the
    same identity is a replay or an equivocation by its authenticated sender
    (:class:`Convicted`).
@@ -34,6 +41,7 @@ own checks (:mod:`p2pem.deploy.control`).
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Union
 
@@ -48,6 +56,10 @@ __all__ = ["CONTROL", "Admission", "Admitted", "Convicted", "Ignored", "Rejected
 
 #: Iteration number of control messages (hello, final, bye, abort, drop); the Node never sees them.
 CONTROL = -1
+#: Control messages that carry a signed statement (:mod:`p2pem.deploy.control`): they are
+#: checked by their signature and deduplicated by the ledgers that keep them, not by the
+#: replay guard (a relay of one origin's statement in a later EM iteration reuses its key).
+SIGNED_KINDS = frozenset({"abort", "stop", "drop", "final"})
 
 
 @dataclass(frozen=True)
@@ -62,7 +74,8 @@ class Ignored:
     """Nothing to act on; ``counter`` names the count it adds to.
 
     ``empty`` (a cleared retained message), ``not_addressed`` (a multicast for other
-    neighbours of the sender), ``duplicates`` (an identical copy; ``msg`` is set).
+    neighbours of the sender), ``duplicates`` (an identical copy; ``msg`` is set), ``stale``
+    (an authentic message of an EM iteration before the window; ``msg`` is set).
     """
 
     counter: str
@@ -71,10 +84,14 @@ class Ignored:
 
 @dataclass(frozen=True)
 class Rejected:
-    """Refused and logged, nobody blamed (no valid tag, so anyone may have made it, or harmless)."""
+    """Refused and logged, nobody blamed (no valid tag, so anyone may have made it, or harmless).
+
+    ``sender`` is the node the topic names (None when the topic is not one of this run's).
+    """
 
     reason: str
     detail: str
+    sender: int | None = None
 
 
 @dataclass(frozen=True)
@@ -186,14 +203,32 @@ class Admission:
         a protocol message of another kind convicts its sender.  None: any kind.
     guard : ReplayGuard, optional
         A fresh one by default.
+    max_entries : int, optional
+        Most payload entries (floats or ring integers) any message of the run carries; a
+        longer payload convicts its sender before it is decoded.  None: no limit.
+    max_fields : int, optional
+        Most receivers, and most meta fields, a message of the run has (about the number of
+        nodes).  None: no limit.
     """
 
-    def __init__(self, run_id: str, codec: Codec, node_id: int, *, kinds: frozenset[str] | None = None, guard: ReplayGuard | None = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        codec: Codec,
+        node_id: int,
+        *,
+        kinds: frozenset[str] | None = None,
+        guard: ReplayGuard | None = None,
+        max_entries: int | None = None,
+        max_fields: int | None = None,
+    ) -> None:
         self.run_id = run_id
         self.codec = codec
         self.node_id = int(node_id)
         self.kinds = kinds
         self.guard = ReplayGuard() if guard is None else guard
+        self.max_entries = max_entries
+        self.max_fields = max_fields
 
     def admit(self, incoming: Incoming, neighbours: frozenset[int], iteration: int) -> Verdict:
         """The verdict on one received message.
@@ -214,31 +249,44 @@ class Admission:
         except TransportError as exc:
             return Rejected("BadTopic", str(exc))
         try:
-            msg = self.codec.decode(incoming.payload)
+            env = self.codec.verify(incoming.payload)
         except NotAddressed as exc:
             if t_receiver is None:  # a multicast on .../all for some of the sender's neighbours
                 return Ignored("not_addressed")
             return Rejected("NotAddressed", str(exc))
-        except (TamperedMessage, InconsistentMessage) as exc:
+        except InconsistentMessage as exc:
             # The tag verified, so the claimed sender wrote this (the tag covers every byte).
             return Convicted(self.codec.parse(incoming.payload).sender, str(exc))
         except InvalidMessage as exc:
-            return Rejected(type(exc).__name__, str(exc))
-        if msg.sender != t_sender or (t_receiver is not None and tuple(msg.receivers) != (t_receiver,)):
-            return Rejected("TopicMismatch", f"message authenticated as from node {msg.sender} arrived on topic {incoming.topic!r}")
-        if self.node_id not in msg.receivers:
-            return Ignored("not_addressed")
-        if msg.sender not in neighbours:
-            return Rejected("NotNeighbour", f"message from node {msg.sender}, which is not a neighbour")
-        if msg.iteration < CONTROL:
-            return Convicted(msg.sender, f"{msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}")
-        if msg.iteration != CONTROL and self.kinds is not None and msg.kind not in self.kinds:
-            v = ProtocolViolation(msg.sender, msg.iteration, msg.round, "kind", f"{msg.kind!r} is not a message kind of this protocol")
-            return Convicted(msg.sender, str(v))
-        if msg.iteration > iteration + 1:
-            return Rejected(
-                "OutOfRound", f"{msg.kind} message from node {msg.sender} for EM iteration {msg.iteration}, this node is in EM iteration {iteration}"
-            )
+            return Rejected(type(exc).__name__, str(exc), t_sender)
+        j = env.sender
+        if j != t_sender or (t_receiver is not None and tuple(env.receivers) != (t_receiver,)):
+            return Rejected("TopicMismatch", f"message authenticated as from node {j} arrived on topic {incoming.topic!r}", t_sender)
+        if j not in neighbours:
+            return Rejected("NotNeighbour", f"message from node {j}, which is not a neighbour")
+        # authentic from here on: what is wrong is the sender's doing
+        entries = math.prod(env.shape)
+        if self.max_entries is not None and entries > self.max_entries:
+            return Convicted(j, f"{env.kind} message from node {j} announces {entries} payload entries; no message of this run has more than {self.max_entries}")
+        if self.max_fields is not None and max(len(env.receivers), len(env.meta)) > self.max_fields:
+            return Convicted(j, f"{env.kind} message from node {j} has {len(env.receivers)} receivers and {len(env.meta)} meta fields (at most {self.max_fields})")
+        if env.iteration < CONTROL:
+            return Convicted(j, f"{env.kind} message from node {j} for EM iteration {env.iteration}")
+        if env.iteration != CONTROL:
+            if self.kinds is not None and env.kind not in self.kinds:
+                v = ProtocolViolation(j, env.iteration, env.round, "kind", f"{env.kind!r} is not a message kind of this protocol")
+                return Convicted(j, str(v))
+            if env.iteration > iteration + 1:
+                v = ProtocolViolation(j, env.iteration, env.round, "window", f"{env.kind} message for EM iteration {env.iteration}, this node is in EM iteration {iteration}")
+                return Convicted(j, str(v))
+        try:
+            msg = self.codec.open(env)
+        except TamperedMessage as exc:
+            return Convicted(j, str(exc))
+        if 0 <= env.iteration < iteration - 1:
+            return Ignored("stale", msg)
+        if env.iteration == CONTROL and env.kind in SIGNED_KINDS:
+            return Admitted(msg)
         try:
             fresh = self.guard.admit(msg, incoming.payload)
         except ReplayedMessage as exc:

@@ -8,15 +8,19 @@ and writes the roster every node must hold (and, if asked, the broker's credenti
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from p2pem.deploy.cuts import cut_warnings
 from p2pem.deploy.keys import write_broker_auth
 from p2pem.deploy.kit import make_run_id, pick_protocol
 from p2pem.deploy.roster import Roster
 from p2pem.errors import ConfigError
 from p2pem.tomltable import Table, read_toml
+
+log = logging.getLogger(__name__)
 
 __all__ = ["assemble_roster"]
 
@@ -69,7 +73,7 @@ def assemble_roster(
         sec = Table(str(f), read_toml(f, "public identity"), "", ("id", "signing_key", "agreement_key", "fingerprint"))
         if not sec.has("id"):
             sec.fail("no node id (write it with `p2pem keys new --node-id I`, or add `id = I`)")
-        node_id = sec.integer("id", minimum=0)
+        node_id = sec.integer("id", minimum=-1)  # -1: the server of federated, dp-central
         if node_id >= n:
             sec.fail(f"node id {node_id} outside 0..{n - 1} (the scenario's graph has {n} nodes)")
         if node_id in keys:
@@ -82,14 +86,21 @@ def assemble_roster(
         if sec.has("fingerprint") and sec.string("fingerprint") != identity.fingerprint:
             sec.fail("'fingerprint' is not the fingerprint of these keys (the file was edited or damaged)")
         keys[node_id] = identity
-    missing = [i for i in range(n) if i not in keys]
+    has_server = spec.server_aggregation(spec.topology(graph), 0) is not None
+    missing = [i for i in range(n) if i not in keys] + ([-1] if has_server and -1 not in keys else [])
     if missing:
-        raise ConfigError(f"no public key for node(s) {', '.join(map(str, missing[:20]))} (the graph has {n} nodes)")
-    roster = Roster.build(run_id or make_run_id(scenario.name), graph, em_settings(scenario), spec, [keys[i] for i in range(n)])
+        raise ConfigError(f"no public key for node(s) {', '.join(map(str, missing[:20]))} (the graph has {n} nodes{'; -1 is the server' if has_server else ''})")
+    on_dropout = str(scenario.deploy.get("on_dropout", "stop"))
+    roster = Roster.build(
+        run_id or make_run_id(scenario.name), graph, em_settings(scenario), spec, [keys[i] for i in range(n)],
+        on_dropout=on_dropout, server_key=keys.get(-1) if has_server else None,
+    )
+    for line in cut_warnings(roster.neighbours):
+        log.warning("%s: %s", out, line)
     roster.save(Path(out))
     written = None
     if broker_dir is not None:
         written = Path(broker_dir)
         written.mkdir(parents=True, exist_ok=True)
-        write_broker_auth(written, roster.run_id, n)
+        write_broker_auth(written, roster.run_id, list(range(n)) + ([-1] if has_server else []))
     return roster, written

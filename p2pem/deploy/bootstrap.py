@@ -5,8 +5,8 @@ builds its Node, codec and link; every problem is a one-line ConfigError or Data
 the file.  :func:`connect` reaches the broker, retrying until the start-up timeout unless the
 broker refused the node's credentials.  :class:`Handshake` is the hello exchange:
 
-``hello``   meta ``(epoch,)``, payload the roster digest and a digest of the public step
-            parameters this node derived from the roster's graph (eigenvalues, so another
+``hello``   meta ``(epoch, phase, iteration, round, *awaited)``, payload the roster digest
+            and a digest of the public step parameters this node derived from the roster's graph (eigenvalues, so another
             host's linear algebra could differ in the last digits: nodes that disagree would
             converge to a wrong average together, so they refuse to start; after a dropout the
             survivors' parameters are bound into the tags instead).  Sent on start-up until
@@ -16,6 +16,11 @@ broker refused the node's credentials.  :class:`Handshake` is the hello exchange
             seconds, and at once after a reconnection with a new epoch.  A neighbour's new
             epoch means it reconnected and may have missed messages: the node re-publishes its
             recent envelopes (byte-identical, so duplicates to the receiver's ReplayGuard).
+            The rest of the meta is the sender's :class:`~p2pem.deploy.watchdog.Status`: its
+            phase (starting, running, final agreement), EM iteration, protocol round and the
+            nodes it waits for.  Hellos are rate-limited per sender (a
+            :class:`~p2pem.deploy.limits.TokenBucket`): one that sends more floods, a
+            violation.
 
 Start-up needs no fast periodic hellos: a node answers every neighbour's first hello at
 once, and a hello is only sent after the node's own subscriptions are acknowledged, so of any
@@ -28,6 +33,8 @@ import asyncio
 import hashlib
 import logging
 from collections import Counter
+
+import numpy as np
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,16 +45,19 @@ from p2pem.deploy.control import HELLO, describe_payload, violation
 from p2pem.deploy.admission import CONTROL
 from p2pem.deploy.crypto import Identity
 from p2pem.deploy.failures import NodeFailure, Reason, nodes_text
+from p2pem.deploy.limits import TokenBucket
+from p2pem.deploy.watchdog import Status
 from p2pem.deploy.roster import Roster
-from p2pem.deploy.transports.base import AccessRefused, Link, subscriptions_for
+from p2pem.deploy.transports.base import AccessRefused, CertificateRefused, Link, subscriptions_for
 from p2pem.errors import ConfigError, DataError, TransportError
 from p2pem.messages import Message
-from p2pem.node import Node
+from p2pem.messages import SERVER
+from p2pem.node import Node, Server
 from p2pem.protocols import NodeContext
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Handshake", "NodeSetup", "connect", "load_node", "public_parameters_digest"]
+__all__ = ["Handshake", "NodeSetup", "ServerSetup", "connect", "load_node", "load_server", "peers_for", "public_parameters_digest"]
 
 #: Pause between attempts to reach the broker at start-up, in seconds.
 CONNECT_PAUSE = 0.25
@@ -73,8 +83,32 @@ class NodeSetup:
     n_rows: int
 
 
+def _common(config: NodeConfig, launch: bytes, roster: Roster):
+    """The spec, settings, identity and codec every party loads, checked against the config."""
+    i = config.node_id
+    if config.on_dropout is not None and config.on_dropout != roster.on_dropout:
+        raise ConfigError(f"{config.path}: on_dropout is {config.on_dropout!r} but the roster says {roster.on_dropout!r} (every node runs with the roster's)")
+    spec = roster.protocol_spec()
+    settings = roster.em_settings()
+    identity = Identity.load(config.key_file)
+    try:
+        codec = Codec(roster.run_id, roster.public_keys(), identity=identity, node_id=i, launch=launch)
+    except ConfigError as exc:
+        raise ConfigError(f"{config.path}: {exc}") from None
+    if config.seed is not None:
+        log.warning(
+            "node %d: INSECURE REPRODUCIBLE SEED: protocol noise drawn from a fixed seed, so the results "
+            "are reproducible but the subspace perturbation hides nothing from whoever knows the seed",
+            i,
+        )
+    return spec, settings, identity, codec
+
+
 def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b"") -> NodeSetup:
     """Load the roster, the key file and the data of ``config`` and build the node's parts.
+
+    A protocol that binds to the run (the private ones: clipping to the public box, the noise
+    plan, the EM hook) is bound here with this node's rows and the roster's node count.
 
     Parameters
     ----------
@@ -93,16 +127,10 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
     """
     roster = Roster.load(config.roster)
     i = config.node_id
-    if not 0 <= i < roster.n_nodes:
-        raise ConfigError(f"{config.path}: node_id {i} is not in the roster ({roster.n_nodes} nodes: 0..{roster.n_nodes - 1})")
-    spec = roster.protocol_spec()
+    if not 0 <= i < roster.n_nodes or config.data is None:
+        raise ConfigError(f"{config.path}: node_id {i} is not a node of the roster ({roster.n_nodes} nodes: 0..{roster.n_nodes - 1}) with a data file")
+    spec, settings, identity, codec = _common(config, launch, roster)
     topology = roster.topology()
-    settings = roster.em_settings()
-    identity = Identity.load(config.key_file)
-    try:
-        codec = Codec(roster.run_id, roster.public_keys(), identity=identity, node_id=i, launch=launch)
-    except ConfigError as exc:
-        raise ConfigError(f"{config.path}: {exc}") from None
     X = load_node_data(config.data, config.columns)
     n_features = roster.n_features
     if n_features is None and settings.init is not None:
@@ -112,28 +140,68 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
             f"node {i}: {config.data} has {X.shape[1]} columns, but the roster's model has {n_features} features "
             f"(every node's data must have the same columns)"
         )
-    if config.seed is not None:
-        log.warning(
-            "node %d: INSECURE REPRODUCIBLE SEED: protocol noise drawn from a fixed seed, so the results "
-            "are reproducible but the subspace perturbation hides nothing from whoever knows the seed",
-            i,
-        )
-    node = Node.for_em(NodeContext(i, topology, config.protocol_rng()), X, settings, spec)
+    # the other parts are empty: binding reads only the node count and the public bound from them
+    spec, settings, parts = spec.bind(settings, [X] + [X[:0]] * (roster.n_nodes - 1), seed=0)
+    node = Node.for_em(NodeContext(i, topology, config.protocol_rng()), parts[0], settings, spec)
     node.validate = True
     if link is None:
         link = mqtt_link(config, roster)
     return NodeSetup(config, roster, identity, codec, node, spec, link, int(X.shape[0]))
 
 
+@dataclass
+class ServerSetup:
+    """What the server of ``federated`` or ``dp-central`` builds before it talks to anyone."""
+
+    config: NodeConfig
+    roster: Roster
+    identity: Identity
+    codec: Codec
+    server: Server
+    spec: Any
+    settings: Any
+    link: Link
+
+
+def load_server(config: NodeConfig, *, link: Link | None = None, launch: bytes = b"") -> ServerSetup:
+    """Load the roster and key file of the server process (node id -1) and build its parts.
+
+    dp-central's server draws its noise from the config's reproducibility seed, or from the
+    operating system's entropy (the default, and what privacy requires).
+
+    Raises
+    ------
+    ConfigError
+        A file is missing or invalid, or the roster's protocol has no server.
+    """
+    from dataclasses import replace
+
+    roster = Roster.load(config.roster)
+    spec, settings, identity, codec = _common(config, launch, roster)
+    topology = roster.topology()
+    if spec.server_aggregation(topology, 0) is None:
+        raise ConfigError(f"{config.path}: node_id -1 is the server, but protocol {spec.name!r} has none")
+    d = roster.n_features
+    if d is None:
+        raise ConfigError(f"{roster.where}: em.n_features is needed by the server")
+    spec, settings, _ = spec.bind(settings, [np.zeros((0, d))] * roster.n_nodes, seed=0)
+    plan = getattr(spec, "plan", None)
+    if plan is not None:  # dp-central: its own noise, not a seed's
+        spec = replace(spec, plan=replace(plan, aggregator_rng=config.protocol_rng()))
+    if link is None:
+        link = mqtt_link(config, roster)
+    return ServerSetup(config, roster, identity, codec, Server(spec, topology), spec, settings, link)
+
+
 def mqtt_link(config: NodeConfig, roster: Roster) -> Link:
-    """The node's link to its configured broker, subscribed to its neighbours' topics."""
+    """The party's link to its configured broker, subscribed to its peers' topics."""
     from p2pem.deploy.transports.mqtt import MqttLink  # aiomqtt: only a node process needs it
 
     broker, i, timeout = config.broker, config.node_id, config.timeouts.timeout
     return MqttLink(
         broker.host,
         broker.port,
-        subscriptions=subscriptions_for(roster.run_id, i, roster.neighbours[i]),
+        subscriptions=subscriptions_for(roster.run_id, i, peers_for(roster, i)),
         username=broker.username,
         password=broker.password(),
         identifier=f"{roster.run_id}-node{i}",
@@ -144,20 +212,30 @@ def mqtt_link(config: NodeConfig, roster: Roster) -> Link:
     )
 
 
+def peers_for(roster: Roster, i: int) -> tuple[int, ...]:
+    """Whom party ``i`` exchanges messages with: its graph neighbours and the server (if any),
+    or every node for the server."""
+    if i == SERVER:
+        return tuple(range(roster.n_nodes))
+    return tuple(sorted((*roster.neighbours[i], *((SERVER,) if roster.server_key is not None else ()))))
+
+
 async def connect(link: Link, node_id: int, username: str | None, startup_timeout: float, clock: Clock) -> None:
     """Connect ``link``, retrying until ``startup_timeout`` (the broker may start later).
 
     Raises
     ------
     TransportError
-        The broker refused the credentials (at once: retrying cannot help), or stayed
-        unreachable for ``startup_timeout`` seconds.
+        The broker refused the credentials or its TLS certificate did not verify (at once:
+        retrying cannot help), or it stayed unreachable for ``startup_timeout`` seconds.
     """
     deadline = clock() + startup_timeout
     while True:
         try:
             await link.connect()
             return
+        except CertificateRefused as exc:
+            raise TransportError(f"node {node_id}: {exc} (check broker.ca_file and broker.host in node.toml)") from None
         except AccessRefused as exc:
             raise TransportError(f"node {node_id}: the MQTT broker at {link.address} refused user {username!r}: {exc}") from None
         except TransportError as exc:
@@ -169,7 +247,7 @@ async def connect(link: Link, node_id: int, username: str | None, startup_timeou
 
 
 class Handshake:
-    """The hello exchange of one node: who is online, in which connection epoch.
+    """The hello exchange of one node: who is online, in which connection epoch, where it is.
 
     Parameters
     ----------
@@ -178,6 +256,12 @@ class Handshake:
         :meth:`Roster.digest` of this node's roster.
     params_digest : int
         :func:`public_parameters_digest` of the protocol on the roster's graph.
+    counters : collections.Counter, optional
+    peers_of : callable(j) -> collection of int, optional
+        The nodes sender j may wait for (its roster neighbours, and a server); a status
+        naming anyone else is a violation.  Default: anyone.
+    tick : float
+        The runtime's timer period: an honest node sends at most one hello per tick.
 
     Attributes
     ----------
@@ -188,44 +272,67 @@ class Handshake:
         protocol start (every neighbour heard); the runtime clears them when it acts.
     """
 
-    def __init__(self, node_id: int, roster_digest: bytes, params_digest: int, counters: Counter[str] | None = None) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        roster_digest: bytes,
+        params_digest: int,
+        counters: Counter[str] | None = None,
+        *,
+        peers_of=None,
+        tick: float = 0.2,
+    ) -> None:
         self.node_id = node_id
         self.digest = int.from_bytes(roster_digest, "big")
         self.params_digest = params_digest
         self.counters: Counter[str] = Counter() if counters is None else counters
+        self.peers_of = peers_of
+        # a burst of a few dozen, then one per tick (answers, reconnections) and one per heartbeat
+        self.capacity, self.rate = 30.0, 2.0 / tick + 1.0
         self.heard: dict[int, int] = {}
         self._seq = 0
         self._seen: dict[int, int] = {}
+        self._buckets: dict[int, TokenBucket] = {}
         self.hello_due = False
         self.republish_due = False
         self.start_due = False
 
-    def hello(self, neighbours: tuple[int, ...], epoch: int) -> Message:
-        """This node's next hello (each has a larger sequence number, so a replay is stale)."""
+    def hello(self, neighbours: tuple[int, ...], epoch: int, status: tuple[int, ...] = (0, 0, 0)) -> Message:
+        """This node's next hello (each has a larger sequence number, so a replay is stale).
+
+        ``status`` is ``(phase, iteration, round, *awaited)``.
+        """
         self._seq += 1
         self.hello_due = False
-        return Message(self.node_id, neighbours, CONTROL, self._seq, HELLO, (self.digest, self.params_digest), False, (epoch,))
+        return Message(self.node_id, neighbours, CONTROL, self._seq, HELLO, (self.digest, self.params_digest), False, (epoch, *status))
 
     def missing(self, neighbours: tuple[int, ...]) -> list[int]:
         """Neighbours not heard from yet."""
         return [j for j in neighbours if j not in self.heard]
 
-    def receive(self, msg: Message, plausible: bool, neighbours: tuple[int, ...], started: bool) -> bool:
-        """Check a neighbour's hello; True if it is new (not a stale sequence number).
+    def receive(self, msg: Message, plausible: bool, neighbours: tuple[int, ...], started: bool, now: float = 0.0) -> Status | None:
+        """Check a neighbour's hello; its status if it is new (not a stale sequence number).
 
         Raises
         ------
         ProtocolViolation
-            A malformed hello, or one to receivers that are not the sender's neighbours.
+            A malformed hello, one to receivers that are not the sender's neighbours, a
+            status naming nodes the sender cannot wait for, or one hello too many.
         NodeFailure
             :attr:`~p2pem.deploy.failures.Reason.MISMATCH`: the neighbour's roster or step
             parameters differ from this node's.
         """
-        j, payload = msg.sender, msg.payload
-        if not (isinstance(payload, tuple) and len(payload) == 2) or len(msg.meta) != 1 or msg.meta[0] < 0 or msg.round < 1:
-            raise violation(msg, "hello", f"payload of {describe_payload(payload)}, meta {msg.meta}, sequence {msg.round}")
+        j, payload, meta = msg.sender, msg.payload, tuple(msg.meta)
+        if not (isinstance(payload, tuple) and len(payload) == 2) or len(meta) < 4 or meta[0] < 0 or meta[1] not in (0, 1, 2) or min(meta[2], meta[3]) < 0 or msg.round < 1:
+            raise violation(msg, "hello", f"payload of {describe_payload(payload)}, meta {meta[:8]}, sequence {msg.round}")
         if not plausible:
             raise violation(msg, "hello", f"receivers {msg.receivers} are not the sender's neighbours")
+        awaited = frozenset(meta[4:])
+        if self.peers_of is not None and not awaited <= set(self.peers_of(j)):
+            raise violation(msg, "hello", f"its status says it waits for nodes {sorted(awaited)}, which are not all its neighbours")
+        bucket = self._buckets.setdefault(j, TokenBucket(self.capacity, self.rate))
+        if not bucket.take(now):
+            raise violation(msg, "rate", f"more than {self.capacity:g} hellos at once or {self.rate:g} per second (a flood)")
         if payload[0] != self.digest:
             raise NodeFailure(Reason.MISMATCH, self.node_id, f"neighbour node {j} runs with a different roster (every node needs the same roster.toml)", (j,))
         if payload[1] != self.params_digest:
@@ -239,9 +346,9 @@ class Handshake:
             )
         if msg.round <= self._seen.get(j, -1):
             self.counters["stale_hellos"] += 1
-            return False
+            return None
         self._seen[j] = msg.round
-        epoch, previous = int(msg.meta[0]), self.heard.get(j)
+        epoch, previous = int(meta[0]), self.heard.get(j)
         if previous is None:
             self.heard[j] = epoch
             self.hello_due = True  # let it hear us soon
@@ -254,7 +361,7 @@ class Handshake:
             log.info("node %d: node %d reconnected (epoch %d); re-publishing recent messages", self.node_id, j, epoch)
             self.republish_due = True
             self.hello_due = True
-        return True
+        return Status(int(meta[1]), int(meta[2]), int(meta[3]), awaited, now)
 
     def check_startup(self, neighbours: tuple[int, ...], waited: float, startup_timeout: float) -> None:
         """Raise :attr:`~p2pem.deploy.failures.Reason.OFFLINE` when neighbours are still unheard after the start-up timeout."""

@@ -30,6 +30,7 @@ import sys
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -39,6 +40,7 @@ from p2pem.files import atomic_write
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "Bridge",
     "BrokerHandle",
     "acl_rules",
     "find_mosquitto",
@@ -98,6 +100,43 @@ def username_for(node_id: int) -> str:
     return f"node{int(node_id)}"
 
 
+@dataclass(frozen=True)
+class Bridge:
+    """A Mosquitto bridge from this broker to another: the ordinary way to span two sites.
+
+    Every message under ``p2pem/<run_id>/`` published at either broker is forwarded to the
+    other (``topic ... both``), at QoS 1.  The remote broker must know ``username`` with
+    read and write access to the run's topics (:func:`acl_rules` with ``bridge=``).  Mosquitto
+    forwards retained messages too and does not echo a message back to where it came from.
+    """
+
+    name: str
+    host: str
+    port: int
+    run_id: str
+    username: str
+    password: str
+    cafile: Path | None = None  # the remote listener's CA when it speaks TLS
+
+    def lines(self) -> list[str]:
+        out = [
+            f"connection {self.name}",
+            f"address {self.host}:{int(self.port)}",
+            f"topic p2pem/{self.run_id}/# both 1",
+            "cleansession true",
+            "try_private true",
+            "bridge_protocol_version mqttv311",
+            "notifications false",
+            "restart_timeout 1 5",
+            f"remote_username {self.username}",
+            f"remote_password {self.password}",
+            f"remote_clientid {self.name}",
+        ]
+        if self.cafile is not None:
+            out.append(f"bridge_cafile {_config_path(self.cafile)}")
+        return out
+
+
 def write_mosquitto_config(
     directory: str | os.PathLike[str],
     port: int,
@@ -106,6 +145,9 @@ def write_mosquitto_config(
     *,
     host: str = "127.0.0.1",
     max_queued_messages: int = 0,
+    tls: tuple[Path, Path, Path] | None = None,
+    bridge: Bridge | None = None,
+    max_packet_size: int = 0,
 ) -> Path:
     """Write ``mosquitto.conf`` for one listener into ``directory``.
 
@@ -126,6 +168,14 @@ def write_mosquitto_config(
         Per-client queue bound of QoS 1 messages beyond those in flight; 0 means
         unbounded.  Mosquitto's own default (1000) silently drops messages for a slow
         subscriber, which a consensus run must never suffer.
+    tls : (ca, cert, key), optional
+        Serve TLS on the listener with this certificate and key (the CA is what clients
+        verify against; :func:`p2pem.deploy.crypto.write_tls_files` makes all three).
+    bridge : Bridge, optional
+        Also forward the run's topics to and from another broker.
+    max_packet_size : int, default 0
+        Largest MQTT packet accepted, in bytes (0: Mosquitto's default); a client that sends
+        a larger one is disconnected.
 
     Returns
     -------
@@ -168,11 +218,18 @@ def write_mosquitto_config(
         "connection_messages true",
         f"user {pwd.getpwuid(os.geteuid()).pw_name}",
     ]
+    if max_packet_size:
+        lines.append(f"max_packet_size {int(max_packet_size)}")
+    if tls is not None:
+        ca, cert, key = tls
+        lines += [f"cafile {_config_path(ca)}", f"certfile {_config_path(cert)}", f"keyfile {_config_path(key)}", "tls_version tlsv1.2"]
     if password_file is not None:
         lines.append(f"password_file {_config_path(password_file)}")
     if acl_file is not None:
         lines.append(f"acl_file {_config_path(acl_file)}")
-    return atomic_write(directory / "mosquitto.conf", "\n".join(lines) + "\n")
+    if bridge is not None:
+        lines += bridge.lines()
+    return atomic_write(directory / "mosquitto.conf", "\n".join(lines) + "\n", mode=0o600)
 
 
 #: Mosquitto 2's password hash: ``$7$`` is PBKDF2-SHA512, with its default 101 iterations, a
@@ -226,6 +283,7 @@ def acl_rules(
     *,
     admin: str | None = "admin",
     observer: str | None = "observer",
+    bridge: str | None = None,
 ) -> str:
     """Mosquitto ACL text for one run.
 
@@ -240,6 +298,9 @@ def acl_rules(
     observer : str or None, default "observer"
         User that may only read ``p2pem/<run>/#`` (trace recorder, eavesdropper
         experiments).
+    bridge : str, optional
+        User a bridge from another site's broker logs in as: it reads and writes the run's
+        topics (it carries every node's messages of the other site).
 
     Returns
     -------
@@ -268,6 +329,8 @@ def acl_rules(
         blocks.append(f"user {admin}\ntopic readwrite {root}/#\n")
     if observer is not None:
         blocks.append(f"user {observer}\ntopic read {root}/#\n")
+    if bridge is not None:
+        blocks.append(f"user {bridge}\ntopic readwrite {root}/#\n")
     return "# written by p2pem.deploy.broker\n\n" + "\n".join(blocks)
 
 
@@ -278,10 +341,11 @@ def write_acl(
     *,
     admin: str | None = "admin",
     observer: str | None = "observer",
+    bridge: str | None = None,
 ) -> Path:
     """Write :func:`acl_rules` to ``path`` (mode 0600) and return the path."""
     path = Path(path)
-    return atomic_write(path, acl_rules(run_id, node_ids, admin=admin, observer=observer), mode=0o600)
+    return atomic_write(path, acl_rules(run_id, node_ids, admin=admin, observer=observer, bridge=bridge), mode=0o600)
 
 
 def die_with_parent() -> None:
@@ -460,6 +524,9 @@ def start_broker(
     executable: str | os.PathLike[str] | None = None,
     timeout: float = 5.0,
     other_port_if_taken: bool = False,
+    tls: tuple[Path, Path, Path] | None = None,
+    bridge: Bridge | None = None,
+    max_packet_size: int = 0,
 ) -> BrokerHandle:
     """Write a config into ``directory``, start Mosquitto and wait until it listens.
 
@@ -509,7 +576,7 @@ def start_broker(
     attempts = 1 if port is not None and not other_port_if_taken else 3
     for attempt in range(attempts):
         chosen = port if port is not None and attempt == 0 else free_port(host)
-        config = write_mosquitto_config(directory, chosen, password_file, acl_file, host=host)
+        config = write_mosquitto_config(directory, chosen, password_file, acl_file, host=host, tls=tls, bridge=bridge, max_packet_size=max_packet_size)
         handle = BrokerHandle(exe, config, host, chosen)
         try:
             handle.start(timeout)

@@ -9,6 +9,7 @@ so that ``p2pem --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -37,10 +38,13 @@ counts).  Every node draws its secrets (initial duals) from the OS's entropy, so
 equals `p2pem simulate` up to the consensus error; --insecure-reproducible-seed draws them
 from the scenario seed instead (bit-identical to simulate, NOT private: whoever has the
 scenario file undoes the privacy noise).  Every message is validated; a node that breaks the
-protocol is named and the run stops; no node reports success before its neighbours showed it
-the same final model.  With `on_dropout = "continue"` in the scenario's [deploy] table the
-run goes on without a node that falls silent.  Ctrl-C, or killing this launcher, stops every
-node process and the broker.
+protocol is named and the run stops; no node reports success before every node showed it the
+same signed final model.  With `on_dropout = "continue"` in the scenario's [deploy] table the
+run goes on without a node that at least two of its neighbours signed fell silent (each
+eviction is printed with its witnesses).  Every protocol but centralized deploys (federated and
+dp-central with a server process beside the nodes).  --tls makes a CA and a broker certificate
+and runs the broker with TLS; --sites 2 runs two brokers joined by a Mosquitto bridge, as two
+sites would.  Ctrl-C, or killing this launcher, stops every node process and the broker.
 """
 
 KEYS_HELP = """\
@@ -63,7 +67,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         metavar="HEX",
         default=os.environ.get("P2PEM_LAUNCH", ""),
         help="nonce of this launch (hex, same for every node; default $P2PEM_LAUNCH): bound into every message, "
-        "so messages of an earlier launch of the same roster are refused. `p2pem deploy` and nodes/launch.sh draw a fresh one",
+        "so messages of an earlier launch of the same roster are refused. `p2pem deploy` and nodes/launch.sh draw a fresh one; "
+        "a node refuses to start without one",
+    )
+    node.add_argument(
+        "--insecure-no-launch-nonce",
+        action="store_true",
+        help="INSECURE, for trying things out only: start without a launch nonce, so that messages (and retained aborts) "
+        "of an earlier launch of this roster are accepted by this one",
     )
     node.set_defaults(func=cmd_node)
 
@@ -71,7 +82,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     dep.add_argument("scenario", nargs="?", help="scenario TOML file, e.g. scenarios/parkinsons-20.toml")
     dep.add_argument("--out", metavar="DIR", help="output folder for the kit, logs and result.json (created with its parents)")
     dep.add_argument("--kit", metavar="DIR", help="run a kit prepared earlier with --prepare-only instead of a scenario")
-    dep.add_argument("--protocol", metavar="NAME", help="which of the scenario's protocols to deploy (default: the first); only pdmm-sp in sync mode can be deployed")
+    dep.add_argument("--protocol", metavar="NAME", help="which of the scenario's protocols to deploy: its name (the first of that name) or its position 1, 2, ... (default: the first); every protocol but centralized deploys")
     dep.add_argument("--broker", metavar="HOST:PORT", help="use this running broker instead of starting one (it must load DIR/broker/passwords and DIR/broker/acl, or allow anonymous clients)")
     dep.add_argument("--listen", metavar="HOST", default="127.0.0.1", help="address of the broker the launcher starts (default 127.0.0.1)")
     dep.add_argument("--run-id", metavar="ID", help="run id bound into message tags, keys and topics (default: scenario name + random suffix)")
@@ -79,6 +90,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     dep.add_argument("--startup-timeout", type=float, metavar="S", help="seconds every node's neighbours have to come online (default: [deploy] startup_timeout or 60)")
     dep.add_argument("--insecure-reproducible-seed", action="store_true", help="TESTING ONLY: draw the nodes' protocol noise from the scenario seed so that the result equals `p2pem simulate` bit for bit; anyone with the scenario file can then undo the privacy noise (recorded in result.json and the logs)")
     dep.add_argument("--os-entropy", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
+    dep.add_argument("--tls", action="store_true", help="generate a CA and a broker certificate (in DIR/broker) and run the broker with TLS; every node trusts that CA only")
+    dep.add_argument("--sites", type=int, choices=(1, 2), default=1, help="2: two brokers joined by a Mosquitto bridge (odd nodes use the second), as two sites would (default 1)")
     dep.add_argument("--prepare-only", action="store_true", help="write the kit (keys, roster, configs, broker files) and stop; run it later with --kit DIR or nodes/launch.sh DIR")
     dep.add_argument("--check", action="store_true", help="also run `p2pem simulate` on the same scenario and print the largest relative difference")
     dep.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -118,7 +131,9 @@ def cmd_node(args: argparse.Namespace) -> int:
     from p2pem.deploy.process import run_node
     from p2pem.deploy.report import write_failure
     from p2pem.deploy.runtime import NodeRuntime
+    from p2pem.deploy.server import ServerRuntime
     from p2pem.errors import P2pemError
+    from p2pem.messages import SERVER
 
     parent = os.getppid() if args.exit_with_parent else None
     if parent is not None:
@@ -129,28 +144,36 @@ def cmd_node(args: argparse.Namespace) -> int:
         launch = bytes.fromhex(args.launch)
     except ValueError:
         raise ConfigError(f"--launch must be hex digits, got {args.launch!r}") from None
+    if not launch and not args.insecure_no_launch_nonce:
+        raise ConfigError(
+            "no launch nonce: give --launch HEX (or $P2PEM_LAUNCH), the same fresh one for every node of this launch "
+            "(`p2pem deploy` and nodes/launch.sh draw one); to try things out without, --insecure-no-launch-nonce"
+        )
     if not launch:
         import logging
 
         logging.getLogger(__name__).warning(
-            "no launch nonce (--launch/P2PEM_LAUNCH): messages of an earlier launch of this roster would be accepted"
+            "INSECURE: NO LAUNCH NONCE (--insecure-no-launch-nonce): messages and retained aborts of an earlier launch "
+            "of this roster are accepted by this one"
         )
 
     def progress(event: str, n_iter: int, max_iter: int) -> None:
         _say("online" if event == "online" else f"progress {n_iter} {max_iter}")
 
     config = NodeConfig.load(args.config)
+    party = ServerRuntime if config.node_id == SERVER else NodeRuntime
     try:
-        runtime = NodeRuntime(config, progress=progress if args.progress else None, parent_pid=parent, launch=launch)
+        runtime = party(config, progress=progress if args.progress else None, parent_pid=parent, launch=launch)
     except P2pemError as exc:
         write_failure(config, exc)
         raise
     report = run_node(runtime)
     args.exit_at_once = True  # the result file is written: p2pem.cli.main may skip the interpreter's teardown
-    if not args.progress:
+    if not args.progress and config.node_id != SERVER:
         ll = report["loglik"][-1] if report["loglik"] else float("nan")
+        loglik = "no log-likelihood released (private)" if ll is None or math.isnan(ll) else f"final loglik {ll:.6f}"
         _say(
-            f"node {report['node_id']}: {report['n_iter']} EM iterations, final loglik {ll:.6f}, "
+            f"node {report['node_id']}: {report['n_iter']} EM iterations, {loglik}, "
             f"{report['messages']} messages, result in {config.result}"
         )
     return 0
@@ -202,8 +225,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                 from p2pem.deploy.broker import free_port
 
                 address = broker or deploy_settings(scenario)[2] or (args.listen, free_port(args.listen))
-                kit = prepare_kit(scenario, args.out, broker=address, protocol=args.protocol, run_id=args.run_id, seeded=args.insecure_reproducible_seed, timeouts=timeouts,
-                                  force=args.force)
+                kit = prepare_kit(
+                    scenario, args.out, broker=address, protocol=args.protocol, run_id=args.run_id, seeded=args.insecure_reproducible_seed,
+                    timeouts=timeouts, tls=args.tls, sites=args.sites, force=args.force,
+                )
                 print(f"prepared {kit.n_nodes} node kits for run {kit.run_id} in {kit.root} (broker {kit.broker_host}:{kit.broker_port})")
                 print(f"start them with: p2pem deploy --kit {kit.root}   or   nodes/launch.sh {kit.root}")
                 return 0
@@ -217,6 +242,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                 seeded=args.insecure_reproducible_seed,
                 timeouts=timeouts,
                 progress=progress,
+                tls=args.tls,
+                sites=args.sites,
                 force=args.force,
             )
     finally:
@@ -268,8 +295,10 @@ def _print_summary(kit, doc: dict, elapsed: float) -> None:
     cons = run["consensus_iterations"]
     mean_cons = sum(cons) / len(cons) if cons else float("nan")
     print(f"run {kit.run_id}: {dep['n_processes']} node processes, broker {dep['broker']}, {doc['n_rows']} rows")
+    final = run["loglik"][-1] if run["loglik"] else None
+    loglik = "no log-likelihood released (private)" if final is None else f"final loglik {final:.6f}"
     print(
-        f"  {run['protocol']}: {run['n_iter']} EM iterations, final loglik {run['loglik'][-1]:.6f}, "
+        f"  {run['protocol']}: {run['n_iter']} EM iterations, {loglik}, "
         f"{mean_cons:.1f} consensus rounds per iteration, node spread {run['node_spread']:.1e}"
     )
     print(
@@ -277,8 +306,12 @@ def _print_summary(kit, doc: dict, elapsed: float) -> None:
         f"{dep['envelopes_published']} envelopes ({dep['wire_bytes'] / 1e6:.2f} MB), {dep['deliveries']} deliveries, "
         f"{dep['duplicates']} duplicates, {dep['rejected']} rejected, {dep['reconnects']} reconnects"
     )
-    for d in dep.get("dropped", []):
-        print(f"  node {d['node']} dropped out in EM iteration {d['iteration']} (noticed by node {d['detected_by']}); the model is the EM of the other nodes' rows")
+    for d in dep.get("evicted", []):
+        witnesses = ", ".join(map(str, d["witnesses"]))
+        print(
+            f"  EVICTED: node {d['node']} in EM iteration {d['iteration']}, on the signed word of its neighbours {witnesses} "
+            f"that it fell silent; the model is the EM of the other nodes' rows only"
+        )
     if dep.get("seeded"):
         print("  INSECURE: protocol noise from the scenario seed (--insecure-reproducible-seed); not private")
     startup = dep["startup_s"]

@@ -489,7 +489,19 @@ class Codec:
         A multicast on ``.../all`` reaches every neighbour of the sender; those it does
         not list get :class:`NotAddressed`, as there is no tag for them.
         """
-        env = self.verify(data)
+        return self.open(self.verify(data))
+
+    def open(self, env: Envelope) -> Message:
+        """The message of an envelope :meth:`verify` returned: open the seal, decode the payload.
+
+        A caller may look at the verified header (the payload's announced shape) before it
+        pays for the payload (:class:`~p2pem.deploy.admission.Admission` does).
+
+        Raises
+        ------
+        TamperedMessage
+            If the sealed payload does not authenticate under the edge key.
+        """
         body = env.body
         if env.encrypted:
             key = self._edge_key(env.sender, role="sender")

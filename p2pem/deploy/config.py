@@ -2,7 +2,7 @@
 
 ``node.toml`` (one per node, partly secret) holds the node id, its key file, its own data
 file, where to write its result, the broker (address, user, password file, TLS), the
-timeouts and ``on_dropout``.  A ``[reproducibility]`` table may fix the seed of the protocol
+timeouts.  A ``[reproducibility]`` table may fix the seed of the protocol
 noise; that exists for tests and for comparing with ``p2pem simulate`` and must be left out
 of a real deployment (the noise is then drawn from the operating system's entropy, as
 privacy requires).  The public document every node shares is the roster
@@ -200,6 +200,8 @@ class NodeConfig:
     Parameters
     ----------
     node_id : int
+        The node's id in the roster, or -1 for the server process of ``federated`` and
+        ``dp-central`` (which has no data file).
     roster : pathlib.Path
         The run's roster file.
     key_file : pathlib.Path
@@ -220,10 +222,9 @@ class NodeConfig:
         With ``seed``: the noise generator is ``default_rng(SeedSequence(seed, spawn_key))``;
         ``p2pem deploy`` writes the scenario seed and ``(3, node_id)``, exactly the
         generator ``p2pem simulate`` gives node ``node_id``.
-    on_dropout : {"stop", "continue"}
-        When a neighbour falls silent: stop the run (default), or agree with the other
-        nodes to drop it and go on without it (if the rest stays connected with a cycle).
-        Every node of a run needs the same value.
+    on_dropout : {"stop", "continue"}, optional
+        The run's setting is the roster's (:attr:`~p2pem.deploy.roster.Roster.on_dropout`);
+        a node config that states one must state the same (checked at load).
     path : pathlib.Path, optional
         Where the config was read from.
     """
@@ -231,14 +232,14 @@ class NodeConfig:
     node_id: int
     roster: Path
     key_file: Path
-    data: Path
+    data: Path | None
     result: Path
     broker: BrokerConfig
     timeouts: Timeouts = field(default_factory=Timeouts)
     columns: tuple[str, ...] | None = None
     seed: int | None = None
     spawn_key: tuple[int, ...] = ()
-    on_dropout: str = "stop"
+    on_dropout: str | None = None
     path: Path | None = None
 
     def protocol_rng(self) -> np.random.Generator:
@@ -255,7 +256,7 @@ class NodeConfig:
         where = str(path)
         base = path.parent
         top = Table(where, doc, "", ("node_id", "roster", "key_file", "data", "columns", "result", "broker", "timeouts", "reproducibility", "on_dropout"))
-        node_id = top.integer("node_id", minimum=0)
+        node_id = top.integer("node_id", minimum=-1)  # -1: the server of federated and dp-central
         b = top.section("broker", BrokerConfig.KEYS)
         port = b.integer("port", default=1883, minimum=1)
         if port > 65535:
@@ -286,12 +287,12 @@ class NodeConfig:
             if any(k < 0 for k in spawn_key):
                 r.fail("'reproducibility.spawn_key' must hold non-negative integers")
         columns = top.string_list("columns", default=None)
-        on_dropout = top.choice("on_dropout", ON_DROPOUT, default="stop")
+        on_dropout = top.choice("on_dropout", ON_DROPOUT) if "on_dropout" in doc else None
         return cls(
             node_id=node_id,
             roster=top.path("roster", base),
             key_file=top.path("key_file", base),
-            data=top.path("data", base),
+            data=top.path("data", base) if node_id >= 0 or "data" in doc else None,
             result=top.path("result", base),
             broker=broker,
             timeouts=timeouts,
@@ -326,12 +327,13 @@ class NodeConfig:
             "node_id": self.node_id,
             "roster": rel(self.roster),
             "key_file": rel(self.key_file),
-            "data": rel(self.data),
+            "data": rel(self.data),  # None (left out) for a server
         }
         if self.columns is not None:
             doc["columns"] = list(self.columns)
         doc["result"] = rel(self.result)
-        doc["on_dropout"] = self.on_dropout
+        if self.on_dropout is not None:
+            doc["on_dropout"] = self.on_dropout
         doc["broker"] = broker
         doc["timeouts"] = self.timeouts.to_dict()
         if self.seed is not None:

@@ -1,67 +1,82 @@
-"""Control messages: the runtime's own conversation beside the protocol's.
+"""Control messages: the runtime's own conversation beside the protocol's, and signed statements.
 
 Control messages have EM iteration -1 (:data:`~p2pem.deploy.admission.CONTROL`), so the Node
-never sees them; they are authenticated like every other message, and each is checked field
-by field here before it counts (a check that fails raises
+never sees them; they are authenticated per receiver like every other message, and each is
+checked field by field here before it counts (a check that fails raises
 :class:`~p2pem.protocols.base.ProtocolViolation` naming the authenticated sender).
 
-``hello``   meta ``(epoch,)``, payload the roster digest and a digest of the public step
-            parameters (:mod:`p2pem.deploy.bootstrap`).  Also the heartbeat: sent when the
-            node has published nothing for ``heartbeat`` seconds.
-``final``   meta ``(n_iter,)``, payload the node's fitted model: every neighbour must hold
-            the same (:class:`Agreement`).
-``bye``     the node has finished; neighbours linger until they have heard every bye, so a
-            broker restart in the last round can still be repaired.
-``abort``   meta ``(reason, iteration, round, origin, *culprits)``, payload the origin's
-            Ed25519 signature of those fields: the run is stopped.  A node that gives up
-            sends one, every node that receives one stops with an error naming the culprits
-            and relays it unchanged, so all nodes exit promptly naming the same node.  Aborts
-            are published *retained*: the broker hands the last one of each node to whoever
-            subscribes later, so a neighbour that comes online after this node already
-            stopped learns why at once instead of waiting out its start-up timeout.  A
-            retained abort outlives the run on the broker, one more reason for a new run id
-            per run (and the launch nonce keeps an old launch's abort from authenticating).
-``drop``    meta ``(node, iteration, origin)``, round ``node``, payload the origin's
-            signature: with ``on_dropout = "continue"`` the survivors go on without a node
-            that fell silent (see :meth:`p2pem.deploy.runtime.NodeRuntime.drop`).
+``hello``   meta ``(epoch, iteration, round, *awaited)``, payload the roster digest and a
+            digest of the public step parameters (:mod:`p2pem.deploy.bootstrap`).  Also the
+            heartbeat: sent when the node has published nothing for ``heartbeat`` seconds,
+            saying where the node is and whom it waits for (:mod:`p2pem.deploy.watchdog`).
+``final``   meta ``(n_iter, origin, iteration, *signature)``, round ``origin``, payload the origin's
+            final result (the task's summary): flooded to every node
+            (:mod:`p2pem.deploy.agreement`).
+``bye``     the node has finished; neighbours linger until they have heard every bye.
+``abort``   meta ``(reason, iteration, round, origin, n, *culprits, *evidence)``, round
+            ``origin``, payload the origin's signature (and, for a contradicted stop, the
+            stop's signature): the run is stopped.  Relayed unchanged, published retained.
+``stop``    meta ``(iteration, attempt, origin, proposed_at, stop_round)``, round ``origin``,
+            payload the origin's signature: an accountable stop proposal
+            (:mod:`p2pem.deploy.stops`), flooded.
+``drop``    meta ``(victim, iteration, witness)``, round ``victim * n + witness``, payload
+            the witness's signature: one vote that the victim fell silent
+            (:mod:`p2pem.deploy.eviction`), flooded to every node, the victim included.
+
+A *signed statement* (abort, stop, drop vote, final) is the statement's domain, the run id and
+the launch nonce (each length-prefixed), its integer fields as signed 64-bit integers and, for
+a final, the SHA-256 of the result's bytes; the signature is Ed25519 by the statement's origin
+(:class:`Signer`).  Relays forward statements unchanged, so no member can put words into
+another's mouth; an honest node relays only what it checked, so a statement that fails a check
+convicts the neighbour that sent it (it signed it, or relayed it unchecked).
 """
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from p2pem.deploy.admission import CONTROL
 from p2pem.deploy.crypto import CryptoError, Identity
-from p2pem.deploy.failures import WIRE_REASONS, NodeFailure, Reason
-from p2pem.gmm import relative_error
+from p2pem.deploy.failures import WIRE_REASONS, Reason
 from p2pem.messages import Message
-from p2pem.protocols.base import ProtocolViolation, check_vector
+from p2pem.protocols.base import ProtocolViolation
 
 __all__ = [
     "ABORT",
-    "AGREEMENT_RTOL",
     "BYE",
     "DROP",
     "FINAL",
+    "FINAL_PHASE",
     "HELLO",
-    "Agreement",
+    "STOP",
+    "Abort",
     "Signer",
+    "abort_message",
     "bye_message",
     "check_bye",
+    "parse_abort",
     "plausible_receivers",
     "violation",
 ]
 
-HELLO, FINAL, BYE, ABORT, DROP = "hello", "final", "bye", "abort", "drop"
-#: Largest relative difference between two neighbours' final models that counts as agreement
-#: (consensus stops at a relative tolerance of 1e-10; EM amplifies it a little).
-AGREEMENT_RTOL = 1e-6
-_ABORT_DOMAIN = b"p2pem/abort/v1\x00"
-_DROP_DOMAIN = b"p2pem/drop/v1\x00"
+HELLO, FINAL, BYE, ABORT, DROP, STOP = "hello", "final", "bye", "abort", "drop", "stop"
+#: The protocol round of an abort signed in the final agreement (after EM).
+FINAL_PHASE = -1
+_DOMAINS = {
+    ABORT: b"p2pem/abort/v2\x00",
+    DROP: b"p2pem/drop/v2\x00",
+    STOP: b"p2pem/stop/v1\x00",
+    FINAL: b"p2pem/final/v1\x00",
+}
+#: A signature as meta fields: eight signed 64-bit words.
+SIGNATURE_WORDS = 8
+_WORDS = struct.Struct(">8q")
 
 
 def violation(msg: Message, check: str, detail: str) -> ProtocolViolation:
@@ -92,161 +107,200 @@ def bye_message(node_id: int, neighbours: tuple[int, ...]) -> Message:
 def check_bye(msg: Message) -> None:
     """Raise ProtocolViolation unless ``msg`` is a well-formed bye."""
     if not isinstance(msg.payload, tuple) or msg.payload or msg.meta != () or msg.round != 0:
-        raise violation(msg, "bye", f"payload of {describe_payload(msg.payload)}, meta {msg.meta}")
+        raise violation(msg, "bye", f"round {msg.round}, meta {msg.meta}, payload of {describe_payload(msg.payload)}")
+
+
+def signature_words(signature: tuple[int, int]) -> tuple[int, ...]:
+    """A signature (two 256-bit integers) as :data:`SIGNATURE_WORDS` meta fields."""
+    raw = b"".join(int(v).to_bytes(32, "big") for v in signature)
+    return _WORDS.unpack(raw)
+
+
+def words_signature(words: Sequence[int]) -> tuple[int, int]:
+    """Inverse of :func:`signature_words`."""
+    raw = _WORDS.pack(*words)
+    return int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big")
+
+
+def payload_digest(payload: np.ndarray) -> bytes:
+    """SHA-256 of a float payload's little-endian bytes (what a signed final covers)."""
+    return hashlib.sha256(np.ascontiguousarray(payload, dtype="<f8").tobytes()).digest()
+
+
+#: Most verified statements a :class:`Signer` remembers (a few per node and aggregation).
+VERIFIED_LIMIT = 4096
 
 
 class Signer:
-    """Signed statements of one run and launch: aborts and drops, made and checked.
-
-    A statement is the domain, the run id and the launch nonce (each length-prefixed) and the
-    meta fields as signed 64-bit integers; the signature is Ed25519 by the origin, sent as
-    two 256-bit integers.
+    """Signed statements of one run and launch: made by this node, checked against any origin.
 
     Parameters
     ----------
     identity : Identity
         This node's keys (signs).
-    public_keys : sequence of PublicIdentity
-        Every node's pinned keys, by node id (verify).
+    public_keys : mapping of int to PublicIdentity
+        Every party's pinned keys, by node id (verify).
     run_id : str
     launch : bytes
-    neighbours : sequence of sequence of int
-        The roster's adjacency lists (a drop's origin must neighbour the dropped node).
     """
 
-    def __init__(self, identity: Identity, public_keys: Sequence[Any], run_id: str, launch: bytes, neighbours: Sequence[Sequence[int]]) -> None:
+    def __init__(self, identity: Identity, public_keys: Mapping[int, Any], run_id: str, launch: bytes) -> None:
         self.identity = identity
-        self.keys = tuple(public_keys)
+        self.keys = dict(public_keys)
         self.run = run_id.encode("utf-8")
         self.launch = launch
-        self.neighbours = neighbours
+        # (origin, statement, signature) already verified: a flooded statement reaches a node
+        # once per neighbour, and the same bytes verify the same way (bounded: cleared when full)
+        self._verified: set[tuple[int, bytes, bytes]] = set()
 
-    @property
-    def n_nodes(self) -> int:
-        return len(self.keys)
+    def statement(self, kind: str, fields: Sequence[int], extra: bytes = b"") -> bytes:
+        return b"".join(
+            [_DOMAINS[kind], bytes([len(self.run)]), self.run, bytes([len(self.launch)]), self.launch, struct.pack(f">{len(fields)}q", *fields), extra]
+        )
 
-    def statement(self, meta: Sequence[int], domain: bytes = _ABORT_DOMAIN) -> bytes:
-        return b"".join([domain, bytes([len(self.run)]), self.run, bytes([len(self.launch)]), self.launch, struct.pack(f">{len(meta)}q", *meta)])
-
-    def sign(self, meta: Sequence[int], domain: bytes = _ABORT_DOMAIN) -> tuple[int, int]:
-        raw = self.identity.sign(self.statement(meta, domain))
+    def sign(self, kind: str, fields: Sequence[int], extra: bytes = b"") -> tuple[int, int]:
+        """This node's signature of the statement, as two 256-bit integers."""
+        raw = self.identity.sign(self.statement(kind, fields, extra))
         return int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big")
 
-    def abort(self, node_id: int, neighbours: tuple[int, ...], reason: Reason, iteration: int, round: int, culprits: Sequence[int]) -> Message:
-        """This node's signed abort, for its neighbours."""
-        meta = (int(reason.wire), iteration, round, node_id, *culprits)
-        return abort_message(node_id, neighbours, meta, self.sign(meta))
-
-    def drop(self, node_id: int, neighbours: tuple[int, ...], meta: tuple[int, int, int], signature: tuple[int, ...] | None) -> tuple[Message, tuple[int, ...]]:
-        """The drop ``meta = (node, iteration, origin)``, signed now unless ``signature`` (the origin's) is given."""
-        if signature is None:
-            signature = self.sign(meta, _DROP_DOMAIN)
-        return Message(node_id, neighbours, CONTROL, meta[0], DROP, signature, False, meta), signature
-
-    def _verify(self, msg: Message, what: str, origin: int, meta: Sequence[int], domain: bytes) -> tuple[int, ...]:
-        payload = msg.payload
-        if not (isinstance(payload, tuple) and len(payload) == 2):
-            raise violation(msg, what, f"payload of {describe_payload(payload)} is not a signature")
-        signature = b"".join(int(v).to_bytes(32, "big") for v in payload)
+    def check(self, msg: Message, kind: str, origin: int, fields: Sequence[int], signature: Sequence[int], extra: bytes = b"") -> None:
+        """Raise a violation by ``msg``'s sender unless ``origin`` signed the statement."""
+        public = self.keys.get(origin)
+        if public is None or len(signature) != 2 or not all(isinstance(v, int) and 0 <= v < 2**256 for v in signature):
+            raise violation(msg, kind, f"{kind} in the name of node {origin}: no signature of a member")
+        raw = b"".join(int(v).to_bytes(32, "big") for v in signature)
+        statement = self.statement(kind, fields, extra)
+        key = (origin, statement, raw)
+        if key in self._verified:
+            return
         try:
-            self.keys[origin].verify(self.statement(meta, domain), signature)
+            public.verify(statement, raw)
         except CryptoError:
-            raise violation(msg, what, f"{what} in the name of node {origin} is not signed by node {origin} (forged)") from None
-        return tuple(int(v) for v in payload)
-
-    def verify_abort(self, msg: Message) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Check an abort's fields and its origin's signature; return (meta, signature)."""
-        meta, n = tuple(msg.meta), self.n_nodes
-        if len(meta) < 4 or len(meta) > 4 + n or meta[0] not in WIRE_REASONS:
-            raise violation(msg, "abort", f"meta {meta[:8]} is not (reason, iteration, round, origin, culprits...)")
-        if not all(0 <= v < n for v in meta[3:]):
-            raise violation(msg, "abort", f"origin or culprit outside 0..{n - 1}")
-        return meta, self._verify(msg, "abort", meta[3], meta, _ABORT_DOMAIN)
-
-    def verify_drop(self, msg: Message) -> tuple[tuple[int, int, int], tuple[int, ...]]:
-        """Check a drop ``(node, EM iteration, origin)`` and its origin's signature."""
-        meta, n = tuple(msg.meta), self.n_nodes
-        if len(meta) != 3 or not (0 <= meta[0] < n and 0 <= meta[2] < n and 0 <= meta[1] <= 2**31) or msg.round != meta[0]:
-            raise violation(msg, "drop", f"meta {meta[:8]} is not (node, iteration, origin)")
-        if meta[2] not in self.neighbours[meta[0]]:
-            raise violation(msg, "drop", f"node {meta[2]} cannot see node {meta[0]} fall silent: they are not neighbours")
-        return (meta[0], meta[1], meta[2]), self._verify(msg, "drop", meta[2], meta, _DROP_DOMAIN)
+            raise violation(msg, kind, f"{kind} in the name of node {origin} is not signed by node {origin} (forged)") from None
+        if len(self._verified) >= VERIFIED_LIMIT:
+            self._verified.clear()
+        self._verified.add(key)
 
 
-def abort_message(node_id: int, neighbours: tuple[int, ...], meta: tuple[int, ...], signature: tuple[int, ...]) -> Message:
-    """An abort: ``meta`` and its origin's signature (unchanged when relayed)."""
-    return Message(node_id, neighbours, CONTROL, 0, ABORT, signature, False, meta)
+# ------------------------------------------------------------------------------ aborts
 
 
-class Agreement:
-    """The final agreement: every neighbour must finish with this node's model.
+@dataclass(frozen=True)
+class Abort:
+    """A signed abort: who stops (``origin``), why, where, whom it names, and its evidence.
 
-    Each node sends its fitted parameters (public output) to its neighbours and waits until
-    each neighbour's model arrived and agrees within :data:`AGREEMENT_RTOL` (relative,
-    infinity norm).  The graph is connected, so if every node passes, all honest nodes hold
-    the same model; a node that finished differently (e.g. misled by a forged stop round) is
-    found by a neighbour, and the run aborts everywhere naming the two.
+    ``evidence`` are extra fields of some reasons: for :attr:`Reason.STOP` the contradicted
+    proposal's ``(attempt, proposed_at, stop_round)`` (its signature follows the origin's in
+    the payload), for :attr:`Reason.SPLIT` the node whose final model differs.
+    """
+
+    reason: int
+    iteration: int
+    round: int
+    origin: int
+    culprits: tuple[int, ...]
+    evidence: tuple[int, ...]
+    signature: tuple[int, int]
+    extra_signature: tuple[int, ...] = ()
+
+    @property
+    def meta(self) -> tuple[int, ...]:
+        return (self.reason, self.iteration, self.round, self.origin, len(self.culprits), *self.culprits, *self.evidence)
+
+    @property
+    def payload(self) -> tuple[int, ...]:
+        return (*self.signature, *self.extra_signature)
+
+    def fields(self) -> tuple[int, ...]:
+        """What the origin signs."""
+        return self.meta
+
+
+def make_abort(signer: Signer, reason: Reason, iteration: int, round: int, origin: int, culprits: Sequence[int],
+               evidence: Sequence[int] = (), extra_signature: Sequence[int] = ()) -> Abort:
+    """This node's signed abort (told as the wire reason)."""
+    unsigned = Abort(int(reason.wire), int(iteration), int(round), int(origin), tuple(int(c) for c in culprits), tuple(int(e) for e in evidence), (0, 0))
+    signature = signer.sign(ABORT, unsigned.fields())
+    return Abort(unsigned.reason, unsigned.iteration, unsigned.round, unsigned.origin, unsigned.culprits, unsigned.evidence, signature, tuple(extra_signature))
+
+
+def abort_message(node_id: int, neighbours: tuple[int, ...], abort: Abort) -> Message:
+    """An abort for ``neighbours`` (made here or relayed unchanged)."""
+    return Message(node_id, neighbours, CONTROL, abort.origin, ABORT, abort.payload, False, abort.meta)
+
+
+#: Extra fields of each reason's abort (after the culprits), and extra signatures in its payload.
+_EVIDENCE = {int(Reason.STOP): (3, 1), int(Reason.SPLIT): (1, 0)}
+
+
+def parse_abort(msg: Message, n_nodes: int, server: bool = False) -> Abort:
+    """The abort ``msg`` carries, checked for form (not yet for its signature or plausibility).
+
+    Node ids run over ``0 .. n_nodes - 1``, and -1 (the server) when the run has one.
+    """
+    meta, payload = tuple(msg.meta), msg.payload
+    bad = violation(msg, "abort", f"meta {meta[:8]} is not (reason, iteration, round, origin, n, culprits..., evidence...)")
+    if len(meta) < 5 or meta[0] not in WIRE_REASONS or not 0 <= meta[4] <= n_nodes:
+        raise bad
+    n = meta[4]
+    n_evidence, n_signatures = _EVIDENCE.get(meta[0], (0, 0))
+    if len(meta) != 5 + n + n_evidence or msg.round != meta[3]:
+        raise bad
+    if not (isinstance(payload, tuple) and len(payload) == 2 + 2 * n_signatures):
+        raise violation(msg, "abort", f"payload of {describe_payload(payload)} is not its signature(s)")
+    ids = (meta[3], *meta[5 : 5 + n])
+    low = -1 if server else 0
+    if not all(low <= v < n_nodes for v in ids):
+        raise violation(msg, "abort", f"origin or culprit outside {low}..{n_nodes - 1}")
+    return Abort(meta[0], meta[1], meta[2], meta[3], tuple(meta[5 : 5 + n]), tuple(meta[5 + n :]), (payload[0], payload[1]), tuple(payload[2:]))
+
+
+def implausible(abort: Abort, peers_of, iteration: int, separates) -> str | None:
+    """Why no honest node signs ``abort`` (None when it is plausible).
+
+    The rules: the abort's EM iteration lies within two of the receiver's; the culprits of a
+    silence, stall, slowness, start-up, mismatch, violation or protocol error are neighbours of
+    the origin (it cannot have watched anyone else); a disagreement is signed in the final
+    phase and names one neighbour; a contradicted stop names the stop's origin (checked
+    against the stop's own signature by the caller); a split names a node that separates the
+    origin from the node whose model differs; an interruption, a lost broker, a model error or
+    an internal error names nobody.
 
     Parameters
     ----------
-    node_id : int
-    model_size : int
-        Length of the flat model vector.
+    abort : Abort
+    peers_of : callable
+        ``peers_of(node)``: whom a node exchanges messages with (its roster neighbours, and a
+        server).
+    iteration : int
+        The receiving node's EM iteration (an honest origin is within two of it).
+    separates : callable
+        ``separates(v, a, b)``: whether every path between nodes ``a`` and ``b`` of the
+        roster's graph passes ``v``.
     """
-
-    def __init__(self, node_id: int, model_size: int) -> None:
-        self.node_id = node_id
-        self.model_size = model_size
-        self.mine: np.ndarray | None = None
-        self.n_iter = 0
-        self.agreed: set[int] = set()
-        self._waiting: dict[int, tuple[int, np.ndarray]] = {}
-
-    def message(self, neighbours: tuple[int, ...], model: np.ndarray, n_iter: int) -> Message:
-        """Fix this node's model; return the ``final`` message that shows it to the neighbours."""
-        self.mine, self.n_iter = model, n_iter
-        return Message(self.node_id, neighbours, CONTROL, 0, FINAL, model.copy(), False, (n_iter,))
-
-    def settle(self) -> None:
-        """Compare the models that arrived before this node's own was fixed (raises as :meth:`receive`)."""
-        for j in list(self._waiting):
-            self._compare(j)
-
-    def done(self, neighbours: frozenset[int]) -> bool:
-        """Every neighbour's model arrived and agrees."""
-        return neighbours <= self.agreed
-
-    def receive(self, msg: Message, plausible: bool) -> bool:
-        """Check and record neighbour ``msg.sender``'s final model; True if it was new.
-
-        Raises
-        ------
-        ProtocolViolation
-            A malformed final message.
-        NodeFailure
-            :attr:`~p2pem.deploy.failures.Reason.DISAGREE`: the models differ.
-        """
-        j = msg.sender
-        if j in self.agreed or j in self._waiting:
-            return False
-        if msg.round != 0 or len(msg.meta) != 1 or not plausible:
-            raise violation(msg, "final", f"round {msg.round}, meta {msg.meta}, receivers {msg.receivers}")
-        check_vector(msg, self.model_size)
-        self._waiting[j] = (int(msg.meta[0]), np.asarray(msg.payload))
-        if self.mine is not None:
-            self._compare(j)
-        return True
-
-    def _compare(self, j: int) -> None:
-        n_iter, model = self._waiting.pop(j)
-        mine = self.mine
-        assert mine is not None
-        if n_iter != self.n_iter:
-            raise self._disagree(j, f"neighbour node {j} finished after {n_iter} EM iterations, this node after {self.n_iter}")
-        diff = relative_error(model, mine)
-        if not diff <= AGREEMENT_RTOL:
-            raise self._disagree(j, f"neighbour node {j} finished with a different model (relative difference {diff:.3g} > {AGREEMENT_RTOL:g})")
-        self.agreed.add(j)
-
-    def _disagree(self, j: int, text: str) -> NodeFailure:
-        return NodeFailure(Reason.DISAGREE, self.node_id, text, (self.node_id, j))
+    reason, origin, culprits = abort.reason, abort.origin, abort.culprits
+    if not iteration - 2 <= abort.iteration <= iteration + 2:
+        return f"it is signed in EM iteration {abort.iteration}, this node is in EM iteration {iteration}"
+    near = set(peers_of(origin))
+    if reason in (Reason.BROKER, Reason.INTERRUPTED, Reason.INTERNAL, Reason.MODEL):
+        return f"it names nodes {list(culprits)} for a failure that names nobody" if culprits else None
+    if reason == Reason.DISAGREE:
+        if abort.round != FINAL_PHASE:
+            return "a disagreement on the final model can only be found in the final phase"
+        if len(culprits) != 1 or culprits[0] not in near:
+            return "a disagreement on the final model names exactly one neighbour of its origin"
+        return None
+    if reason in (Reason.STOP, Reason.DROPPED_OUT):
+        # a stop's origin, a dropped node: anywhere in the graph (the signed stop, the votes reach every node)
+        return None if len(culprits) == 1 else f"a {Reason(reason).name.lower()} abort names exactly one node"
+    if reason == Reason.SPLIT:
+        (a,) = abort.evidence
+        if len(culprits) != 1 or not separates(culprits[0], origin, a):
+            return f"node {culprits[0] if culprits else '?'} does not separate node {origin} from node {a}"
+        return None
+    if not culprits and reason not in (Reason.PROTOCOL, Reason.STALLED):
+        return "it names nobody"
+    strangers = [c for c in culprits if c not in near]
+    if strangers:
+        return f"node {origin} cannot have watched node(s) {', '.join(map(str, strangers))}: they are not its neighbours"
+    return None

@@ -11,7 +11,8 @@ here, so the choice of primitives lives in one place:
 * message authentication: HMAC-SHA256 under the edge's MAC key, truncated to 128 bits
   (see :func:`mac`); this is what the wire envelopes use, one tag per receiver;
 * signatures: Ed25519 (RFC 8032, deterministic), for whatever must be verifiable by
-  third parties (envelopes are not: verifying a signature costs ~100 us, a MAC ~2 us).
+  third parties (envelopes are not: verifying a signature costs ~100 us, a MAC ~2 us);
+* TLS for the broker: a throw-away CA and a broker certificate (:func:`write_tls_files`).
 
 Nothing here is home-made: the module only composes primitives of ``cryptography``.
 """
@@ -60,6 +61,7 @@ __all__ = [
     "seal",
     "sign",
     "verify",
+    "write_tls_files",
 ]
 
 #: Permissions of a private key file written by :meth:`Identity.save`.
@@ -517,6 +519,76 @@ def verify(public: PublicIdentity, data: bytes, signature: bytes) -> None:
         If it is not.
     """
     public.verify(data, signature)
+
+
+def write_tls_files(directory: str | os.PathLike[str], hosts: list[str], *, days: int = 30) -> tuple[Path, Path, Path]:
+    """A fresh certificate authority and a broker certificate it signed, as PEM files.
+
+    Writes ``ca.crt`` (give it to every node: it is what they trust), ``broker.crt`` and
+    ``broker.key`` (mode 0600, for the broker only) into ``directory``.  The broker
+    certificate names every entry of ``hosts`` (IP addresses as IP subject alternative names,
+    others as DNS names), so a node that connects to one of them verifies it.  Both keys are
+    ECDSA P-256, valid for ``days`` days from now.  The CA's private key is not kept: nothing
+    else can ever be signed by it.
+
+    Returns
+    -------
+    (ca, cert, key) : paths
+    """
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    directory = Path(directory)
+    now = datetime.datetime.now(datetime.UTC)
+    until = now + datetime.timedelta(days=days)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "p2pem deployment CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(until)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0] if hosts else "p2pem broker")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(until)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = directory / "ca.crt", directory / "broker.crt", directory / "broker.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    fd = os.open(paths[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, KEY_FILE_MODE)
+    with os.fdopen(fd, "wb") as out:
+        out.write(pem)
+    return paths
 
 
 def _parse_hex_key(value: str, name: str) -> bytes:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from p2pem.deploy.cuts import bridges
 from p2pem.em import EMSettings, EMState
 from p2pem.errors import ProtocolError
 from p2pem.protocols.base import ProtocolSpec, Topology, diameter_bound
@@ -42,8 +43,11 @@ def survivor_topology(neighbours: Sequence[Sequence[int]], dropped: set[int] | f
     Raises
     ------
     ProtocolError
-        The survivors' graph is disconnected or has no cycle (pdmm-sp's subspace
-        perturbation needs one, see :func:`p2pem.graphs.require_cycle`).
+        Saying why the survivors cannot go on: fewer than 3 of them, their graph is
+        disconnected, a survivor keeps fewer than two neighbours (its single neighbour
+        would learn its statistics from the consensus), or the graph has a bridge (it is no
+        longer 2-edge-connected: dropping one more node or edge could isolate a part, and
+        the nodes at the bridge's ends see everything that crosses it).
     """
     survivors = [i for i in range(len(neighbours)) if i not in dropped]
     local = {g: i for i, g in enumerate(survivors)}
@@ -54,8 +58,17 @@ def survivor_topology(neighbours: Sequence[Sequence[int]], dropped: set[int] | f
     diameter = diameter_bound(nbrs)
     if diameter is None:
         raise ProtocolError(f"without node(s) {gone} the graph is disconnected")
-    if sum(len(nb) for nb in nbrs) // 2 < len(survivors):  # connected: a cycle iff edges >= nodes
-        raise ProtocolError(f"without node(s) {gone} the graph has no cycle (pdmm-sp needs one to hide the inputs)")
+    lonely = [survivors[i] for i, nb in enumerate(nbrs) if len(nb) < 2]
+    if lonely:
+        k = lonely[0]
+        raise ProtocolError(
+            f"without node(s) {gone} node {k} keeps {'a single neighbour' if nbrs[local[k]] else 'no neighbour'}, "
+            f"which would learn its statistics"
+        )
+    cut = bridges(nbrs)
+    if cut:
+        u, v = (survivors[k] for k in cut[0])
+        raise ProtocolError(f"without node(s) {gone} the edge {u}-{v} is a bridge (the graph is no longer 2-edge-connected)")
     return survivors, Topology(n_nodes=len(survivors), neighbours=nbrs, diameter=diameter)
 
 

@@ -5,7 +5,8 @@ Every way a node process gives up is a :class:`NodeFailure`: the node that faile
 detail.  The reason decides the exit code (a configuration mismatch is a
 :class:`~p2pem.errors.ConfigError`'s 2, a protocol violation a
 :class:`~p2pem.errors.ProtocolError`'s 4, a silence or a lost broker a
-:class:`~p2pem.errors.TransportError`'s 5, an internal error 70, an interruption 130) and what
+:class:`~p2pem.errors.TransportError`'s 5, a model that fails on the network average a
+:class:`~p2pem.errors.ModelError`'s 6, an internal error 70, an interruption 130) and what
 the node tells its neighbours: the reasons numbered below 100 travel in signed aborts
 (:mod:`p2pem.deploy.control`), the others are told as the wire reason they map to
 (:attr:`Reason.wire`).  :func:`describe_abort` turns an abort's fields into the line every
@@ -16,8 +17,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from typing import Any
 
-from p2pem.errors import ConfigError, P2pemError, ProtocolError, TransportError
+from p2pem.errors import ConfigError, ModelError, P2pemError, ProtocolError, TransportError
 
 __all__ = ["Reason", "NodeFailure", "describe_abort", "nodes_text"]
 
@@ -25,7 +27,7 @@ __all__ = ["Reason", "NodeFailure", "describe_abort", "nodes_text"]
 class Reason(enum.IntEnum):
     """Why a node stopped.
 
-    The values 1-10 are the first meta field of an abort message (a wire format: never
+    The values below 100 are the first meta field of an abort message (a wire format: never
     renumbered); the values from 101 are this node's own failures, told to the neighbours as
     :attr:`wire`.
     """
@@ -50,14 +52,28 @@ class Reason(enum.IntEnum):
     """Two neighbours finished with different models."""
     INTERNAL = 10
     """A bug: an unexpected exception inside the node."""
+    MODEL = 11
+    """The model failed on the network average (a collapsed component, a singular covariance):
+    nobody in particular is to blame."""
+    SLOW = 12
+    """A neighbour's awaited message is overdue although the neighbour waits for nobody (or
+    for a message this node has sent): it holds its messages back."""
+    STOP = 13
+    """A signed stop proposal contradicts what this node's own counters allow."""
+    SPLIT = 14
+    """The final results of nodes behind a cut vertex differ from this node's, or never arrive:
+    the cut vertex separates them."""
+    DROPPED_OUT = 15
+    """A node was dropped (enough of its neighbours signed that it fell silent) and the run
+    cannot go on without it (the survivors' graph would expose a node, or be cut)."""
     CANNOT_CONTINUE = 101
-    """A node dropped out and the run cannot go on without it (or this node was dropped)."""
-    DROPOUT_MISMATCH = 102
-    """A neighbour drops a node, but this node runs with ``on_dropout = "stop"``."""
-    UNUSABLE_AVERAGE = 103
-    """The network average of an aggregation is unusable (absurd but valid-looking values)."""
+    """This node cannot take part in a dropout: the run cannot go on without the dropped node,
+    or this node is in another EM iteration than the drop."""
     ABORTED = 104
     """A neighbour relayed another node's signed abort."""
+    EVICTED = 105
+    """Enough of this node's neighbours signed that it fell silent: the others go on without it
+    (it tells nobody: they no longer listen)."""
 
     @property
     def wire(self) -> Reason:
@@ -72,9 +88,8 @@ class Reason(enum.IntEnum):
 
 #: Reasons this node never sends, and what it sends instead.
 _WIRE = {
-    Reason.CANNOT_CONTINUE: Reason.SILENT,
-    Reason.DROPOUT_MISMATCH: Reason.SILENT,
-    Reason.UNUSABLE_AVERAGE: Reason.PROTOCOL,
+    Reason.CANNOT_CONTINUE: Reason.DROPPED_OUT,
+    Reason.EVICTED: Reason.DROPPED_OUT,
     Reason.ABORTED: Reason.PROTOCOL,
 }
 #: Reasons that may appear in an abort message.
@@ -87,13 +102,17 @@ _EXIT_CODES = {
     Reason.OFFLINE: _TRANSPORT,
     Reason.BROKER: _TRANSPORT,
     Reason.CANNOT_CONTINUE: _TRANSPORT,
+    Reason.DROPPED_OUT: _TRANSPORT,
+    Reason.EVICTED: _TRANSPORT,
     Reason.ABORTED: _TRANSPORT,
     Reason.MISMATCH: _CONFIG,
-    Reason.DROPOUT_MISMATCH: _CONFIG,
     Reason.PROTOCOL: _PROTOCOL,
     Reason.VIOLATION: _PROTOCOL,
     Reason.DISAGREE: _PROTOCOL,
-    Reason.UNUSABLE_AVERAGE: _PROTOCOL,
+    Reason.MODEL: ModelError.exit_code,
+    Reason.SLOW: _TRANSPORT,
+    Reason.STOP: _PROTOCOL,
+    Reason.SPLIT: _PROTOCOL,
     Reason.INTERNAL: 70,
     Reason.INTERRUPTED: 130,
 }
@@ -113,12 +132,18 @@ class NodeFailure(P2pemError):
         Node ids blamed; empty when nobody in particular.
     exit_code : int, optional
         Default :attr:`Reason.exit_code` (an interruption by signal s exits 128 + s).
-    relay : (meta, signature), optional
+    relay : Abort, optional
         For :attr:`Reason.ABORTED`: the origin's signed abort, relayed unchanged.
+    evidence : tuple of int, optional
+        Extra fields of the abort this failure is told as (see
+        :class:`~p2pem.deploy.control.Abort`): a contradicted stop's ``(attempt, proposed_at,
+        stop_round)``, the node whose result differs in a split.
+    extra_signature : tuple of int, optional
+        For :attr:`Reason.STOP`: the contradicted stop's own signature.
 
     Attributes
     ----------
-    reason, node, detail, culprits, exit_code, relay
+    reason, node, detail, culprits, exit_code, relay, evidence, extra_signature
         As given.
     """
 
@@ -130,7 +155,9 @@ class NodeFailure(P2pemError):
         culprits: Sequence[int] = (),
         *,
         exit_code: int | None = None,
-        relay: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
+        relay: Any = None,
+        evidence: Sequence[int] = (),
+        extra_signature: Sequence[int] = (),
     ) -> None:
         self.reason = Reason(reason)
         self.node = int(node)
@@ -138,6 +165,8 @@ class NodeFailure(P2pemError):
         self.culprits = tuple(int(c) for c in culprits)
         self.exit_code = self.reason.exit_code if exit_code is None else int(exit_code)
         self.relay = relay
+        self.evidence = tuple(int(e) for e in evidence)
+        self.extra_signature = tuple(int(e) for e in extra_signature)
         super().__init__(f"node {self.node}: {detail}")
 
 
@@ -147,30 +176,30 @@ def nodes_text(ids: Sequence[int]) -> str:
     return ("node " if len(ids) == 1 else "nodes ") + ", ".join(str(i) for i in ids)
 
 
-def describe_abort(meta: Sequence[int]) -> str:
-    """One line for the meta fields ``(reason, iteration, round, origin, *culprits)`` of an abort."""
-    if len(meta) < 4:
-        return "stopped (no reason given)"
-    reason, it, rnd, origin, *culprits = (int(v) for v in meta)
-    at = f"EM iteration {it}, protocol round {rnd}"
-    if reason == Reason.SILENT:
-        return f"{nodes_text(culprits)} fell silent in {at} (detected by node {origin})"
-    if reason == Reason.STALLED:
-        return f"node {origin} made no progress in {at} waiting for {nodes_text(culprits)}"
-    if reason == Reason.OFFLINE:
-        return f"{nodes_text(culprits)} never came online (noticed by node {origin})"
-    if reason == Reason.BROKER:
-        return f"node {origin} lost the MQTT broker in {at}"
-    if reason == Reason.INTERRUPTED:
-        return f"node {origin} was interrupted in {at}"
-    if reason == Reason.MISMATCH:
-        verb = "runs" if len(set(culprits)) == 1 else "run"
-        return f"{nodes_text(culprits)} {verb} with a roster (or step parameters derived from it) that differs from node {origin}'s"
-    if reason == Reason.VIOLATION:
-        return f"node {origin} caught {nodes_text(culprits)} violating the protocol in {at}"
-    if reason == Reason.DISAGREE:
-        return f"{nodes_text(culprits)} finished with different models (found by node {origin})"
-    if reason == Reason.INTERNAL:
-        return f"node {origin} hit an internal error in {at}"
-    blame = f" (message from {nodes_text(culprits)})" if culprits else ""
-    return f"node {origin} hit a protocol error in {at}{blame}"
+def describe_abort(reason: int, iteration: int, round: int, origin: int, culprits: Sequence[int], evidence: Sequence[int] = ()) -> str:
+    """One line saying who claims what, for a (relayed) abort's fields.
+
+    The origin signed the abort, so the line is its claim: ``node 0 reports that ...``.
+    """
+    at = "the final agreement" if round < 0 else f"EM iteration {iteration}, protocol round {round}"
+    them = nodes_text(culprits) if culprits else "nobody"
+    claims = {
+        Reason.SILENT: f"{them} fell silent in {at}",
+        Reason.STALLED: f"it made no progress in {at} waiting for {them}",
+        Reason.OFFLINE: f"{them} never came online",
+        Reason.BROKER: f"it lost the MQTT broker in {at}",
+        Reason.INTERRUPTED: f"it was interrupted in {at}",
+        Reason.MISMATCH: f"{them} run{'s' if len(set(culprits)) == 1 else ''} with a roster (or step parameters derived from it) that differs from its own",
+        Reason.VIOLATION: f"{them} violated the protocol in {at}",
+        Reason.DISAGREE: f"{them} finished with a different model than it did",
+        Reason.INTERNAL: f"it hit an internal error in {at}",
+        Reason.MODEL: f"its model failed on the network average in {at} (nobody in particular is to blame)",
+        Reason.SLOW: f"{them} held back the messages it waited for in {at}",
+        Reason.STOP: f"the stop proposal signed by {them} in EM iteration {iteration} contradicts its counters",
+        Reason.DROPPED_OUT: f"the run cannot go on without {them}",
+        Reason.SPLIT: f"{them} separates it from node {evidence[0] if evidence else '?'}, whose final result differs from its own or never arrived",
+    }
+    text = claims.get(Reason(reason)) if reason in WIRE_REASONS else None
+    if text is None:
+        text = f"it hit a protocol error in {at}" + (f" (message from {them})" if culprits else "")
+    return f"node {origin} reports that {text}"

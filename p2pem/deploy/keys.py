@@ -13,6 +13,7 @@ the only importer of ``cryptography``; this module only lays their files out.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,20 @@ from p2pem.files import atomic_write
 __all__ = ["public_path", "public_toml", "write_broker_auth"]
 
 
-def write_broker_auth(directory: Path, run_id: str, n_nodes: int) -> dict[str, str]:
+def write_broker_auth(directory: Path, run_id: str, parties: int | Sequence[int], *, bridge: bool = False) -> dict[str, str]:
     """Write the broker's hashed password file, ACL and the plain per-user passwords.
 
     Files in ``directory`` (all mode 0600): ``passwords`` (Mosquitto password file, hashed),
     ``acl`` (node ``i`` may publish only under ``p2pem/<run>/from/<i>/``), ``node<i>.password``
-    (give it to node ``i``'s host) and ``credentials.toml`` (the ``admin`` and ``observer``
-    users' passwords).
+    (give it to node ``i``'s host; ``node-1.password`` is the server's) and
+    ``credentials.toml`` (the ``admin`` and ``observer`` users' passwords).
+
+    Parameters
+    ----------
+    parties : int or sequence of int
+        The node count (nodes ``0..n-1``), or the ids (the server is -1).
+    bridge : bool
+        Also a ``bridge`` user, for a second site's broker bridged to this one.
 
     Returns
     -------
@@ -37,13 +45,16 @@ def write_broker_auth(directory: Path, run_id: str, n_nodes: int) -> dict[str, s
     """
     from p2pem.deploy.broker import acl_rules, username_for, write_password_file
 
-    users = {username_for(i): secrets.token_urlsafe(18) for i in range(n_nodes)}
+    ids = list(range(parties)) if isinstance(parties, int) else list(parties)
+    users = {username_for(i): secrets.token_urlsafe(18) for i in ids}
     users["admin"] = secrets.token_urlsafe(18)
     users["observer"] = secrets.token_urlsafe(18)
+    if bridge:
+        users["bridge"] = secrets.token_urlsafe(18)
     write_password_file(directory / "passwords", users)
-    atomic_write(directory / "acl", acl_rules(run_id, range(n_nodes)), mode=0o600)
-    for i in range(n_nodes):
-        atomic_write(directory / f"node{i}.password", users[username_for(i)] + "\n", mode=0o600)
+    atomic_write(directory / "acl", acl_rules(run_id, ids, bridge="bridge" if bridge else None), mode=0o600)
+    for i in ids:
+        atomic_write(directory / f"{username_for(i)}.password", users[username_for(i)] + "\n", mode=0o600)
     header = "broker users for monitoring (admin may publish, observer may only read); keep secret"
     doc = toml_dumps({"admin": users["admin"], "observer": users["observer"]}, header=header)
     atomic_write(directory / "credentials.toml", doc, mode=0o600)

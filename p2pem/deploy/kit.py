@@ -28,14 +28,16 @@ import logging
 import os
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from p2pem.deploy.config import BrokerConfig, NodeConfig, Timeouts, write_node_data
+from p2pem.deploy.cuts import cut_warnings
 from p2pem.deploy.keys import public_path, public_toml, write_broker_auth
 from p2pem.deploy.roster import Roster, check_deployable
 from p2pem.errors import ConfigError
 from p2pem.files import atomic_write, write_json
+from p2pem.messages import SERVER
 from p2pem.streams import node_stream_key
 from p2pem.tomltable import read_toml
 
@@ -72,6 +74,19 @@ class Kit:
     broker_port: int
     max_node_spread: float = MAX_NODE_SPREAD
     seeded: bool = False
+    server: bool = False
+    tls: bool = False
+    #: with two sites: the second broker's port (bridged to the first); every odd node uses it
+    bridge_port: int | None = None
+
+    @property
+    def parties(self) -> list[int]:
+        """The processes of the run: every node, and the server (-1) where the protocol has one."""
+        return list(range(self.n_nodes)) + ([SERVER] if self.server else [])
+
+    def site(self, i: int) -> int:
+        """0 or 1: which broker party ``i`` connects to (odd nodes to the second, with two sites)."""
+        return 1 if self.bridge_port is not None and i % 2 == 1 else 0
 
     @property
     def roster_path(self) -> Path:
@@ -82,6 +97,11 @@ class Kit:
         return self.root / "broker"
 
     @property
+    def bridge_dir(self) -> Path:
+        """The second site's broker (two sites only)."""
+        return self.root / "broker-site2"
+
+    @property
     def password_file(self) -> Path:
         return self.broker_dir / "passwords"
 
@@ -90,7 +110,7 @@ class Kit:
         return self.broker_dir / "acl"
 
     def node_dir(self, i: int) -> Path:
-        return self.root / "nodes" / f"node{i}"
+        return self.root / "server" if i == SERVER else self.root / "nodes" / f"node{i}"
 
     def config_path(self, i: int) -> Path:
         return self.node_dir(i) / "node.toml"
@@ -116,6 +136,9 @@ class Kit:
             "broker_port": self.broker_port,
             "max_node_spread": self.max_node_spread,
             "seeded": self.seeded,
+            "server": self.server,
+            "tls": self.tls,
+            "bridge_port": self.bridge_port,
         }
         write_json(self.root / "kit.json", doc)
 
@@ -140,13 +163,17 @@ class Kit:
             broker_port=int(doc["broker_port"]),
             max_node_spread=float(doc.get("max_node_spread", MAX_NODE_SPREAD)),
             seeded=bool(doc.get("seeded", False)),
+            server=bool(doc.get("server", False)),
+            tls=bool(doc.get("tls", False)),
+            bridge_port=None if doc.get("bridge_port") is None else int(doc["bridge_port"]),
         )
 
     def set_broker(self, host: str, port: int) -> Kit:
-        """Point every node config (and the kit) at another broker address."""
-        for i in range(self.n_nodes):
-            NodeConfig.load(self.config_path(i)).with_broker(host, port).save(self.config_path(i))
-        kit = Kit(self.root, self.run_id, self.n_nodes, self.scenario_file, self.protocol, host, int(port), self.max_node_spread, self.seeded)
+        """Point every party's config of the first site (and the kit) at another broker address."""
+        for i in self.parties:
+            if self.site(i) == 0:
+                NodeConfig.load(self.config_path(i)).with_broker(host, port).save(self.config_path(i))
+        kit = replace(self, broker_host=host, broker_port=int(port))
         kit.save()
         return kit
 
@@ -159,16 +186,22 @@ def make_run_id(name: str) -> str:
 
 
 def pick_protocol(scenario, protocol: str | None):
-    """The scenario's protocol named ``protocol`` (default its first), checked to be deployable."""
+    """The scenario's protocol named ``protocol`` (its first of that name; default its first
+    protocol), or at position ``protocol`` (1, 2, ...), checked to be deployable."""
     from p2pem.builders import build_protocols
 
     specs = build_protocols(scenario)
+    listed = ", ".join(f"{k}: {s.name}" for k, s in enumerate(specs, 1))
     if protocol is None:
         spec = specs[0]
+    elif protocol.isdigit():
+        if not 1 <= int(protocol) <= len(specs):
+            raise ConfigError(f"{scenario.path}: no protocol at position {protocol} (the scenario has {listed})")
+        spec = specs[int(protocol) - 1]
     else:
         matches = [s for s in specs if s.name == protocol]
         if not matches:
-            raise ConfigError(f"{scenario.path}: no protocol {protocol!r} in the scenario (it has: {', '.join(s.name for s in specs)})")
+            raise ConfigError(f"{scenario.path}: no protocol {protocol!r} in the scenario (it has {listed})")
         spec = matches[0]
     try:
         check_deployable(spec)
@@ -209,6 +242,8 @@ def prepare_kit(
     timeouts: Timeouts | None = None,
     max_node_spread: float | None = None,
     on_dropout: str | None = None,
+    tls: bool = False,
+    sites: int = 1,
     force: bool = False,
 ) -> Kit:
     """Write everything the node processes and the broker need into ``out``.
@@ -235,6 +270,13 @@ def prepare_kit(
         Largest accepted relative disagreement between the nodes' models.
     on_dropout : {"stop", "continue"}, optional
         Default: the scenario's ``[deploy] on_dropout``, else "stop".
+    tls : bool, default False
+        Make a throw-away CA and a broker certificate for the broker's host
+        (``broker/ca.crt``, ``broker.crt``, ``broker.key``); every party then connects with
+        TLS and trusts that CA only.
+    sites : {1, 2}
+        Two sites: a second broker (``broker-site2/``, on the next free port) bridged to the
+        first; every odd node connects to it.
     force : bool, default False
         Write into a folder that is not empty (``p2pem deploy --force``): the kit's files
         replace those of the same names (an earlier kit's keys included).
@@ -248,8 +290,8 @@ def prepare_kit(
     ConfigError
         The folder is not empty, or the protocol cannot be deployed.
     """
-    from p2pem.deploy.broker import username_for
-    from p2pem.deploy.crypto import Identity
+    from p2pem.deploy.broker import free_port, username_for
+    from p2pem.deploy.crypto import Identity, write_tls_files
     from p2pem.builders import build_graph, em_settings, load_data, validate_protocol
 
     root = Path(out)
@@ -273,36 +315,60 @@ def prepare_kit(
             "INSECURE REPRODUCIBLE SEED: the nodes' protocol noise is drawn from the scenario seed; "
             "whoever has the scenario file can undo the privacy noise (use only for tests)"
         )
+    if sites not in (1, 2):
+        raise ConfigError(f"sites must be 1 or 2, got {sites}")
+    if sites == 2 and tls:
+        raise ConfigError("two sites and TLS together are not supported by the kit; bridge TLS brokers by hand (nodes/README.md)")
     root.mkdir(exist_ok=True)
     (root / "nodes").mkdir(exist_ok=force)
     broker_dir = root / "broker"
     broker_dir.mkdir(exist_ok=force)
     identities = [Identity.generate() for _ in range(n)]
-    roster = Roster.build(run_id, graph, settings, spec, [ident.public for ident in identities], n_features=int(parts[0].shape[1]))
+    has_server = spec.server_aggregation(spec.topology(graph), 0) is not None
+    server_identity = Identity.generate() if has_server else None
+    on_dropout = str(scenario.deploy.get("on_dropout", "stop")) if on_dropout is None else on_dropout
+    roster = Roster.build(
+        run_id, graph, settings, spec, [ident.public for ident in identities], n_features=int(parts[0].shape[1]),
+        on_dropout=on_dropout, server_key=None if server_identity is None else server_identity.public,
+    )
     roster.save(root / "roster.toml")
-    write_broker_auth(broker_dir, run_id, n)
+    for line in cut_warnings(roster.neighbours):
+        log.warning("roster of run %s: %s", run_id, line)
+    parties = list(range(n)) + ([SERVER] if has_server else [])
+    users = write_broker_auth(broker_dir, run_id, parties, bridge=sites == 2)
     host, port = broker
+    bridge_port = free_port(host) if sites == 2 else None
+    tls_files = write_tls_files(broker_dir, [host]) if tls else None
     protocol_stream = scenario.streams()["protocol"]
-    for i in range(n):
-        d = root / "nodes" / f"node{i}"
+    for i in parties:
+        d = root / "server" if i == SERVER else root / "nodes" / f"node{i}"
         d.mkdir(exist_ok=force)
-        identities[i].save(d / "node.key", overwrite=force)
-        atomic_write(public_path(d / "node.key"), public_toml(identities[i].public, i))
+        identity = server_identity if i == SERVER else identities[i]
+        assert identity is not None
+        identity.save(d / "node.key", overwrite=force)
+        atomic_write(public_path(d / "node.key"), public_toml(identity.public, i))
         pw = d / "broker.password"
-        os.replace(broker_dir / f"node{i}.password", pw)
-        write_node_data(d / "data.csv", parts[i])
-        key = node_stream_key(protocol_stream, i) if seeded else None
+        os.replace(broker_dir / f"{username_for(i)}.password", pw)
+        data = None
+        if i != SERVER:
+            data = write_node_data(d / "data.csv", parts[i])
+        ca = None
+        if tls_files is not None:
+            ca = d / "ca.crt"
+            atomic_write(ca, tls_files[0].read_text())
+        # a node's stream, or (the server) dp-central's aggregator stream: protocol stream n
+        key = node_stream_key(protocol_stream, n if i == SERVER else i) if seeded else None
+        site_port = bridge_port if bridge_port is not None and i % 2 == 1 else port
         config = NodeConfig(
             node_id=i,
             roster=root / "roster.toml",
             key_file=d / "node.key",
-            data=d / "data.csv",
+            data=data,
             result=d / "result.json",
-            broker=BrokerConfig(host=host, port=int(port), username=username_for(i), password_file=pw),
+            broker=BrokerConfig(host=host, port=int(site_port), username=username_for(i), password_file=pw, tls=tls, ca_file=ca),
             timeouts=timeouts,
             seed=key[0] if key is not None else None,
             spawn_key=key[1] if key is not None else (),
-            on_dropout=str(scenario.deploy.get("on_dropout", "stop")) if on_dropout is None else on_dropout,
         )
         config.save(d / "node.toml")
     kit = Kit(
@@ -315,7 +381,13 @@ def prepare_kit(
         broker_port=int(port),
         max_node_spread=spread,
         seeded=seeded,
+        server=has_server,
+        tls=tls,
+        bridge_port=bridge_port,
     )
+    if sites == 2:
+        kit.bridge_dir.mkdir(exist_ok=force)
+        atomic_write(kit.bridge_dir / "bridge.password", users["bridge"] + "\n", mode=0o600)
     kit.save()
     write_kit_broker_config(kit)
     return kit
@@ -323,7 +395,7 @@ def prepare_kit(
 
 
 def start_kit_broker(kit: Kit, *, timeout: float = 5.0, other_port_if_taken: bool = False):
-    """Start Mosquitto with the kit's password file and ACL on the kit's address.
+    """Start Mosquitto with the kit's password file and ACL (and TLS) on the kit's address.
 
     Parameters
     ----------
@@ -345,35 +417,68 @@ def start_kit_broker(kit: Kit, *, timeout: float = 5.0, other_port_if_taken: boo
     TransportError
         It does not start (:class:`~p2pem.deploy.broker.PortInUse` when the port is taken).
     """
-    from p2pem.deploy.broker import find_mosquitto, start_broker
+    handle = _start(kit, kit.broker_dir, kit.broker_port, timeout, other_port_if_taken=other_port_if_taken, tls=_tls_files(kit))
+    log.info("mosquitto listening on %s for run %s%s", handle.address, kit.run_id, " (TLS)" if kit.tls else "")
+    return handle
+
+
+def start_bridge_broker(kit: Kit, *, timeout: float = 5.0):
+    """Start the second site's Mosquitto (two-site kits), bridged to the first (which must run)."""
+    if kit.bridge_port is None:
+        raise ConfigError(f"{kit.root}: the kit has one site")
+    handle = _start(kit, kit.bridge_dir, kit.bridge_port, timeout, bridge=_bridge(kit))
+    log.info("mosquitto of the second site listening on %s, bridged to %s:%d", handle.address, kit.broker_host, kit.broker_port)
+    return handle
+
+
+#: Largest MQTT packet the kit's brokers accept (a member's oversized message ends its connection).
+MAX_PACKET_SIZE = 16 * 2**20
+
+
+def _start(kit: Kit, directory: Path, port: int, timeout: float, **extra):
+    """Mosquitto in ``directory`` on ``port`` with the kit's users and ACL."""
+    from p2pem.deploy.broker import start_broker
+
+    return start_broker(
+        directory, port=port, host=kit.broker_host, password_file=kit.password_file, acl_file=kit.acl_file,
+        executable=_mosquitto(), timeout=timeout, max_packet_size=MAX_PACKET_SIZE, **extra,
+    )
+
+
+def _mosquitto():
+    from p2pem.deploy.broker import find_mosquitto
 
     exe = find_mosquitto()
     if exe is None:
         raise ConfigError("mosquitto not found; install it (e.g. apt-get install mosquitto) or give --broker HOST:PORT")
-    handle = start_broker(
-        kit.broker_dir,
-        port=kit.broker_port,
-        host=kit.broker_host,
-        password_file=kit.password_file,
-        acl_file=kit.acl_file,
-        executable=exe,
-        timeout=timeout,
-        other_port_if_taken=other_port_if_taken,
-    )
-    log.info("mosquitto listening on %s for run %s", handle.address, kit.run_id)
-    return handle
+    return exe
+
+
+def _tls_files(kit: Kit):
+    d = kit.broker_dir
+    return (d / "ca.crt", d / "broker.crt", d / "broker.key") if kit.tls else None
+
+
+def _bridge(kit: Kit):
+    from p2pem.deploy.broker import Bridge
+
+    password = (kit.bridge_dir / "bridge.password").read_text(encoding="utf-8").strip()
+    return Bridge(f"p2pem-{kit.run_id}-site2"[:60], kit.broker_host, kit.broker_port, kit.run_id, "bridge", password)
 
 
 def write_kit_broker_config(kit: Kit, *, host: str | None = None, port: int | None = None) -> Path:
-    """``DIR/broker/mosquitto.conf`` for the kit: password file, ACL, and Nagle off
-    (see :func:`p2pem.deploy.broker.write_mosquitto_config`)."""
+    """``DIR/broker/mosquitto.conf`` for the kit: password file, ACL, TLS, and Nagle off (and the
+    second site's, bridged to it) (see :func:`p2pem.deploy.broker.write_mosquitto_config`)."""
     from p2pem.deploy.broker import write_mosquitto_config
 
+    if kit.bridge_port is not None:
+        write_mosquitto_config(kit.bridge_dir, kit.bridge_port, kit.password_file, kit.acl_file, host=kit.broker_host, bridge=_bridge(kit), max_packet_size=MAX_PACKET_SIZE)
     return write_mosquitto_config(
         kit.broker_dir,
         kit.broker_port if port is None else port,
         kit.password_file,
         kit.acl_file,
         host=kit.broker_host if host is None else host,
+        tls=_tls_files(kit),
+        max_packet_size=MAX_PACKET_SIZE,
     )
-

@@ -26,13 +26,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from p2pem.deploy.config import NodeConfig, Timeouts
-from p2pem.deploy.kit import Kit, deploy_settings, prepare_kit, start_kit_broker
+from p2pem.deploy.kit import Kit, deploy_settings, prepare_kit, start_bridge_broker, start_kit_broker
+from p2pem.errors import ConfigError
 from p2pem.deploy.results import collect_results, write_result
 from p2pem.deploy.supervise import DeployProgress, Deployment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["deploy", "run_deployment", "run_kit"]
+__all__ = ["deploy", "run_deployment", "run_kit", "watchdog_limit"]
 
 
 def run_deployment(
@@ -67,20 +68,30 @@ def run_deployment(
         The nodes finished but disagree on the model.
     """
     dep = Deployment(kit, wrap=wrap)
-    timeouts = NodeConfig.load(kit.config_path(0)).timeouts
     t0 = time.perf_counter()
     dep.start()
     log.info("started %d node processes for run %s (broker %s:%d)", kit.n_nodes, kit.run_id, kit.broker_host, kit.broker_port)
     try:
         if on_start is not None:
             on_start(dep)
-        codes = dep.wait(progress=progress, watchdog=timeouts.startup_timeout + 4 * timeouts.stall)
+        codes = dep.wait(progress=progress, watchdog=watchdog_limit(NodeConfig.load(kit.config_path(0)).timeouts))
     finally:
         dep.terminate()
     wall = time.perf_counter() - t0
     doc = collect_results(kit, codes, wall, exit_times=dep.exit_times, launched_unix=dep.started_unix)
     doc["deployment"]["launch"] = dep.launch.hex()
     return doc
+
+
+def watchdog_limit(timeouts: Timeouts) -> float:
+    """How long the launcher waits for a sign of life from any node before it stops them all.
+
+    The nodes' own limit on a wait without progress is the stall limit plus the start-up
+    timeout (during the first aggregation, see :mod:`p2pem.deploy.watchdog`); a node that
+    gives up tells the others within a timeout.  The launcher allows that and one timeout
+    more, so it fires only when the nodes' own checks failed to.
+    """
+    return timeouts.startup_timeout + timeouts.stall + 2 * timeouts.timeout
 
 
 def deploy(
@@ -95,6 +106,8 @@ def deploy(
     timeouts: Timeouts | None = None,
     progress: Callable[[DeployProgress], None] | None = None,
     on_broker: Callable[[Any], None] | None = None,
+    tls: bool = False,
+    sites: int = 1,
     force: bool = False,
 ) -> tuple[Kit, dict[str, Any]]:
     """Prepare a kit in ``out``, start a broker (unless ``broker`` is given), run, collect.
@@ -113,7 +126,10 @@ def deploy(
     if broker is None:
         _, _, broker = deploy_settings(scenario)
     address = broker if broker is not None else (listen, free_port(listen))
-    kit = prepare_kit(scenario, out, broker=address, protocol=protocol, run_id=run_id, seeded=seeded, timeouts=timeouts, force=force)
+    if broker is not None and (tls or sites > 1):
+        raise ConfigError("--tls and --sites start the kit's own broker(s): leave out --broker")
+    kit = prepare_kit(scenario, out, broker=address, protocol=protocol, run_id=run_id, seeded=seeded, timeouts=timeouts, tls=tls, sites=sites,
+                      force=force)
     return kit, run_kit(kit, start_broker=broker is None, progress=progress, on_broker=on_broker)
 
 
@@ -124,19 +140,22 @@ def run_kit(
     progress: Callable[[DeployProgress], None] | None = None,
     on_broker: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
-    """Run a prepared kit (starting its broker if asked) and write ``result.json``."""
-    handle = None
+    """Run a prepared kit (starting its broker, and a second site's, if asked) and write ``result.json``."""
+    handles = []
     try:
         if start_broker:
-            handle = start_kit_broker(kit, other_port_if_taken=True)
+            handle = start_kit_broker(kit, other_port_if_taken=kit.bridge_port is None)
+            handles.append(handle)
             if handle.port != kit.broker_port:  # taken since the kit was prepared
                 kit = kit.set_broker(kit.broker_host, handle.port)
+            if kit.bridge_port is not None:
+                handles.append(start_bridge_broker(kit))
             if on_broker is not None:
                 on_broker(handle)
         doc = run_deployment(kit, progress=progress)
         write_result(kit, doc)
         return doc
     finally:
-        if handle is not None:
+        for handle in reversed(handles):
             handle.stop()
 

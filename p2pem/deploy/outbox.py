@@ -36,6 +36,9 @@ __all__ = ["RECENT_GROUPS", "Outbox"]
 RECENT_GROUPS = 3
 #: Pause between reconnection attempts, in seconds.
 RECONNECT_PAUSE = 0.2
+#: Control messages re-published with the protocol messages: a stop proposal must arrive
+#: before the broadcasts that announce its stop round.
+REMEMBERED = frozenset({"stop"})
 
 
 class Outbox:
@@ -62,6 +65,10 @@ class Outbox:
         ``reconnects``.
     last_broadcast : float
         Clock time of the last message to every neighbour (heartbeats fill the silences).
+    sent : dict
+        Receiver to the furthest position (EM iteration, round) of a protocol message
+        published to it (a neighbour that says it still waits for one is checked against it,
+        :meth:`p2pem.deploy.watchdog.Watchdog.claims`).
     """
 
     def __init__(
@@ -80,6 +87,7 @@ class Outbox:
         self._recent_keys: deque[tuple[int, int]] = deque(maxlen=RECENT_GROUPS)
         self._inflight: dict[asyncio.Task[None], int] = {}
         self._error: BaseException | None = None
+        self.sent: dict[int, tuple[int, int]] = {}
 
     @property
     def failed(self) -> bool:
@@ -87,20 +95,28 @@ class Outbox:
         return self._error is not None
 
     async def send(self, msgs: Sequence[Message], n_neighbours: int) -> None:
-        """Encode and publish ``msgs``; remember protocol messages for re-publishing.
+        """Encode and publish ``msgs``; remember protocol messages (and the stop proposals that
+        back them) for re-publishing.
 
         ``n_neighbours`` tells a broadcast (to every neighbour) apart, for the heartbeat.
         """
         items = []
         now = self.clock()
+        sent = self.sent
         for m in msgs:
             envelope = self.codec.encode(m)
             topic = topic_for(self.run_id, m)
             items.append((topic, envelope))
             if m.iteration >= 0:
-                self._remember((m.iteration, m.round), topic, envelope)
+                key = (m.iteration, m.round)
+                self._remember(key, topic, envelope)
+                for r in m.receivers:
+                    if sent.get(r, (-1, -1)) < key:
+                        sent[r] = key
             else:
                 self.counters["control_sent"] += 1
+                if m.kind in REMEMBERED and self._recent_keys:
+                    self._recent.append((self._recent_keys[-1], topic, envelope))
             if len(m.receivers) == n_neighbours and n_neighbours > 1 or n_neighbours == 1:
                 self.last_broadcast = now
         self._publish(items)

@@ -15,7 +15,7 @@ import signal
 from typing import Any
 
 from p2pem.deploy.failures import NodeFailure, Reason
-from p2pem.deploy.runtime import NodeRuntime
+from p2pem.deploy.peer import Peer
 from p2pem.errors import ConfigError, P2pemError
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 __all__ = ["run_node", "run_reported"]
 
 
-async def run_reported(runtime: NodeRuntime) -> int:
+async def run_reported(runtime: Peer) -> int:
     """Run ``runtime`` to the end and write its result file; return the exit code, never raise."""
     try:
         await runtime.run()
@@ -39,7 +39,7 @@ async def run_reported(runtime: NodeRuntime) -> int:
     return 0 if runtime.error is None else int(runtime.error.exit_code)
 
 
-def run_node(runtime: NodeRuntime) -> dict[str, Any]:
+def run_node(runtime: Peer) -> dict[str, Any]:
     """Run ``runtime`` in a fresh event loop with SIGTERM/SIGHUP handling; always write the result file.
 
     Returns the report on success; re-raises the node's error (a P2pemError, or an

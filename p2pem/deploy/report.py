@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 __all__ = ["WIRE_COUNTERS", "node_model", "node_report", "write_failure", "write_report"]
 
 #: Counters of the runtime reported under ``wire`` (besides ``rejected``).
-WIRE_COUNTERS = ("published", "wire_bytes", "control_sent", "republished", "received", "duplicates", "not_addressed", "reconnects")
+WIRE_COUNTERS = ("published", "wire_bytes", "control_sent", "republished", "received", "duplicates", "stale", "held", "not_addressed", "reconnects")
 
 
 def node_report(
@@ -46,6 +46,7 @@ def node_report(
     rejected: Mapping[str, int],
     timings: Mapping[str, float],
     costs: Mapping[str, float],
+    on_dropout: str = "stop",
 ) -> dict[str, Any]:
     """The node's result document.
 
@@ -66,7 +67,7 @@ def node_report(
         "run_id": run_id,
         "launch": launch.hex(),
         "insecure_reproducible_seed": config.seed is not None,
-        "on_dropout": config.on_dropout,
+        "on_dropout": on_dropout,
         "dropped": sorted(dropped, key=lambda d: d["node"]),
         "status": status,
         "error": None if error is None else str(error),

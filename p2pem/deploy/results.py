@@ -23,40 +23,46 @@ from p2pem.deploy.kit import Kit
 from p2pem.deploy.supervise import DeploymentFailed
 from p2pem.errors import ConfigError, ProtocolError
 from p2pem.families import MixtureFamily
+from p2pem.messages import SERVER
 
 __all__ = ["collect_results", "compare_with_simulate", "write_result"]
 
 
 def collect_results(
     kit: Kit,
-    codes: Sequence[int],
+    codes: Sequence[int] | Mapping[int, int],
     wall: float,
     *,
     exit_times: dict[int, float] | None = None,
     launched_unix: float | None = None,
 ) -> dict[str, Any]:
-    """Read every node's result file, check agreement and build the ``result.json`` document.
+    """Read every party's result file, check agreement and build the ``result.json`` document.
 
-    ``exit_times`` (seconds after launch, per node) and ``launched_unix`` (when the first
-    process was started) add launcher-relative timings to the per-node entries.
+    ``codes`` are the exit codes by party id, or a sequence in the order of
+    :attr:`Kit.parties` (the nodes, then a server).  ``exit_times`` (seconds after launch,
+    per node) and ``launched_unix`` (when the first process was started) add
+    launcher-relative timings to the per-node entries.  Every node the others evicted
+    (``on_dropout = "continue"``) is listed under ``deployment.evicted`` with the neighbours
+    that signed it fell silent.
     """
-    reports: list[dict[str, Any] | None] = []
-    for i in range(kit.n_nodes):
+    by_party = dict(codes) if isinstance(codes, Mapping) else dict(zip(kit.parties, codes, strict=False))
+    reports: dict[int, dict[str, Any] | None] = {}
+    for i in kit.parties:
         try:
-            reports.append(json.loads(kit.result_path(i).read_text(encoding="utf-8")))
+            reports[i] = json.loads(kit.result_path(i).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            reports.append(None)
+            reports[i] = None
     # nodes the others agreed to drop (on_dropout = "continue") are not failures of the run
     dropped: dict[int, dict[str, Any]] = {}
-    for rep in reports:
+    for rep in reports.values():
         if rep is not None and rep.get("status") == "finished":
             for d in rep.get("dropped", []):
                 dropped.setdefault(int(d["node"]), d)
     failed = [
-        i for i, rep in enumerate(reports) if i not in dropped and (codes[i] != 0 or rep is None or rep.get("status") != "finished")
+        i for i, rep in reports.items() if i not in dropped and (by_party.get(i, 0) != 0 or rep is None or rep.get("status") != "finished")
     ]
     if failed:
-        raise DeploymentFailed(_failure_summary(kit, codes, reports, failed))
+        raise DeploymentFailed(_failure_summary(kit, by_party, reports, failed))
     survivors = [i for i in range(kit.n_nodes) if i not in dropped]
     ok: list[dict[str, Any]] = []
     for i in survivors:
@@ -67,18 +73,21 @@ def collect_results(
     if len(sets) > 1:
         raise DeploymentFailed(f"deployment failed: the surviving nodes disagree on who dropped out ({sorted(sets)})")
     doc = _combine(kit, ok, wall, exit_times or {}, launched_unix)
-    doc["deployment"]["dropped"] = [
-        {"node": k, "iteration": int(d["iteration"]), "detected_by": int(d["detected_by"])} for k, d in sorted(dropped.items())
+    doc["deployment"]["evicted"] = [
+        {"node": k, "iteration": int(d["iteration"]), "witnesses": [int(w) for w in d["witnesses"]]} for k, d in sorted(dropped.items())
     ]
+    server = reports.get(SERVER) if kit.server else None
+    if server is not None:
+        doc["deployment"]["server"] = {k: server.get(k) for k in ("aggregations", "messages", "bytes", "wire", "timings", "costs", "cpu_s")}
     return doc
 
 
-def _failure_summary(kit: Kit, codes: Sequence[int], reports: Sequence[dict | None], failed: list[int]) -> str:
+def _failure_summary(kit: Kit, codes: Mapping[int, int], reports: Mapping[int, dict | None], failed: list[int]) -> str:
     def reason(i: int) -> str:
         rep = reports[i]
         if rep is not None and rep.get("error"):
             return str(rep["error"])
-        code = codes[i]
+        code = codes.get(i, 0)
         if code < 0:
             return f"node {i} was killed by {signal.Signals(-code).name} (no result)"
         tail = _last_line(kit.log_path(i))
@@ -92,7 +101,7 @@ def _failure_summary(kit: Kit, codes: Sequence[int], reports: Sequence[dict | No
     def rank(i: int) -> int:
         if kinds[i] in _TOLD:
             return 2
-        return 1 if kinds[i] in _ABSENCE or (reports[i] is None and codes[i] < 0) else 0
+        return 1 if kinds[i] in _ABSENCE or (reports[i] is None and codes.get(i, 0) < 0) else 0
 
     # Among nodes that noticed a silence, prefer one accusing the node most others accuse: a
     # node that was itself paused (SIGSTOP) wakes up to find every neighbour gone and accuses
@@ -237,7 +246,7 @@ def compare_with_simulate(kit: Kit, doc: dict[str, Any]) -> float:
         raise ConfigError("the kit has no scenario to simulate")
     scenario = load_scenario(kit.scenario_file)
     roster = Roster.load(kit.roster_path)
-    schedule = {int(d["node"]): int(d["iteration"]) for d in doc.get("deployment", {}).get("dropped", [])}
+    schedule = {int(d["node"]): int(d["iteration"]) for d in doc.get("deployment", {}).get("evicted", [])}
     if schedule:
         from p2pem.deploy.dropout import simulate_with_dropouts
         from p2pem.simulate import protocol_streams

@@ -63,8 +63,10 @@ __all__ = ["DEPLOYABLE", "ROSTER_FORMAT", "Roster", "check_deployable"]
 
 #: Version of the roster layout written by :meth:`Roster.save`.
 ROSTER_FORMAT = 1
-#: Protocols (and modes) a deployment can run.
-DEPLOYABLE = ("pdmm-sp (mode = 'sync')",)
+#: Protocols a deployment can run (every one but ``centralized``, which pools the data).
+DEPLOYABLE = ("pdmm-sp", "secure-sum", "federated", "dp-central", "dp-distributed")
+#: What a deployment does when a node falls silent (the roster's ``on_dropout``).
+ON_DROPOUT = ("stop", "continue")
 
 
 # ------------------------------------------------------------------------------- protocol
@@ -73,22 +75,23 @@ DEPLOYABLE = ("pdmm-sp (mode = 'sync')",)
 def check_deployable(spec: Any) -> None:
     """Raise a one-line ConfigError unless a deployment can run ``spec``.
 
-    Only synchronous ``pdmm-sp`` with encrypted duals runs as separate processes: the
-    asynchronous mode needs a shared wake-up schedule (a simulation device), ``federated``
-    needs a server process, ``secure-sum`` and ``centralized`` are not wired to the
-    deployment, and ``encrypt_duals = false`` is an insecure variant kept only for the
-    leakage comparison.
+    Every protocol but ``centralized`` (which pools the rows in one place) runs as separate
+    processes: ``federated`` and ``dp-central`` with a server process beside the nodes.
+    Refused: ``encrypt_duals = false``, an insecure variant kept only for the leakage
+    comparison, and a private protocol without a public ``bound`` (each node would read
+    another off its own rows).
     """
     name = getattr(spec, "name", spec)
-    if name != "pdmm-sp":
+    if name not in DEPLOYABLE:
         raise ConfigError(
             f"protocol {name!r} cannot be deployed (deployable: {', '.join(DEPLOYABLE)}); "
             "run it with `p2pem simulate`"
         )
-    if getattr(spec, "asynchronous", False):
-        raise ConfigError("pdmm-sp mode = 'async' cannot be deployed (its wake-up schedule is a simulation device); use mode = 'sync'")
-    if not getattr(spec, "encrypt_duals", True):
+    inner = getattr(spec, "inner", spec) if name == "dp-distributed" else spec
+    if not getattr(inner, "encrypt_duals", True):
         raise ConfigError("pdmm-sp encrypt_duals = false is an insecure simulation-only variant and cannot be deployed")
+    if name.startswith("dp-") and getattr(spec, "bound", None) is None:
+        raise ConfigError(f"{name} needs a public 'bound' to be deployed (without one every node would read its own off its rows)")
 
 
 # --------------------------------------------------------------------------------- roster
@@ -118,6 +121,12 @@ class Roster:
         Hamiltonian cycle (only protocols that need one).
     path : pathlib.Path, optional
         Where the roster was read from (for error messages).
+    on_dropout : {"stop", "continue"}
+        When a node falls silent: stop the run, or drop it on the signed votes of its
+        neighbours and go on (:mod:`p2pem.deploy.eviction`).  In the roster, so that every
+        node runs with the same.
+    server_key : PublicIdentity, optional
+        The pinned keys of the server process (``federated``, ``dp-central``).
     """
 
     run_id: str
@@ -128,6 +137,8 @@ class Roster:
     keys: tuple[Any, ...]
     ring: tuple[int, ...] | None = None
     path: Path | None = None
+    on_dropout: str = "stop"
+    server_key: Any = None
 
     @property
     def n_nodes(self) -> int:
@@ -180,8 +191,13 @@ class Roster:
         return spec
 
     def public_keys(self) -> dict[int, Any]:
-        """``{node id: PublicIdentity}`` for :class:`~p2pem.deploy.codec.Codec`."""
-        return dict(enumerate(self.keys))
+        """``{node id: PublicIdentity}`` for :class:`~p2pem.deploy.codec.Codec` (the server as -1)."""
+        from p2pem.messages import SERVER
+
+        keys = dict(enumerate(self.keys))
+        if self.server_key is not None:
+            keys[SERVER] = self.server_key
+        return keys
 
     def digest(self) -> bytes:
         """SHA-256 of the roster's canonical JSON form; equal rosters give equal digests."""
@@ -192,26 +208,39 @@ class Roster:
 
     @classmethod
     def build(
-        cls, run_id: str, graph, settings, spec, keys: Sequence[Any], *, ring: Sequence[int] | None = None, n_features: int | None = None
+        cls,
+        run_id: str,
+        graph,
+        settings,
+        spec,
+        keys: Sequence[Any],
+        *,
+        n_features: int | None = None,
+        on_dropout: str = "stop",
+        server_key: Any = None,
     ) -> Roster:
         """Roster for ``graph`` (nodes ``0..n-1``), EM ``settings``, protocol ``spec`` and public ``keys``.
 
         ``n_features`` (the data's column count) lets every node check its data file at load.
+        The protocol's topology of the graph is written (``secure-sum``: with its ring).
 
         Raises
         ------
         ConfigError
-            The run id is invalid, the protocol is not deployable, or the number of keys
-            does not match the number of nodes.
+            The run id is invalid, the protocol is not deployable, the number of keys does
+            not match the number of nodes, or a protocol with a server has no server key.
         """
         from p2pem.deploy.codec import validate_run_id
-        from p2pem.protocols import Topology
 
         validate_run_id(run_id)
         check_deployable(spec)
-        topo = Topology.from_graph(graph, ring=None if ring is None else list(ring))
+        if on_dropout not in ON_DROPOUT:
+            raise ConfigError(f"on_dropout must be one of {', '.join(ON_DROPOUT)}, got {on_dropout!r}")
+        topo = spec.topology(graph)
         if len(keys) != topo.n_nodes:
             raise ConfigError(f"the graph has {topo.n_nodes} nodes but {len(keys)} public keys were given")
+        if (server_key is None) != (spec.server_aggregation(topo, 0) is None):
+            raise ConfigError(f"{spec.name}: a server key is needed exactly when the protocol has a server")
         em: dict[str, Any] = {
             "n_components": settings.n_components,
             "max_iter": settings.max_iter,
@@ -225,7 +254,7 @@ class Roster:
         if settings.init is not None:
             em["init"] = settings.family.to_dict(settings.init)
         protocol = {"name": spec.name, **spec.params()}
-        roster = cls(run_id, topo.neighbours, topo.diameter, em, protocol, tuple(keys), topo.ring)
+        roster = cls(run_id, topo.neighbours, topo.diameter, em, protocol, tuple(keys), topo.ring, on_dropout=on_dropout, server_key=server_key)
         return roster
 
     def to_document(self) -> dict[str, Any]:
@@ -241,6 +270,9 @@ class Roster:
         }
         if self.ring is not None:
             doc["topology"]["ring"] = list(self.ring)
+        doc["on_dropout"] = self.on_dropout
+        if self.server_key is not None:
+            doc["server"] = self.server_key.to_dict()
         return doc
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -275,7 +307,7 @@ class Roster:
         from p2pem.deploy.crypto import PublicIdentity
 
         where = str(path) if path is not None else "roster"
-        top = Table(where, doc, "", ("format", "run_id", "topology", "em", "protocol", "nodes"))
+        top = Table(where, doc, "", ("format", "run_id", "topology", "em", "protocol", "nodes", "on_dropout", "server"))
         fmt = top.integer("format")
         if fmt != ROSTER_FORMAT:
             top.fail(f"'format' is {fmt}, this p2pem reads roster format {ROSTER_FORMAT}")
@@ -357,9 +389,22 @@ class Roster:
             top.fail("the neighbour lists describe a disconnected graph")
         if actual != diameter:
             top.fail(f"'topology.diameter' is {diameter} but the neighbour lists give {actual}")
-        roster = cls(run_id, nbrs, diameter, em, protocol, tuple(keys[i] for i in range(n)), None if ring is None else tuple(ring), path)
+        on_dropout = top.choice("on_dropout", ON_DROPOUT, default="stop")
+        server_key = None
+        if "server" in doc:
+            server_t = top.section("server", ("signing_key", "agreement_key", "fingerprint"))
+            try:
+                server_key = PublicIdentity.from_dict({k: server_t.string(k) for k in ("signing_key", "agreement_key")})
+            except ConfigError as exc:
+                server_t.fail(f"server: {exc}")
+            if any(server_key.signing_key == k.signing_key or server_key.agreement_key == k.agreement_key for k in keys.values()):
+                top.fail("the server shares a public key with a node (it needs its own `p2pem keys new`)")
+        roster = cls(run_id, nbrs, diameter, em, protocol, tuple(keys[i] for i in range(n)), None if ring is None else tuple(ring), path,
+                     on_dropout=on_dropout, server_key=server_key)
+        spec = roster.protocol_spec()
+        if (server_key is None) != (spec.server_aggregation(roster.topology(), 0) is None):
+            top.fail(f"protocol {spec.name!r} {'needs' if server_key is None else 'has no'} a [server] entry")
         roster.em_settings()
-        roster.protocol_spec()
         return roster
 
 

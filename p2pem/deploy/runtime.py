@@ -6,18 +6,18 @@ where the protocol asks) by :class:`~p2pem.deploy.codec.Codec`, published throug
 :class:`~p2pem.deploy.transports.base.Link` and checked on arrival.  Nothing else differs, so
 a deployment reproduces ``p2pem simulate`` for the same seeds.
 
-:class:`NodeRuntime` composes parts of one job each and runs the loop that ties them
-together (wait for a message or a timer, admit, hand on, send what comes out):
+:class:`NodeRuntime` is a :class:`~p2pem.deploy.peer.Peer` (the loop, admission, hellos, aborts)
+that composes parts of one job each:
 
 * :mod:`~p2pem.deploy.bootstrap`: load the files, connect, the hello exchange;
-* :mod:`~p2pem.deploy.admission`: what is accepted from the wire (pure, no I/O);
-* :mod:`~p2pem.deploy.control`: hello, final, bye, abort and drop messages, signed
-  statements and the final agreement;
-* :mod:`~p2pem.deploy.outbox`: publishing, re-publishing, reconnection;
-* :mod:`~p2pem.deploy.watchdog`: silent neighbours and stalls;
-* :mod:`~p2pem.deploy.failures`: why a node stops (one typed failure, one enum of reasons);
-* :mod:`~p2pem.deploy.report`: the node's ``result.json``;
-* :mod:`~p2pem.deploy.process`: the process entry (signals, always a result file).
+* :mod:`~p2pem.deploy.stops`: every stop round it acts on is backed by a signed proposal;
+* :mod:`~p2pem.deploy.eviction`: a node is dropped only on the signed votes of enough of its
+  neighbours (``on_dropout = "continue"``);
+* :mod:`~p2pem.deploy.agreement`: before it exits 0, the signed final results of every node
+  reach it and agree with its own;
+* :mod:`~p2pem.deploy.watchdog`: silent, slow and stalled neighbours;
+* :mod:`~p2pem.deploy.report`: the node's ``result.json``; :mod:`~p2pem.deploy.process`: the
+  process entry (signals, always a result file).
 
 Failures end in a :class:`~p2pem.deploy.failures.NodeFailure` (or another
 :class:`~p2pem.errors.P2pemError`) whose one-line message names this node, the culprit
@@ -26,44 +26,44 @@ node(s) and the EM iteration and protocol round.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import math
-import os
-import signal
 import struct
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from p2pem.deploy.admission import CONTROL, Admission, Admitted, Convicted, Ignored, Rejected
-from p2pem.deploy.bootstrap import Handshake, connect, load_node, public_parameters_digest
-from p2pem.deploy.clock import Clock, loop_clock
+from p2pem.deploy.admission import CONTROL
+from p2pem.deploy.agreement import Agreement
+from p2pem.deploy.bootstrap import load_node, public_parameters_digest
+from p2pem.deploy.clock import Clock
 from p2pem.deploy.config import NodeConfig
-from p2pem.deploy.control import ABORT, BYE, DROP, FINAL, HELLO, Agreement, Signer, abort_message, check_bye, plausible_receivers, violation
+from p2pem.deploy.control import DROP, FINAL, STOP, violation
+from p2pem.deploy.cuts import separator
 from p2pem.deploy.dropout import survivor_topology
-from p2pem.deploy.failures import NodeFailure, Reason, describe_abort, nodes_text
-from p2pem.deploy.outbox import Outbox
+from p2pem.deploy.eviction import Eviction
+from p2pem.deploy.failures import NodeFailure, Reason, nodes_text
+from p2pem.deploy.peer import Peer
 from p2pem.deploy.report import node_report, write_report
-from p2pem.deploy.transports.base import ConnectionLost, Incoming, Link, LinkTimeout
-from p2pem.deploy.watchdog import Watchdog
-from p2pem.errors import P2pemError, ProtocolError, TransportError
-from p2pem.messages import Message
-from p2pem.node import EMFailed, OutOfRound
+from p2pem.deploy.stops import Stops
+from p2pem.deploy.transports.base import Link
+from p2pem.deploy.watchdog import FINAL as FINAL_PHASE_STATUS
+from p2pem.deploy.watchdog import RUNNING, STARTING
+from p2pem.errors import ModelError, ProtocolError
+from p2pem.messages import SERVER, Message
+from p2pem.node import OutOfRound
 from p2pem.protocols import NodeContext
-from p2pem.protocols.base import ProtocolViolation
+from p2pem.protocols.base import ProtocolViolation, StopContradicted
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NodeRuntime"]
+__all__ = ["HELD_LIMIT", "NodeRuntime"]
 
-#: Seconds an abort may take to reach the broker before the node stops anyway.
-ABORT_PUBLISH_S = 2.0
+#: Most messages of one sender kept while they wait for the stop proposal they announce.
+HELD_LIMIT = 4
 
 
-class NodeRuntime:
-    """One node process: load its files, connect, run the Node to the end, report.
+class NodeRuntime(Peer):
+    """One node process: load its files, connect, run the Node to the end, agree, report.
 
     Parameters
     ----------
@@ -102,49 +102,60 @@ class NodeRuntime:
         clock: Clock | None = None,
     ) -> None:
         setup = load_node(config, link=link, launch=launch)
+        roster, node, spec = setup.roster, setup.node, setup.spec
+        i = config.node_id
+        task = node.task
+        server = spec.server_aggregation(node.ctx.topology, 0) is not None
+        peers = tuple(sorted((*roster.neighbours[i], *((SERVER,) if server else ()))))
+        sized = getattr(task, "max_contribution_size", None)  # optional in the Task interface
+        longest = sized() if sized is not None else 64 * task.contribution_size()
+        super().__init__(
+            node_id=i,
+            roster=roster,
+            codec=setup.codec,
+            identity=setup.identity,
+            link=setup.link,
+            peers=peers,
+            timeouts=config.timeouts,
+            spec=spec,
+            max_entries=max(longest, task.summary_size(), 4),
+            params_digest=public_parameters_digest(spec, node.ctx.topology),
+            launch=launch,
+            clock=clock,
+            progress=progress,
+            parent_pid=parent_pid,
+        )
         self.config = config
-        self.launch = launch
-        self.progress = progress
-        self.parent_pid = parent_pid
-        self.roster = roster = setup.roster
-        self.node_id = i = config.node_id
-        self.run_id = roster.run_id
-        self.timeouts = config.timeouts
-        self.on_dropout = config.on_dropout
-        self.node = setup.node
-        self.link: Link = setup.link
+        self.username = config.broker.username
+        self.node = node
         self.n_rows = setup.n_rows
-        self.codec = setup.codec
-        self.spec = setup.spec
-        self.clock: Clock = loop_clock if clock is None else clock
-        self.neighbours: tuple[int, ...] = roster.neighbours[i]
-        self._nbr_set = frozenset(self.neighbours)
-        self.counters: Counter[str] = Counter()
-        self.rejected: Counter[str] = Counter()
-        self.timings: dict[str, float] = {}
-        #: CPU seconds spent checking messages of the protocol and handling control messages
-        #: (their checks, the abort signatures, the final comparison): the price of this
-        #: runtime's defences, printed by ``sim/bench_deploy.py``.
-        self.costs: dict[str, float] = {"validate_s": 0.0, "control_s": 0.0}
-        # the parts
-        self.handshake = Handshake(i, roster.digest(), public_parameters_digest(self.spec, self.node.ctx.topology), self.counters)
-        self.admission = Admission(self.run_id, self.codec, i, kinds=self.spec.message_kinds)
-        self.outbox = Outbox(self.link, self.codec, self.run_id, i, self.clock, self.timeouts.reconnect_s, self.counters)
-        self.signer = Signer(setup.identity, roster.keys, self.run_id, launch, roster.neighbours)
-        self.agreement = Agreement(i, self.node.task.summary_size())
-        self.watchdog = Watchdog(i, self.timeouts)
-        # the run's state
-        self.started = False
-        self.status = "created"
-        self.error: P2pemError | None = None
-        self.dropped: dict[int, dict[str, int]] = {}
-        self._byes: set[int] = set()
-        self._tick = min(0.2, self.timeouts.heartbeat_s / 2)
-        self._next_check = -math.inf
+        self.on_dropout = roster.on_dropout
+        self.agreement = Agreement(i, roster.n_nodes, roster.neighbours, task.summary_size(), spec.agreement_rtol, self.signer)
+        self.stops = Stops(i, roster.n_nodes, self.signer)
+        self.eviction = Eviction(i, roster.neighbours, roster.on_dropout, self.signer)
+        #: dropouts so far: the number of the current attempt at the running aggregation
+        self.attempt = 0
+        self._voted: dict[int, float] = {}
+        #: messages that announce a stop round no recorded proposal backs yet, per sender
+        self._held: dict[int, list[Message]] = {}
+        self._final_since = 0.0
         self._reported_iter = -1
-        self._t0 = 0.0
 
-    # ------------------------------------------------------------------ the run
+    # ------------------------------------------------------------------ where the node is
+
+    @property
+    def iteration(self) -> int:
+        return self.node.iteration
+
+    @property
+    def graph_neighbours(self) -> tuple[int, ...]:
+        """The current neighbours in the graph (the server, where there is one, is not)."""
+        return tuple(j for j in self.neighbours if j != SERVER)
+
+    @property
+    def present(self) -> list[int]:
+        """The nodes still in the run."""
+        return [k for k in range(self.n_nodes) if k not in self.dropped]
 
     def where(self) -> str:
         """``EM iteration k, protocol round r`` (what the node is waiting for)."""
@@ -154,296 +165,296 @@ class NodeRuntime:
             return f"EM iteration {self.node.iteration} (finished)"
         return f"EM iteration {self.node.iteration}, protocol round {self.node.round}"
 
-    def _elapsed(self) -> float:
-        return self.clock() - self._t0
-
-    async def run(self) -> dict[str, Any]:
-        """Connect, run the protocol to the end, agree with the neighbours, linger until they are done.
-
-        Returns
-        -------
-        dict
-            The node's report (see :meth:`report`).
-
-        Raises
-        ------
-        NodeFailure, TransportError, ProtocolError
-            With a one-line message naming this node, the culprit and the round.
-        """
-        if self.clock is loop_clock:  # the same clock, one call less on every message
-            self.clock = self.outbox.clock = asyncio.get_running_loop().time
-        self._t0 = self.clock()
-        self.timings["started_unix"] = time.time()
-        try:
-            await connect(self.link, self.node_id, self.config.broker.username, self.timeouts.startup_timeout, self.clock)
-            self.timings["connected_s"] = self._elapsed()
-            log.info("node %d connected to %s, waiting for %s", self.node_id, self.link.address, nodes_text(self.neighbours))
-            await self._send_hello()
-            while not self.node.done:
-                await self._step()
-            self.timings["finished_s"] = self._elapsed()
-            await self._agree()
-            self.status = "finished"
-            self.timings["agreed_s"] = self._elapsed()
-            await self._linger()
-            self.timings["total_s"] = self._elapsed()
-            return self.report()
-        except asyncio.CancelledError:
-            self.status = "failed"
-            await self._abort(Reason.INTERRUPTED, ())
-            raise
-        except Exception as exc:  # noqa: BLE001 - no exception escapes a node: it is reported and told
-            if isinstance(exc, P2pemError):
-                err: P2pemError = exc
-            else:
-                log.debug("node %d: internal error", self.node_id, exc_info=exc)  # the traceback only with -vv
-                err = NodeFailure(Reason.INTERNAL, self.node_id, f"internal error in {self.where()}: {type(exc).__name__}: {exc}")
-            self.fail(err)
-            await self._abort_for(err)
-            if err is exc:
-                raise
-            raise err from None
-        finally:
-            self.timings.setdefault("total_s", self._elapsed())
-            try:
-                await asyncio.wait_for(self.link.close(), 2.0)
-            except (TransportError, TimeoutError):
-                pass
-
-    def fail(self, error: P2pemError) -> None:
-        """Record that the run failed with ``error`` (reported by :meth:`report`)."""
-        self.status, self.error = "failed", error
-
-    async def _step(self) -> None:
-        """Check the timers, then wait (briefly) for one message and handle it."""
-        if self.outbox.failed and await self.outbox.check(self.where, self._reconnect_hello):
-            self.watchdog.restart(self.neighbours, self.clock())
-        now = self.clock()
-        if now >= self._next_check:
-            self._next_check = now + self._tick
-            await self._timers(now)
-        try:
-            # A queued message needs no timer; arming one per message costs measurable CPU.
-            incoming = await self.link.receive(timeout=math.inf if self.link.pending else self._tick)
-        except LinkTimeout:
-            return
-        except ConnectionLost as exc:
-            await self.outbox.recover(exc, self.where, self._reconnect_hello)
-            self.watchdog.restart(self.neighbours, self.clock())
-            return
-        await self._handle(incoming)
-
-    async def _timers(self, now: float) -> None:
-        if self.parent_pid is not None and os.getppid() != self.parent_pid:
-            raise NodeFailure(
-                Reason.INTERRUPTED,
-                self.node_id,
-                f"the launcher (pid {self.parent_pid}) exited; stopping in {self.where()}",
-                exit_code=128 + signal.SIGTERM,
-            )
-        if self.handshake.hello_due or now - self.outbox.last_broadcast >= self.timeouts.heartbeat_s:
-            await self._send_hello()
-        if self.handshake.republish_due:
-            self.handshake.republish_due = False
-            await self.outbox.republish()
-        if not self.started:
-            if not self.handshake.missing(self.neighbours):
-                await self._start()
-            else:
-                self.handshake.check_startup(self.neighbours, now - self._t0, self.timeouts.startup_timeout)
-            return
-        if self.node.done and (self.agreement.mine is None or self.status == "finished"):
-            return
-        awaited = self.awaiting()
-        if self.on_dropout == "continue" and not self.node.done:
-            silent = self.watchdog.silent(awaited, now)
-            for j in silent:
-                log.warning("node %d: neighbour node %d fell silent in %s; dropping it (on_dropout = continue)", self.node_id, j, self.where())
-                await self.drop(j, self.node.iteration, self.node_id, None)
-            if silent:
-                return
-        self.watchdog.check(awaited, now, self.where(), bool(self.node.rounds))
+    def abort_round(self) -> int:
+        return self.node.round
 
     def awaiting(self) -> list[int]:
-        """Neighbours whose message the protocol waits for now (or whose final model has not arrived)."""
+        """Whom this node waits for now: neighbours not yet heard (before it starts), those
+        whose message the protocol waits for, or those whose final result has not arrived."""
         if not self.started:
-            return []
+            return self.handshake.missing(self.neighbours)
         if self.node.done:
-            return [j for j in self.neighbours if j not in self.agreement.agreed] if self.agreement.mine is not None else []
+            return [j for j in self.graph_neighbours if j not in self.agreement.agreed] if self.agreement.mine is not None else []
         return list(self.node.awaiting())
 
-    async def _start(self) -> None:
-        self.started = True
-        self.timings["online_s"] = self._elapsed()
-        # CPU spent on imports, keys, data and start-up, apart from the consensus phase's
-        self.timings["online_cpu_s"] = time.process_time()
-        self.watchdog.restart(self.neighbours, self.clock())
-        log.info("node %d: every neighbour is online, starting the protocol", self.node_id)
+    def status_fields(self) -> tuple[int, ...]:
+        phase = STARTING if not self.started else FINAL_PHASE_STATUS if self.node.done else RUNNING
+        return (phase, self.node.iteration, self.node.round, *self.awaiting())
+
+    # ------------------------------------------------------------------ the work
+
+    async def work(self) -> None:
+        while not self.node.done:
+            await self._step()
+        self.timings["finished_s"] = self._elapsed()
+        await self._agree()
+
+    async def on_start(self) -> None:
         if self.progress is not None:
-            self.progress("online", 0, self.node.em.settings.max_iter)
+            self.progress("online", 0, self._max_iter())
         try:
             out = self.node.start()  # with what the neighbours sent before (the Node kept it)
         except ProtocolError as exc:  # e.g. a message kept until now fails its check
             raise self._node_failure(exc) from None
-        await self._send(out)
-        self._after_progress()
+        await self._emit(out)
 
     async def _agree(self) -> None:
-        """Show every neighbour this node's final model and check theirs (no split outcome).
-
-        Neighbours still computing keep the heartbeats going; the usual silence and stall
-        timeouts apply (see :class:`~p2pem.deploy.control.Agreement`).
-        """
-        await self._send([self.agreement.message(self.neighbours, self.node.task.summary(), self.node.em.n_iter)])
-        self.agreement.settle()
-        self.watchdog.progressed(self.clock())
-        while not self.agreement.done(self._nbr_set):
+        """Show every node this node's signed final result and check theirs (no split outcome)."""
+        result = self.node.task.summary()
+        n_iter = getattr(self.node.task, "n_iter", self.node.iteration)
+        await self.send([self.agreement.message(self.graph_neighbours, result, n_iter, self.node.iteration)])
+        now = self._final_since = self.clock()
+        self.agreement.settle(now)
+        self.watchdog.progressed(now)
+        while not self.agreement.done(self.present):
             await self._step()
 
-    async def _linger(self) -> None:
-        """Say bye; stay (answering hellos, re-publishing) until every neighbour said bye."""
-        await self._send([Message(self.node_id, self.neighbours, CONTROL, 0, BYE, (), False)])
-        deadline = self.clock() + self.timeouts.timeout
-        try:
-            while not self._nbr_set <= self._byes and self.clock() < deadline:
-                await self._step()
-        except P2pemError as exc:
-            log.warning("node %d: finished and agreed with every neighbour, but afterwards %s", self.node_id, exc)
+    async def on_timers(self, now: float) -> None:
+        if self.node.done and (self.agreement.mine is None or self.status == "finished"):
             return
-        await self.outbox.drain(min(5.0, self.timeouts.timeout))
-        missing = sorted(self._nbr_set - self._byes)
-        if missing:
-            log.warning("node %d: finished, but %s did not say bye within %g s", self.node_id, nodes_text(missing), self.timeouts.timeout)
+        awaited = self.awaiting()
+        if self.node.done:
+            self._final_checks(now)
+        elif self.on_dropout == "continue":
+            for k in self.watchdog.silent(awaited, now):
+                if k != SERVER and k not in self._voted:
+                    await self._vote(k, now)
+            for k, since in self._voted.items():
+                if k not in self.dropped and now - since > self.timeouts.timeout:
+                    raise NodeFailure(
+                        Reason.SILENT, self.node_id,
+                        f"neighbour node {k} fell silent in {self.where()}, and too few of its neighbours signed that it did "
+                        f"(it needs {self.eviction.threshold(k)}: {nodes_text(self.eviction.witnesses(k, self.node.iteration)) or 'none'})",
+                        (k,),
+                    )
+            awaited = [j for j in awaited if j not in self._voted]
+        self.watchdog.check(awaited, now, self.where(), bool(self.node.rounds))
+        if not self.node.done and self.watchdog.claims(self.outbox.sent, now, self.where()):
+            await self.outbox.republish()
+        if self.spec.asynchronous:
+            await self._wake()
+
+    def _final_checks(self, now: float) -> None:
+        """The final phase: a neighbour still in another EM iteration, or a result that does not come.
+
+        A neighbour may still be taking in the aggregation this node ran last: a private run
+        ends with the M-step after it, one EM iteration further, without a final aggregation
+        that would keep the nodes together (an exact run ends with one, in its own iteration).
+        """
+        ran_last = max(self.node.rounds, default=self.node.iteration)
+        for j in self.graph_neighbours:
+            status = self.watchdog.status.get(j)
+            if status is not None and status.at >= self._final_since and status.phase == RUNNING and status.iteration not in (self.node.iteration, ran_last):
+                raise NodeFailure(
+                    Reason.DISAGREE, self.node_id,
+                    f"neighbour node {j} is in EM iteration {status.iteration} after this node finished EM in EM iteration {self.node.iteration}",
+                    (j,),
+                )
+        conflict = self.agreement.conflict
+        stuck = now - max(self._final_since, self.watchdog.last_progress) > self.timeouts.timeout
+        if (conflict is not None and now - conflict[1] > self.timeouts.timeout) or (conflict is None and stuck):
+            raise self.agreement.overdue(self.present, lambda targets: separator(self.roster.neighbours, self.node_id, targets, self.dropped), self.where())
 
     # ------------------------------------------------------------------ receiving
 
-    async def _handle(self, incoming: Incoming) -> None:
-        verdict = self.admission.admit(incoming, self._nbr_set, self.node.iteration)
-        if incoming.payload:
-            self.counters["received"] += 1
-        if not isinstance(verdict, Admitted):
-            self._not_admitted(verdict)
-            return
-        msg = verdict.msg
-        if msg.iteration == CONTROL:
-            t0 = time.thread_time()
-            try:
-                await self._control(msg)
-            finally:
-                self.costs["control_s"] += time.thread_time() - t0
-            if self.handshake.start_due:  # started here, outside the control messages' CPU account
-                self.handshake.start_due = False
-                await self._start()
-            return
-        await self._deliver(msg)
-
-    def _not_admitted(self, verdict: Ignored | Rejected | Convicted) -> None:
-        if isinstance(verdict, Ignored):
-            self.counters[verdict.counter] += 1
-            msg = verdict.msg
-            if msg is not None and 0 <= msg.iteration < self.node.iteration:
-                log.info(
-                    "node %d: ignored a replayed or late duplicate %s message from node %d (EM iteration %d, round %d)",
-                    self.node_id, msg.kind, msg.sender, msg.iteration, msg.round,
+    async def deliver(self, msg: Message) -> None:
+        """Hand a protocol message to the Node (which keeps one for an aggregation it has not begun)."""
+        node = self.node
+        if node.done:
+            if msg.iteration > node.iteration:
+                raise NodeFailure(
+                    Reason.DISAGREE, self.node_id,
+                    f"neighbour node {msg.sender} sent a {msg.kind} message of EM iteration {msg.iteration} after this node finished EM in EM iteration {node.iteration}",
+                    (msg.sender,),
                 )
-        elif isinstance(verdict, Rejected):
-            self._reject(verdict.reason, verdict.detail)
-        else:
-            raise NodeFailure(Reason.VIOLATION, self.node_id, f"in {self.where()}: {verdict.detail}", (verdict.culprit,))
+            self.counters["late"] += 1
+            return
+        try:
+            t0 = time.thread_time()
+            node.check(msg)
+            self.costs["validate_s"] += time.thread_time() - t0
+            held = self._held.get(msg.sender)
+            claimed = node.claimed_stop(msg)
+            if held or (claimed is not None and not self.stops.backed(msg.iteration, self.attempt, claimed)):
+                # its sender relays the proposal first, so only a reordering broker or a member
+                # makes it come later: keep the message (and the sender's next ones) until it does
+                held = self._held.setdefault(msg.sender, [])
+                if len(held) >= HELD_LIMIT:
+                    raise ProtocolViolation(
+                        msg.sender, msg.iteration, msg.round, "stop",
+                        f"{len(held) + 1} messages announce stop rounds no signed proposal backs (an honest neighbour is at most a round ahead)",
+                    )
+                held.append(msg)
+                self.counters["held"] += 1
+                return
+            out = node.receive(msg)
+        except OutOfRound as exc:
+            self.reject("OutOfRound", str(exc))
+            return
+        except StopContradicted as exc:
+            raise self._stop_contradicted(exc) from None
+        except ProtocolError as exc:
+            raise self._node_failure(exc, msg) from None
+        self.watchdog.moved_on_by(msg.sender, self.clock())
+        await self._emit(out)
+        if self.spec.asynchronous and not self.link.pending:
+            await self._wake()
 
-    def _violated(self, exc: ProtocolViolation) -> NodeFailure:
-        return NodeFailure(Reason.VIOLATION, self.node_id, f"in {self.where()}: {exc}", (exc.sender,))
+    async def _wake(self) -> None:
+        """An asynchronous activation, when the Node may (see :meth:`~p2pem.protocols.base.Aggregation.may_wake`)."""
+        if self.node.may_wake():
+            try:
+                out = self.node.wake()
+            except ProtocolError as exc:
+                raise self._node_failure(exc) from None
+            await self._emit(out)
 
     def _node_failure(self, exc: ProtocolError, msg: Message | None = None) -> NodeFailure:
         """What an error of the Node means for the run.
 
         A violation names its sender (possibly of a message the Node kept and checked only as
-        its aggregation began); an unusable average names nobody; any other refusal by the
-        state machine of an authenticated, fresh, well-formed ``msg`` (e.g. two rounds ahead)
-        is a violation by its sender, as honest peers never send one.
+        its aggregation began); a model error (the task failed on the network average) names
+        nobody; any other refusal by the state machine of an authenticated, fresh, well-formed
+        ``msg`` (e.g. two rounds ahead) is a violation by its sender, as honest peers never
+        send one.
         """
         if isinstance(exc, ProtocolViolation):
-            return self._violated(exc)
-        if isinstance(exc, EMFailed):
+            return self.violated(exc)
+        if isinstance(exc, ModelError):
             detail = str(exc).removeprefix(f"node {self.node.node_id}: ")
-            return NodeFailure(Reason.UNUSABLE_AVERAGE, self.node_id, f"{detail} (a member sent values that are finite but absurd)")
+            return NodeFailure(Reason.MODEL, self.node_id, f"{detail} (in {self.where()}; nobody in particular is to blame)")
         if msg is None:
             return NodeFailure(Reason.PROTOCOL, self.node_id, f"in {self.where()}: {exc}")
         return NodeFailure(Reason.VIOLATION, self.node_id, f"in {self.where()}, after a {msg.kind} message from node {msg.sender}: {exc}", (msg.sender,))
 
-    def _plausible(self, msg: Message) -> bool:
-        return plausible_receivers(self.roster.neighbours[msg.sender], msg.receivers, self.dropped)
+    def _stop_contradicted(self, exc: StopContradicted) -> NodeFailure:
+        found = self.stops.origin_of(self.node.iteration, self.attempt, exc.stop_round)
+        if found is None:
+            return NodeFailure(Reason.PROTOCOL, self.node_id, f"in {self.where()}: {exc}")
+        origin, (at, stop, signature) = found
+        return NodeFailure(
+            Reason.STOP, self.node_id,
+            f"in {self.where()}: {exc}; node {origin} signed that stop round (proposed in round {at})",
+            (origin,), evidence=(self.attempt, at, stop), extra_signature=signature,
+        )
 
-    async def _control(self, msg: Message) -> None:
-        """Hello, final, bye, abort and drop: each checked field by field before it counts."""
-        j = msg.sender
-        try:
-            if msg.kind == HELLO:
-                if self.handshake.receive(msg, self._plausible(msg), self.neighbours, self.started):
-                    self.watchdog.heard(j, self.clock())
-            elif msg.kind == FINAL:
-                if self.agreement.receive(msg, self._plausible(msg)):
-                    now = self.clock()
-                    self.watchdog.heard(j, now)
-                    if self.agreement.mine is not None:
-                        self.watchdog.progressed(now)
-            elif msg.kind == BYE:
-                check_bye(msg)
-                self._byes.add(j)
-            elif msg.kind == ABORT:
-                meta, signature = self.signer.verify_abort(msg)
-                if meta[3] == self.node_id:
-                    return  # our own abort, relayed back
-                text = f"run stopped in {self.where()}: {describe_abort(meta)}; relayed by node {j}"
-                raise NodeFailure(Reason.ABORTED, self.node_id, text, meta[4:], relay=(meta, signature))
-            elif msg.kind == DROP:
-                (k, it, origin), signature = self.signer.verify_drop(msg)
-            else:
-                raise violation(msg, "kind", "unknown control message")
-        except ProtocolViolation as exc:
-            raise self._violated(exc) from None
-        if msg.kind == DROP:
-            if self.on_dropout != "continue":
-                raise NodeFailure(
-                    Reason.DROPOUT_MISMATCH,
-                    self.node_id,
-                    f"node {origin} drops node {k} (on_dropout = 'continue'), but this node runs with on_dropout = 'stop' "
-                    f"(every node needs the same setting)",
-                    (k,),
-                )
-            await self.drop(k, it, origin, signature)
+    async def on_control(self, msg: Message) -> None:
+        """Final results, stop proposals and drop votes: each checked before it counts, relayed once."""
+        if msg.kind == FINAL:
+            await self._final(msg)
+        elif msg.kind == STOP:
+            await self._stop(msg)
+        elif msg.kind == DROP:
+            await self._drop_vote(msg)
+        else:
+            raise violation(msg, "kind", "unknown control message")
 
-    async def drop(self, k: int, it: int, origin: int, signature: tuple[int, ...] | None) -> None:
-        """Go on without node ``k``: tell the neighbours, re-run EM iteration ``it`` among the survivors.
+    async def _final(self, msg: Message) -> None:
+        j, meta = msg.sender, msg.meta
+        if not self.plausible(msg):
+            raise violation(msg, "final", f"receivers {msg.receivers} are not the sender's neighbours")
+        if not self.node.done and len(meta) > 2 and meta[1] == j and meta[2] != self.node.iteration and j in self.node.awaiting():
+            raise NodeFailure(
+                Reason.DISAGREE, self.node_id,
+                f"neighbour node {j} finished EM in EM iteration {meta[2]} while this node waits for its message in {self.where()}",
+                (j,),
+            )
+        now = self.clock()
+        if self.agreement.receive(msg, now):
+            await self.send([Message(self.node_id, self.graph_neighbours, CONTROL, msg.round, FINAL, msg.payload, False, msg.meta)])
+            self.watchdog.progressed(now)
 
-        The drop ``(k, it, origin)`` is signed by the node that saw ``k`` fall silent and
-        flooded unchanged, so every survivor drops the same node at the same iteration.  Each
-        survivor checks that the graph without the dropped nodes is connected and has a
-        cycle, relays the drop, binds the dropped set into the tags of protocol messages
-        (messages of the abandoned attempt then no longer authenticate) and restarts the
-        aggregation of iteration ``it`` over the survivors' graph.
-        """
-        if k in self.dropped:
+    async def _stop(self, msg: Message) -> None:
+        it, attempt, origin, at, stop = self.stops.parse(msg)
+        if not self.plausible(msg):
+            raise violation(msg, "stop", f"receivers {msg.receivers} are not the sender's neighbours")
+        node = self.node
+        if attempt < self.attempt or node.done or it < node.iteration:
+            return  # an abandoned attempt, or an aggregation this node has left
+        if attempt > self.attempt or it > node.iteration:
+            raise violation(msg, "stop", f"a stop proposal for EM iteration {it} (attempt {attempt}), an aggregation this node has not begun")
+        problem = node.check_proposal(origin, at, stop)
+        if problem is not None:
+            kind, why = problem
+            if kind == "form":
+                raise violation(msg, "stop", f"node {origin}'s proposal cannot be made: {why}")
+            raise NodeFailure(
+                Reason.STOP, self.node_id,
+                f"node {origin} signed a proposal to stop EM iteration {it} at protocol round {stop} (made in round {at}) "
+                f"that contradicts this node's counters: {why}",
+                (origin,), evidence=(attempt, at, stop), extra_signature=tuple(msg.payload),
+            )
+        lowers = self.stops.record(it, attempt, origin, at, stop, tuple(msg.payload))
+        if lowers:
+            await self.send([self.stops.message(self.node_id, self.graph_neighbours, it, attempt, origin)])
+        await self._release()
+
+    async def _release(self) -> None:
+        """Deliver the held messages that a proposal now backs, in each sender's order."""
+        for j in list(self._held):
+            queue = self._held.pop(j)
+            for k, msg in enumerate(queue):
+                claimed = self.node.claimed_stop(msg)
+                if claimed is not None and not self.stops.backed(msg.iteration, self.attempt, claimed) and msg.iteration >= self.node.iteration:
+                    self._held[j] = queue[k:]
+                    break
+                await self.deliver(msg)
+
+    async def _drop_vote(self, msg: Message) -> None:
+        if not self.plausible(msg):
+            raise violation(msg, "drop", f"receivers {msg.receivers} are not the sender's neighbours")
+        found = self.eviction.receive(msg, self.node.iteration)
+        if found is None:
             return
+        victim, it, witness = found
+        await self.send([self.eviction.message(self.node_id, self.graph_neighbours, victim, it, witness)])  # relayed first
+        if victim not in self.dropped and self.eviction.decided(victim, it):
+            await self.drop(victim, it)
+
+    async def _vote(self, k: int, now: float) -> None:
+        """Sign that neighbour ``k`` fell silent, send the vote to every neighbour (``k`` too)."""
+        it = self.node.iteration
+        log.warning("node %d: neighbour node %d fell silent in %s; voting to drop it (on_dropout = continue)", self.node_id, k, self.where())
+        self._voted[k] = now
+        self.eviction.vote(k, it)
+        await self.send([self.eviction.message(self.node_id, self.graph_neighbours, k, it, self.node_id)])
+        if self.eviction.decided(k, it):
+            await self.drop(k, it)
+
+    async def drop(self, k: int, it: int) -> None:
+        """Go on without node ``k``, which enough of its neighbours signed fell silent in EM iteration ``it``.
+
+        Each survivor checks that the graph without the dropped nodes keeps every node two
+        neighbours and stays 2-edge-connected (else the run stops, saying why), binds the
+        dropped set into the tags of protocol messages (messages of the abandoned attempt then
+        no longer authenticate) and re-runs the aggregation of iteration ``it`` over the
+        survivors' graph.  The votes went out before anything of the new attempt, so every
+        neighbour can authenticate what follows.
+        """
         me = self.node_id
+        witnesses = self.eviction.witnesses(k, it)
         if k == me:
-            raise NodeFailure(Reason.CANNOT_CONTINUE, me, f"node {origin} declared this node silent in EM iteration {it} and the others go on without it", (me,))
+            raise NodeFailure(
+                Reason.EVICTED, me,
+                f"{nodes_text(witnesses)} signed that this node fell silent in EM iteration {it}; the others go on without it",
+            )
         if not self.started or self.node.done or self.node.iteration != it:
-            raise NodeFailure(Reason.CANNOT_CONTINUE, me, f"cannot drop node {k} in EM iteration {it} (noticed by node {origin}): this node is in {self.where()}", (k,))
+            raise NodeFailure(
+                Reason.CANNOT_CONTINUE, me,
+                f"cannot drop node {k} in EM iteration {it} (witnesses: {nodes_text(witnesses)}): this node is in {self.where()}", (k,),
+            )
         dropped = {*self.dropped, k}
         try:
             survivors, topology = survivor_topology(self.roster.neighbours, dropped)
         except ProtocolError as exc:
             raise NodeFailure(
-                Reason.CANNOT_CONTINUE, me, f"node {k} fell silent in {self.where()} (noticed by node {origin}) and the run cannot go on: {exc}", (k,)
+                Reason.CANNOT_CONTINUE, me,
+                f"node {k} fell silent in {self.where()} (witnesses: {nodes_text(witnesses)}) and the run cannot go on: {exc}", (k,),
             ) from None
-        self.dropped[k] = {"node": k, "iteration": it, "detected_by": origin, "round": self.node.round}
+        self.dropped[k] = {"node": k, "iteration": it, "witnesses": list(witnesses), "round": self.node.round}
         self.neighbours = tuple(j for j in self.neighbours if j != k)
         self._nbr_set = frozenset(self.neighbours)
-        # tell the neighbours before anything of the new attempt goes out (the broker keeps each
-        # client's order), so none of them receives a message it cannot yet authenticate
-        msg, _ = self.signer.drop(me, self.neighbours, (k, it, origin), signature)
-        await self._send([msg])
+        self.attempt += 1
         # the survivors' step parameters are bound too: one that derived other ones (another
         # host's eigenvalue rounding) cannot authenticate to its neighbours and the run stops,
         # where it would otherwise converge with them to a slightly wrong average
@@ -451,77 +462,42 @@ class NodeRuntime:
         self.codec.set_generation(b"".join(struct.pack(">i", j) for j in sorted(dropped)) + digest)
         self.admission.guard.forget_from(it)
         self.outbox.forget()
-        log.warning("node %d: dropped node %d (noticed by node %d); re-running EM iteration %d over %d nodes", me, k, origin, it, len(survivors))
+        log.warning("node %d: dropped node %d (witnesses: %s); re-running EM iteration %d over %d nodes", me, k, nodes_text(witnesses), it, len(survivors))
         try:
             out = self.node.restart(NodeContext(survivors.index(me), topology, self.node.ctx.rng), survivors)
         except ProtocolError as exc:
             raise self._node_failure(exc) from None
         self.watchdog.restart(self.neighbours, self.clock())
-        await self._send(out)
-        self._after_progress()
-
-    def _reject(self, reason: str, detail: str) -> None:
-        self.rejected[reason] += 1
-        log.warning("node %d: rejected a message (%s): %s", self.node_id, reason, detail)
-
-    async def _deliver(self, msg: Message) -> None:
-        """Hand a protocol message to the Node (which keeps one for an aggregation it has not begun)."""
-        try:
-            t0 = time.thread_time()
-            self.node.check(msg)
-            self.costs["validate_s"] += time.thread_time() - t0
-            out = self.node.receive(msg)
-        except OutOfRound as exc:
-            self._reject("OutOfRound", str(exc))
-            return
-        except ProtocolError as exc:
-            raise self._node_failure(exc, msg) from None
-        self.watchdog.moved_on_by(msg.sender, self.clock())
-        if out:
-            await self._send(out)
-        self._after_progress()
-
-    def _after_progress(self) -> None:
-        n_iter = self.node.em.n_iter
-        if n_iter != self._reported_iter:
-            self._reported_iter = n_iter
-            it = self.node.iteration
-            # Keys of iterations before it - 1 cannot come back legitimately; a replay of one
-            # is refused by the Node as out of round.  Control keys are guarded by sequence
-            # numbers instead (see the Handshake).
-            self.admission.guard.forget_before(it - 1)
-            if self.progress is not None and n_iter > 0:
-                self.progress("progress", n_iter, self.node.em.settings.max_iter)
+        await self._emit(out)
 
     # ------------------------------------------------------------------ sending
 
-    async def _send(self, msgs: Sequence[Message]) -> None:
-        secret = self.spec.secret_kinds
-        for m in msgs:
-            if m.kind in secret and not m.encrypted:
-                raise ProtocolError(f"node {self.node_id}: refusing to publish a {m.kind} message in clear (its payload is secret)")
-        await self.outbox.send(msgs, len(self.neighbours))
+    async def _emit(self, out: Sequence[Message]) -> None:
+        """Send what the Node produced, its stop proposal (signed) first."""
+        proposal = self.node.proposal()
+        if proposal is not None:
+            it = self.node.iteration
+            self.stops.own(it, self.attempt, *proposal)
+            out = [self.stops.message(self.node_id, self.graph_neighbours, it, self.attempt, self.node_id), *out]
+        if out:
+            await self.send(out)
+        self._after_progress()
 
-    async def _send_hello(self) -> None:
-        self.handshake.hello_due = False
-        await self._send([self.handshake.hello(self.neighbours, self.outbox.epoch)])
+    def _after_progress(self) -> None:
+        it = self.node.iteration
+        if it != self._reported_iter:
+            self._reported_iter = it
+            # Keys of iterations before it - 1 cannot come back legitimately: admission ignores
+            # them by iteration number.  Hellos are guarded by sequence numbers instead.
+            self.admission.guard.forget_before(it - 1)
+            self.stops.forget_before(it - 1)
+            n_iter = getattr(self.node.task, "n_iter", it)
+            if self.progress is not None and n_iter > 0:
+                self.progress("progress", n_iter, self._max_iter())
 
-    def _reconnect_hello(self) -> Message:
-        return self.handshake.hello(self.neighbours, self.outbox.epoch)
-
-    async def _abort_for(self, exc: BaseException) -> None:
-        if isinstance(exc, NodeFailure) and exc.relay is not None:  # relay what we were told, signed by its origin
-            await self.outbox.publish_retained(abort_message(self.node_id, self.neighbours, *exc.relay), ABORT_PUBLISH_S)
-        elif isinstance(exc, NodeFailure):
-            await self._abort(exc.reason, exc.culprits)
-        else:
-            await self._abort(Reason.PROTOCOL if isinstance(exc, ProtocolError) else Reason.BROKER, ())
-
-    async def _abort(self, reason: Reason, culprits: Sequence[int]) -> None:
-        """Tell the neighbours (retained) that the run stops, signed by this node."""
-        if self.link.connected:
-            msg = self.signer.abort(self.node_id, self.neighbours, reason, self.node.iteration, self.node.round, culprits)
-            await self.outbox.publish_retained(msg, ABORT_PUBLISH_S)
+    def _max_iter(self) -> int:
+        settings = getattr(self.node.task, "settings", None)
+        return int(getattr(settings, "max_iter", 0))
 
     # ------------------------------------------------------------------ report
 
@@ -541,6 +517,7 @@ class NodeRuntime:
             rejected=self.rejected,
             timings=self.timings,
             costs=self.costs,
+            on_dropout=self.on_dropout,
         )
 
     def write_result(self):

@@ -61,7 +61,8 @@ class Deployment:
     verbose : int
         ``-v`` flags passed to the nodes (their logs go to ``node.log``).
     nodes : sequence of int, optional
-        Start only these nodes (default all; tests run the others themselves).
+        Start only these parties (default all, the server -1 included; tests run the others
+        themselves).
     """
 
     def __init__(
@@ -74,12 +75,12 @@ class Deployment:
         nodes: Sequence[int] | None = None,
     ) -> None:
         self.kit = kit
-        self.nodes = list(range(kit.n_nodes)) if nodes is None else list(nodes)
+        self.nodes = kit.parties if nodes is None else list(nodes)
         self.wrap = wrap
         self.python = python
         self.verbose = verbose
         self.processes: list[subprocess.Popen[bytes]] = []
-        self.states = [_NodeState() for _ in range(kit.n_nodes)]
+        self.states = {i: _NodeState() for i in kit.parties}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.last_event = time.monotonic()
@@ -140,7 +141,7 @@ class Deployment:
 
     def progress(self) -> DeployProgress:
         with self._lock:
-            states = list(self.states)
+            states = [s for i, s in self.states.items() if i >= 0]  # the server counts no EM iterations
             codes = [p.poll() for p in self.processes]
         return DeployProgress(
             n_nodes=self.kit.n_nodes,
@@ -150,6 +151,18 @@ class Deployment:
             exited=sum(c is not None for c in codes),
             failed=sum(c not in (None, 0) for c in codes),
         )
+
+    def slowest(self) -> str:
+        """The running nodes that reported the fewest EM iterations, and how many (for the watchdog)."""
+        with self._lock:
+            running = [i for i, p in zip(self.nodes, self.processes, strict=True) if p.poll() is None and i >= 0]
+            if not running:
+                return "none (every process exited)"
+            least = min(self.states[i].n_iter for i in running)
+            slow = [i for i in running if self.states[i].n_iter == least]
+            offline = [i for i in slow if not self.states[i].online]
+        what = "never came online" if offline and len(offline) == len(slow) else f"at EM iteration {least}"
+        return ("node " if len(slow) == 1 else "nodes ") + ", ".join(map(str, slow[:10])) + f" ({what})"
 
     def running(self) -> bool:
         return any(p.poll() is None for p in self.processes)
@@ -172,8 +185,12 @@ class Deployment:
             if len(self.exit_times) == len(self.processes):
                 break
             if time.monotonic() - self.last_event > watchdog:
+                slow = self.slowest()
                 self.terminate()
-                raise DeploymentFailed(f"no node reported progress for {watchdog:g} s; terminated all node processes")
+                raise DeploymentFailed(
+                    f"no node reported progress for {watchdog:g} s (longer than the nodes' own limits allow); the slowest: {slow}; "
+                    f"terminated all node processes"
+                )
             time.sleep(0.05)
         for thread in self._threads:
             thread.join(timeout=2)

@@ -325,6 +325,10 @@ class DPCentral(DPProtocol):
     def label(self) -> str:
         return f"dp-central-{self.mechanism}"
 
+    @property
+    def message_kinds(self) -> frozenset[str]:
+        return Federated().message_kinds
+
     def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:
         return UploadNode(ctx, iteration)
 
@@ -381,6 +385,15 @@ class DPDistributed(DPProtocol):
     @property
     def label(self) -> str:
         return f"dp-{self.aggregation}-{self.mechanism}"
+
+    # what a deployment needs to know is the inner protocol's
+    message_kinds = property(lambda self: self.inner.message_kinds)
+    secret_kinds = property(lambda self: self.inner.secret_kinds)
+    max_ahead = property(lambda self: self.inner.max_ahead)
+    agreement_rtol = property(lambda self: self.inner.agreement_rtol)
+
+    def public_parameters(self, topology: Topology) -> tuple[float, ...]:
+        return self.inner.public_parameters(topology)
 
     def _collusion(self, n_nodes: int) -> tuple[int, int]:
         t = n_nodes // 2 if self.tolerate is None else self.tolerate
@@ -469,7 +482,26 @@ class NoisyNode(Aggregation):
 
     @property
     def round(self):
-        return getattr(self.inner, "round", "?")
+        return getattr(self.inner, "round", 0)
+
+    # a deployment's checks and declarations are the inner protocol's
+    def check(self, msg: Message) -> None:
+        self.inner.check(msg)
+
+    def awaiting(self) -> tuple[int, ...]:
+        return self.inner.awaiting()
+
+    def may_wake(self) -> bool:
+        return self.inner.may_wake()
+
+    def proposal(self) -> tuple[int, int] | None:
+        return self.inner.proposal()
+
+    def claimed_stop(self, msg: Message) -> int | None:
+        return self.inner.claimed_stop(msg)
+
+    def check_proposal(self, origin: int, proposed_at: int, stop: int) -> tuple[str, str] | None:
+        return self.inner.check_proposal(origin, proposed_at, stop)
 
     def _sync(self, out: list[Message]) -> list[Message]:
         self.done, self.result = self.inner.done, self.inner.result

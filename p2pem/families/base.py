@@ -153,8 +153,8 @@ class MixtureFamily(abc.ABC, Generic[P, B]):
         Raises
         ------
         p2pem.errors.ModelError
-            A component collapsed (a :class:`~p2pem.errors.ProtocolError` when the statistics
-            are not finite): one line that says which component and what to change.
+            A component collapsed or the statistics are not finite: one line that says which
+            component and what to change.
         """
 
     @abc.abstractmethod

@@ -34,7 +34,7 @@ class GaussianBatch:
     def prec_chol(self) -> FloatArray:
         """Cholesky factors of the precisions, (N, K, d, d) (:func:`p2pem.gmm.precision_cholesky`).
 
-        Raises ModelError (a ProtocolError) when a covariance is not positive definite.
+        Raises ModelError when a covariance is not positive definite.
         """
         return gmm.precision_cholesky(self.covariances)
 

@@ -41,7 +41,7 @@ class SkewNormalBatch:
 
     @cached_property
     def prec_chol(self) -> FloatArray:
-        """Cholesky factors of Gamma^-1, (N, K, d, d); ProtocolError when a Gamma is not positive definite."""
+        """Cholesky factors of Gamma^-1, (N, K, d, d); ModelError when a Gamma is not positive definite."""
         return precision_cholesky(self.gammas)
 
     @cached_property

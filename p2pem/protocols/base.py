@@ -240,6 +240,30 @@ class Topology:
             raise ProtocolError("the graph is disconnected")
         return np.minimum(ecc, self.diameter) if self.diameter > 0 else ecc
 
+    def distances(self, source: int) -> tuple[int, ...]:
+        """Hop distances from node ``source`` to every node (one breadth-first search, remembered).
+
+        pdmm-sp checks a stop proposal against the counters it implies at this node's distance
+        from the proposer (:meth:`Aggregation.check_proposal`).
+        """
+        cache = self.__dict__.setdefault("_distances", {})
+        found = cache.get(source)
+        if found is None:
+            nbrs = self.neighbours
+            dist = [-1] * self.n_nodes
+            dist[source] = 0
+            frontier = [source]
+            while frontier:
+                nxt = []
+                for i in frontier:
+                    for j in nbrs[i]:
+                        if dist[j] < 0:
+                            dist[j] = dist[i] + 1
+                            nxt.append(j)
+                frontier = nxt
+            found = cache[source] = tuple(dist)
+        return found
+
     @cached_property
     def degrees(self) -> np.ndarray:
         return np.diff(self._indptr)
@@ -341,13 +365,31 @@ class ProtocolViolation(ProtocolError):
         )
 
 
+class StopContradicted(ProtocolError):
+    """This node reached a stop round that its own state contradicts (it is not settled): the
+    stop was proposed early.  A deployment names the node that signed the proposal.
+
+    Attributes
+    ----------
+    stop_round : int
+    """
+
+    def __init__(self, stop_round: int, detail: str) -> None:
+        super().__init__(detail)
+        self.stop_round = int(stop_round)
+
+
 #: Largest magnitude accepted in a float payload.  Honest values (sufficient statistics,
 #: perturbed duals) stay far below; larger ones would overflow float64 in the sums of a round.
 MAX_PAYLOAD_ABS = 1e100
 
 
-def check_vector(msg: Message, length: int) -> None:
-    """Raise :class:`ProtocolViolation` unless ``msg.payload`` is a finite float64 vector of ``length``."""
+def check_vector(msg: Message, length: int, *, allow_nan: bool = False) -> None:
+    """Raise :class:`ProtocolViolation` unless ``msg.payload`` is a finite float64 vector of ``length``.
+
+    ``allow_nan``: NaN entries pass (a private run's final log-likelihood); infinities and
+    magnitudes beyond :data:`MAX_PAYLOAD_ABS` still fail.
+    """
     payload = msg.payload
 
     def bad(check: str, detail: str) -> ProtocolViolation:
@@ -361,9 +403,11 @@ def check_vector(msg: Message, length: int) -> None:
         raise bad("shape", f"payload shape {payload.shape}, expected ({length},)")
     # one reduction for both checks (NaN fails the comparison): this runs for every message
     if length and not np.abs(payload).max() <= MAX_PAYLOAD_ABS:
-        if not np.all(np.isfinite(payload)):
+        values = payload[~np.isnan(payload)] if allow_nan else payload
+        if not np.all(np.isfinite(values)):
             raise bad("finite", "payload holds NaN or infinite values")
-        raise bad("range", f"payload holds values beyond {MAX_PAYLOAD_ABS:g} in magnitude")
+        if values.size and not np.abs(values).max() <= MAX_PAYLOAD_ABS:
+            raise bad("range", f"payload holds values beyond {MAX_PAYLOAD_ABS:g} in magnitude")
 
 
 class Aggregation(abc.ABC):
@@ -410,10 +454,41 @@ class Aggregation(abc.ABC):
         """One asynchronous activation (only asynchronous protocols override this)."""
         raise ProtocolError(f"{type(self).__name__} is not asynchronous")
 
+    # -- accountable stops: what a protocol whose nodes decide to stop together declares --
+
+    def proposal(self) -> tuple[int, int] | None:
+        """``(proposed_at, stop_round)`` once, when this node itself has just proposed to stop.
+
+        A deployment signs it and floods it before the messages that announce it, so every
+        node can check it against its own counters (:meth:`check_proposal`) and every
+        announced stop round is backed by a signed proposal (:meth:`claimed_stop`).  None by
+        default (a protocol without a distributed stopping decision).
+        """
+        return None
+
+    def claimed_stop(self, msg: Message) -> int | None:
+        """The stop round ``msg`` announces (None when it announces none)."""
+        return None
+
+    def check_proposal(self, origin: int, proposed_at: int, stop: int) -> tuple[str, str] | None:
+        """Check node ``origin``'s proposal to stop at ``stop``, made in round ``proposed_at``.
+
+        Returns None when it is consistent with this node's own state, else ``(kind, why)``:
+        kind ``"form"`` when no honest node can make such a proposal at all (its fields
+        contradict the public facts), ``"counters"`` when it contradicts what this node's
+        own counters allow.
+        """
+        return ("form", f"{type(self).__name__} makes no stop proposals")
+
     @property
     def ready(self) -> bool:
         """True when a wake would do something (asynchronous protocols)."""
         return False
+
+    def may_wake(self) -> bool:
+        """Whether a deployment may wake this node now (asynchronous protocols): by default
+        when it is :attr:`ready`; a protocol whose neighbours must not wake at once says so."""
+        return self.ready
 
 
 def parameter_fields(spec: type | object) -> tuple[dataclasses.Field, ...]:
@@ -482,6 +557,17 @@ class ProtocolSpec(abc.ABC):
         """Kinds whose payload is a secret of its sender: they travel sealed per edge, and a
         deployment refuses to publish one in clear.  None by default."""
         return frozenset()
+
+    @property
+    def agreement_rtol(self) -> float:
+        """Largest relative difference between two nodes' final results that counts as the same.
+
+        A deployment's final agreement compares every node's result with every other's at
+        this tolerance.  1e-12 by default: an exact protocol hands every node the same average,
+        so only the hosts' own arithmetic of the task can differ.  A protocol with a
+        consensus error ties it to its own tolerance.
+        """
+        return 1e-12
 
     @property
     def max_ahead(self) -> int:

@@ -28,6 +28,7 @@ from p2pem.messages import Message
 __all__ = [
     "TOPIC_ROOT",
     "AccessRefused",
+    "CertificateRefused",
     "ConnectionLost",
     "Inbox",
     "Incoming",
@@ -49,6 +50,11 @@ class ConnectionLost(TransportError):
 
 class AccessRefused(TransportError):
     """The broker refused the credentials (bad user name or password, not authorised): retrying cannot help."""
+
+
+class CertificateRefused(AccessRefused):
+    """The TLS handshake with the broker failed (its certificate does not verify against the
+    configured CA, names another host, or it does not speak TLS): retrying cannot help."""
 
 
 class Incoming(NamedTuple):

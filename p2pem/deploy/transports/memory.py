@@ -55,11 +55,14 @@ class MemoryBroker:
         self.links: list[MemoryLink] = []
         self.retained: dict[str, bytes] = {}
         self.published: list[tuple[str, bytes]] = []
+        # topic -> the links subscribed to it, in link order (links and their filters are fixed)
+        self._routes: dict[str, tuple[MemoryLink, ...]] = {}
 
     def link(self, subscriptions: Iterable[str] = (), *, name: str = "memory") -> MemoryLink:
         """A new link to this broker (not yet connected)."""
         link = MemoryLink(self, subscriptions, name=name)
         self.links.append(link)
+        self._routes.clear()
         return link
 
     def _publish(self, topic: str, payload: bytes, retain: bool) -> None:
@@ -75,8 +78,13 @@ class MemoryBroker:
                 self._route(t, p)
 
     def _route(self, topic: str, payload: bytes) -> None:
-        for link in self.links:
-            if link.connected and any(_matches(f, topic) for f in link.subscriptions):
+        links = self._routes.get(topic)
+        if links is None:
+            links = self._routes[topic] = tuple(
+                link for link in self.links if any(_matches(f, topic) for f in link.subscriptions)
+            )
+        for link in links:
+            if link.connected:
                 link._deliver(Incoming(topic, payload))
 
 

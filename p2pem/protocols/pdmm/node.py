@@ -20,6 +20,11 @@ from p2pem.protocols.pdmm.stopping import NEVER, StopRule, check_precision
 from p2pem.protocols.pdmm.updates import dual_update, neighbour_sum, sums_update
 
 
+#: An honest initial dual is a normal draw of standard deviation ``perturbation_std``; one
+#: beyond this many of them has probability below 1e-800: it convicts its sender.
+DUAL_SIGMAS = 64
+
+
 class PdmmNode(Aggregation):
     """One node of pdmm-sp for one aggregation (synchronous or asynchronous)."""
 
@@ -59,6 +64,14 @@ class PdmmNode(Aggregation):
         self._x_nb: list[np.ndarray | None] = [None] * len(self.nbrs)
         self._g_nb = [0] * len(self.nbrs)
         self._stop_nb = False
+        # accountable stops (synchronous mode): this node's counter g(t) of every completed
+        # round t (g(0) = 0), the last counter each neighbour announced, and whether this
+        # node's own proposal was handed out
+        self.g_hist: list[int] = [0]
+        # asynchronous mode in a deployment: primals received from each neighbour (edge tokens)
+        self._received = [0] * len(self.nbrs)
+        self._g_last: dict[int, tuple[int, int]] = {}
+        self._announced = False
 
     # -- shared pieces -----------------------------------------------------------------------
 
@@ -75,11 +88,15 @@ class PdmmNode(Aggregation):
 
     def awaiting(self) -> tuple[int, ...]:
         """The neighbours whose dual-init has not arrived; then (synchronous mode) those whose
-        primal of the current round has not (an asynchronous node goes on without them)."""
+        primal of the current round has not, or (asynchronous mode, in a deployment) those
+        whose edge token it waits for (see :meth:`may_wake`)."""
         if self.done:
             return ()
-        if len(self._inits) < len(self.nbrs) or self.spec.asynchronous:
+        if len(self._inits) < len(self.nbrs):
             return tuple(j for j in self.nbrs if j not in self._inits)
+        if self.spec.asynchronous:
+            i, t = self.ctx.node_id, self.round
+            return tuple(j for k, j in enumerate(self.nbrs) if self._received[k] + (i < j) <= t)
         box = self._round_msgs.get(self.round, {})
         return tuple(j for j in self.nbrs if j not in box)
 
@@ -108,8 +125,12 @@ class PdmmNode(Aggregation):
         ``0 <= g < round`` (g grows by at most one per round; with a schedule
         ``g <= round - 1 - end``, as no node settles before the schedule's end) and ``stop_at`` either never or
         in ``[round, round - 1 + D]`` (a sender past its stop round has stopped; a stop round
-        is fixed at most D rounds ahead).  Both carry a finite float64 vector of this node's
-        input length.
+        is fixed at most D rounds ahead).  In synchronous mode the counter must also follow
+        from the counters it is a minimum of: g_j(t-1) = 1 + min(g_j(t-2), min over j's
+        neighbours of g(t-2)) when settled, so ``g_j(t-1) <= 1 + min(g_j(t-2), g_i(t-2))`` for
+        this node i (a member cannot inflate its counter, on which the others' stop
+        proposals rest).  Asynchronous mode: meta ``(g, stop flag)``, flag 0 or 1.  Both kinds
+        carry a finite float64 vector of this node's input length.
         """
         def bad(check: str, detail: str) -> ProtocolViolation:
             return ProtocolViolation(msg.sender, msg.iteration, msg.round, check, f"{msg.kind} message: {detail}")
@@ -120,19 +141,33 @@ class PdmmNode(Aggregation):
         if msg.kind == "dual-init":
             if t != 0 or msg.receivers != (self.ctx.node_id,) or msg.meta != () or msg.encrypted != self.spec.encrypt_duals:
                 raise bad("header", f"round {t}, receivers {msg.receivers}, meta {msg.meta}, encrypted {msg.encrypted}")
+            check_vector(msg, self.s.shape[0])
+            limit = DUAL_SIGMAS * self.spec.perturbation_std
+            if not np.abs(msg.payload).max(initial=0.0) <= limit:
+                raise bad("range", f"initial dual beyond {DUAL_SIGMAS} times perturbation_std ({limit:g}): no normal draw gets there")
+            return
         elif msg.kind == "primal":
             if not 1 <= t <= self.spec.max_iter or msg.encrypted or tuple(msg.receivers) != self.ctx.topology.neighbours[j]:
                 raise bad("header", f"round {t} (1..{self.spec.max_iter}), receivers {msg.receivers}, encrypted {msg.encrypted}")
             if len(msg.meta) != 2:
                 raise bad("meta", f"{len(msg.meta)} meta fields, expected 2 (g, stop round)")
             g, stop_at = msg.meta
-            # g rides one round late and counts settled rounds, which start after settle_after
-            scheduled = not self.spec.asynchronous and self.prm.schedule is not None
-            g_max = max(0, t - 1 - self.prm.settle_after) if scheduled else t - 1
-            if not 0 <= g <= g_max:
-                raise bad("meta", f"settled counter {g} outside 0..{g_max}")
-            if stop_at != NEVER and not t <= stop_at <= t - 1 + self.diam:
-                raise bad("meta", f"stop round {stop_at} outside {t}..{t - 1 + self.diam}")
+            if self.spec.asynchronous:
+                if not 0 <= g <= t - 1 or stop_at not in (0, 1):
+                    raise bad("meta", f"settled counter {g} outside 0..{t - 1} or stop flag {stop_at} not 0 or 1")
+            else:
+                # g rides one round late and counts settled rounds, which start after settle_after
+                g_max = max(0, t - 1 - self.prm.settle_after) if self.prm.schedule is not None else t - 1
+                if not 0 <= g <= g_max:
+                    raise bad("meta", f"settled counter {g} outside 0..{g_max}")
+                if stop_at != NEVER and not t <= stop_at <= t - 1 + self.diam:
+                    raise bad("meta", f"stop round {stop_at} outside {t}..{t - 1 + self.diam}")
+                last = self._g_last.get(j)
+                previous = 0 if t == 1 else last[1] if last is not None and last[0] == t - 1 else g
+                own = self.g_hist[t - 2] if 2 <= t < len(self.g_hist) + 2 else 0 if t < 2 else previous
+                if g > 1 + min(previous, own):
+                    raise bad("meta", f"settled counter {g} exceeds 1 + min(its own {previous} and this node's {own} of round {t - 2})")
+                self._g_last[j] = (t, g)
         else:
             raise bad("kind", "pdmm-sp sends only dual-init and primal messages")
         check_vector(msg, self.s.shape[0])
@@ -195,10 +230,54 @@ class PdmmNode(Aggregation):
                              lambda g: min(g, g_nb), lambda stop_at: min(stop_at, stop_nb)):
             self._finish(x)
             return []
+        self.g_hist.append(self.rule.g)
         _, two_c, two_cd, w = self.prm.at(t)
         self.u, self.v = sums_update(self.u, self.v, x, nb_sum, two_c, two_cd, self.spec.theta, w)
         self.x_prev = x
         return self._broadcast_next()
+
+    # -- accountable stops (synchronous mode) -------------------------------------------------
+
+    def proposal(self) -> tuple[int, int] | None:
+        """This node's own stop proposal ``(t, t + e_i)``, once (see ``StopRule.proposed``)."""
+        if self._announced or self.spec.asynchronous or self.rule.proposed is None:
+            return None
+        self._announced = True
+        return self.rule.proposed
+
+    def claimed_stop(self, msg: Message) -> int | None:
+        """The stop round of a synchronous primal (None while it announces none)."""
+        if self.spec.asynchronous or msg.kind != "primal" or len(msg.meta) != 2 or msg.meta[1] == NEVER:
+            return None
+        return int(msg.meta[1])
+
+    def check_proposal(self, origin: int, proposed_at: int, stop: int) -> tuple[str, str] | None:
+        """Node ``origin``'s proposal against the public facts and this node's counters.
+
+        Form: the stop round is ``proposed_at + e_origin`` (its public eccentricity bound),
+        and ``proposed_at`` leaves room for e_origin + 1 settled rounds after the schedule's
+        special ones.  Counters: a proposal means g_origin(proposed_at) >= e_origin + 1, and
+        g drops by at most one per hop and round, so this node, at distance d, must have had
+        g(proposed_at - d) >= e_origin + 1 - d, in a round it has completed.
+        """
+        if self.spec.asynchronous:
+            return ("form", "asynchronous pdmm-sp makes no stop proposals")
+        topo = self.ctx.topology
+        if not 0 <= origin < topo.n_nodes:
+            return ("form", f"node {origin} is not in this aggregation")
+        e = int(topo.eccentricity[origin])
+        if stop != proposed_at + e:
+            return ("form", f"stop round {stop} is not the proposal round {proposed_at} plus node {origin}'s eccentricity {e}")
+        if not self.prm.settle_after + e + 1 <= proposed_at <= self.spec.max_iter:
+            return ("form", f"no node settles {e + 1} rounds by round {proposed_at} (rounds up to {self.prm.settle_after} never count)")
+        d = topo.distances(origin)[self.ctx.node_id]
+        need, r = e + 1 - d, proposed_at - d
+        completed = len(self.g_hist) - 1
+        if r > completed:
+            return ("counters", f"it needs this node (at distance {d}) to have completed round {r}, but it has completed {completed}")
+        if self.g_hist[r] < need:
+            return ("counters", f"it needs this node's settled counter in round {r} to be at least {need} (distance {d}), it was {self.g_hist[r]}")
+        return None
 
     # -- asynchronous -------------------------------------------------------------------------
 
@@ -219,9 +298,29 @@ class PdmmNode(Aggregation):
             self._finish(x)
         return out
 
+    def may_wake(self) -> bool:
+        """Whether a deployment may wake this node now: it holds the token of every edge.
+
+        Asynchronous PDMM updates both ends of an edge's duals from one broadcast, so two
+        neighbours must never wake while each other's broadcast is in flight (the simulator
+        delivers every broadcast before the next wake).  A deployment orders them by
+        scheduling by edge reversal (Barbosa & Gafni, 1989): the token of edge {i, j} starts
+        at the smaller id, a node wakes only when it holds all of its tokens, and its broadcast
+        hands each of them to the neighbour.  The holders' orientation stays acyclic, so some
+        node can always wake, every node wakes again after each of its neighbours, and every
+        wake sees its neighbours' latest broadcasts.  Node i holds the token of edge {i, j}
+        when the primals it received from j, plus one if it started with it, exceed its own
+        wakes.
+        """
+        if not self.ready:
+            return False
+        i, t = self.ctx.node_id, self.round
+        return all(self._received[k] + (i < j) > t for k, j in enumerate(self.nbrs))
+
     def _receive_async(self, k: int, msg: Message) -> list[Message]:
         if msg.sender not in self._inits:
             raise ProtocolError(f"pdmm-sp: primal from node {msg.sender} before its dual-init")
+        self._received[k] += 1
         if self.done:
             return []
         x_j = np.asarray(msg.payload)

@@ -186,6 +186,12 @@ class PdmmSP(ProtocolSpec):
         return frozenset({"dual-init"})
 
     @property
+    def agreement_rtol(self) -> float:
+        """A hundred times the stopping tolerance (1e-8 in sync mode by default): the spread of
+        honest nodes' final models stays far below (about 1e-12 relative at the default)."""
+        return 100.0 * self.stop_tol if self.stop_tol > 0 else 1e-8
+
+    @property
     def max_ahead(self) -> int:
         """One: a neighbour's dual-init.  Its first primal of an aggregation (in both modes) needs
         every neighbour's dual-init, this node's included, which this node sends when it begins."""

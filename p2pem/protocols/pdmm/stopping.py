@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from p2pem.errors import ProtocolError
+from p2pem.protocols.base import StopContradicted
 from p2pem.protocols.pdmm.steps import Options
 from p2pem.protocols.pdmm.updates import settled
 
@@ -113,6 +114,10 @@ class StopRule:
         while none): what round t's broadcast carries.
     done, converged
         Whether the rule has stopped, and whether by agreement rather than ``max_iter``.
+    proposed
+        One node: ``(t, stop round)`` when its own counter triggered in round t with a stop
+        round below every one it knew (a proposal of its own, which a deployment signs);
+        None until then, and always for a batch.
     """
 
     def __init__(self, wait, *, tol: float, max_iter: int, settle_after: int = 1, n_nodes: int | None = None, xp=np) -> None:
@@ -127,6 +132,7 @@ class StopRule:
             self.zero = xp.zeros(n_nodes, dtype=xp.int64)  # never written to: g may alias it
             self.stop_at = xp.full(n_nodes, NEVER, dtype=xp.int64)
         self.g = self.zero
+        self.proposed: tuple[int, int] | None = None
         self.flooding = n_nodes is None  # does any node hold a stop round yet? (a node cannot know: it always floods)
         self.done = False
         self.converged = False
@@ -142,12 +148,15 @@ class StopRule:
         ops = self.ops
         stop = min_stop(self.stop_at) if self.flooding else self.stop_at
         g_new = self.zero
+        ok = False
         if t > self.settle_after:
             ok = settled(x, x_prev, nb_sum, degree, self.tol, self.xp)
             if ops.any(ok):
                 g_new = self.count(ok, min_g(self.g))
                 trigger = g_new >= self.wait + 1
                 if ops.any(trigger):
+                    if ops is _One and self.proposed is None and t + self.wait < stop:
+                        self.proposed = (t, t + self.wait)
                     stop = ops.where(trigger, ops.minimum(stop, t + self.wait), stop)
                     self.flooding = True
         stop_round = ops.first(stop)
@@ -155,6 +164,10 @@ class StopRule:
             # stop_at is flooded, so at the stopping round every node holds the same value
             if t < self.max_iter and not ops.all(t >= stop):
                 raise ProtocolError("pdmm-sp: nodes disagree on the stopping round (internal error)")
+            if ops is _One and t >= stop_round and not ok:
+                # a stop round is only ever proposed once every node has settled for a while;
+                # a node that is not settled when it arrives was told a stop no counter allows
+                raise StopContradicted(stop_round, f"pdmm-sp: this node reached stop round {stop_round} without being settled")
             self.done, self.converged = True, t >= stop_round
             return True
         self.g, self.stop_at = g_new, stop

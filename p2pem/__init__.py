@@ -16,6 +16,7 @@ from p2pem.version import __version__ as __version__
 _LAZY = {
     "Centralized": "p2pem.protocols",
     "DistributedGMM": "p2pem.model",
+    "DistributedMixedMixture": "p2pem.model",
     "DistributedMixture": "p2pem.model",
     "DistributedSkewNormalMixture": "p2pem.model",
     "EMSettings": "p2pem.em",
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from p2pem.em import EMSettings
     from p2pem.gmm import GMMParams
     from p2pem.graphs import geometric_graph, graph_from_edges
-    from p2pem.model import DistributedGMM, DistributedMixture, DistributedSkewNormalMixture, load
+    from p2pem.model import DistributedGMM, DistributedMixedMixture, DistributedMixture, DistributedSkewNormalMixture, load
     from p2pem.protocols import Centralized, Federated, PdmmSP, SecureSum
     from p2pem.registry import make_protocol
     from p2pem.simulate import RunResult, run_protocol
@@ -60,6 +61,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "DistributedGMM",
+    "DistributedMixedMixture",
     "DistributedMixture",
     "DistributedSkewNormalMixture",
     "EMSettings",

@@ -7,6 +7,7 @@ those into the objects a run needs, each from the scenario's own random stream
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -16,6 +17,7 @@ import numpy.typing as npt
 
 from p2pem.data import check_parts, load_table, parse_ids, pca, read_text_column, relabel_ids, standardize, synthetic_mixture
 from p2pem.data import split_indices as data_split_indices
+from p2pem.dp.protocols import DPProtocol
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, DataError, GraphError
 from p2pem.graphs import geometric_graph, graph_from_edges
@@ -23,10 +25,14 @@ from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
 from p2pem.scenario import Scenario
 from p2pem.streams import init_seed
+from p2pem.tabular import Table, read_table
 
 log = logging.getLogger(__name__)
 
-__all__ = ["build_graph", "build_protocols", "em_settings", "load_data", "prepare_rows", "row_nodes", "split_indices", "split_prepared", "validate_protocol"]
+__all__ = [
+    "build_graph", "build_protocols", "em_settings", "load_data", "load_tables", "prepare_rows", "row_nodes", "split_indices", "split_prepared",
+    "validate_protocol", "with_public_box",
+]
 
 
 def load_data(scenario: Scenario) -> list[npt.NDArray[np.float64]]:
@@ -89,6 +95,11 @@ def prepare_rows(
         rng = np.random.default_rng(scenario.streams()["data"])
     names: Sequence[str] | None = None
     labels = None
+    if cfg.encoding is not None:
+        if label_column is not None:
+            raise ConfigError(f"{scenario.path}: a label column of a table under a schema is one of its categorical columns")
+        train, _ = _tables(scenario, rng)
+        return cfg.encoding.rows(train), None
     if cfg.source == "csv":
         assert cfg.path is not None
         drop = cfg.drop_columns if cfg.node_column is None else (*cfg.drop_columns, cfg.node_column)
@@ -122,6 +133,42 @@ def prepare_rows(
     return X, labels
 
 
+def load_tables(scenario: Scenario) -> tuple[Table, Table | None]:
+    """The training rows and the held-out test rows of a scenario whose data has a schema.
+
+    The training rows are what :func:`load_data` encodes and spreads over the nodes (the
+    same rows, in the same order); the test rows are ``[data] test`` read under the schema,
+    or the ``test_fraction`` of the rows held out with the ``"data"`` stream (drawn before
+    the split over nodes), or None.
+
+    Raises
+    ------
+    ConfigError
+        The scenario's data has no schema.
+    DataError
+        A file cannot be read under the schema (naming the file, line, column and value).
+    """
+    if scenario.data.schema is None:
+        raise ConfigError(f"{scenario.path}: the data has no schema ([data] schema): it is not a table of named, typed columns")
+    return _tables(scenario, np.random.default_rng(scenario.streams()["data"]))
+
+
+def _tables(scenario: Scenario, rng: np.random.Generator) -> tuple[Table, Table | None]:
+    cfg = scenario.data
+    assert cfg.path is not None and cfg.schema is not None  # a schema needs csv data
+    rows = read_table(cfg.path, cfg.schema)
+    if cfg.test is not None:
+        return rows, read_table(cfg.test, cfg.schema)
+    if cfg.test_fraction is None:
+        return rows, None
+    n_test = int(round(cfg.test_fraction * rows.n_rows))
+    if not 0 < n_test < rows.n_rows:
+        raise DataError(f"{scenario.path}: 'data.test_fraction' = {cfg.test_fraction} of {rows.n_rows} rows leaves no test or no training row")
+    held = np.zeros(rows.n_rows, dtype=bool)
+    held[rng.permutation(rows.n_rows)[:n_test]] = True
+    return rows.take(~held), rows.take(held)
+
+
 def split_prepared(
     scenario: Scenario, X: npt.NDArray[np.float64], rng: np.random.Generator, *, rows: npt.NDArray[np.intp] | None = None
 ) -> list[npt.NDArray[np.float64]]:
@@ -136,7 +183,7 @@ def split_prepared(
     except DataError as exc:
         raise DataError(f"{scenario.path}: {exc}") from exc
     init, family = scenario.em.init, scenario.em.family
-    if init is not None:
+    if init is not None and scenario.data.encoding is None:  # under a schema the family checks its columns when parsed
         key = next(key for key, ndim in family.param_keys if ndim == 2)  # the first (K, d) array: means, locations
         width = np.asarray(getattr(init, key)).shape[1]
         if width != X.shape[1]:
@@ -209,5 +256,17 @@ def em_settings(scenario: Scenario) -> EMSettings:
 
 
 def build_protocols(scenario: Scenario) -> list[ProtocolSpec]:
-    """The scenario's protocol specs, in order."""
-    return [make_protocol(p.name, dict(p.params)) for p in scenario.protocols]
+    """The scenario's protocol specs, in order (a private one under a schema: :func:`with_public_box`)."""
+    return [with_public_box(scenario, make_protocol(p.name, dict(p.params))) for p in scenario.protocols]
+
+
+def with_public_box(scenario: Scenario, spec: ProtocolSpec) -> ProtocolSpec:
+    """``spec``, with ``bound = 1`` when it is private, gives no bound and the data has a schema.
+
+    A schema's encoding maps every Gaussian-modelled column onto [-1, 1] by its public range
+    (:class:`p2pem.families.encoding.TableEncoding`), so that box is public knowledge; reading
+    a bound off the data instead would make the run not differentially private.
+    """
+    if scenario.data.encoding is not None and isinstance(spec, DPProtocol) and spec.bound is None:
+        return dataclasses.replace(spec, bound=1.0)
+    return spec

@@ -131,7 +131,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print("-" * len(header))
     notes = []
     for r in result.runs:
-        err = f"{'-':>11}" if ref is None else f"{max_relative_difference(r, ref):11.1e}"
+        err = f"{'-':>11}" if ref is None else f"{max_relative_difference(r.params, ref.params, r.family):11.1e}"
         cons = f"{sum(r.consensus_iterations) / max(len(r.consensus_iterations), 1):13.1f}" if r.consensus_iterations else f"{'-':>13}"
         ll = f"{r.loglik[-1]:>13.6f}" if r.loglik and np.isfinite(r.loglik[-1]) else f"{'-':>13}"
         eps, note = _privacy_cells(r)
@@ -160,7 +160,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 "protocol": r.protocol,
                 "n_iter": r.n_iter,
                 "final_loglik": None if r.loglik[-1] != r.loglik[-1] else r.loglik[-1],
-                "max_rel_err": None if ref is None else max_relative_difference(r, ref),
+                "max_rel_err": None if ref is None else max_relative_difference(r.params, ref.params, r.family),
                 "messages": r.messages,
                 "bytes": r.bytes,
                 "wall_s": r.wall_s,
@@ -270,7 +270,8 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(args.scenario)
     components = parse_components(args.components)
-    families = [name.strip() for name in args.families.split(",") if name.strip()]
+    text = args.families if args.families is not None else "mixed" if scenario.em.family.name == "mixed" else "gaussian,skew-normal"
+    families = [name.strip() for name in text.split(",") if name.strip()]
     if not families:
         raise P2pemError("--families needs at least one family name")
     total = len(components) * len(families) * args.n_init
@@ -371,14 +372,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sel.add_argument("scenario", help="scenario TOML file, e.g. scenarios/ais_skew.toml")
     sel.add_argument("--components", default="1..4", help="component counts: a range 1..5 or a list 2,3,4 (default 1..4)")
-    sel.add_argument("--families", default="gaussian,skew-normal", help="comma-separated model families (default gaussian,skew-normal)")
+    sel.add_argument("--families", default=None,
+                     help="comma-separated model families (default gaussian,skew-normal; mixed for a table with categorical columns)")
     sel.add_argument("--protocol", default=None, help="protocol name (default: the scenario's first one other than centralized)")
     sel.add_argument("--n-init", type=int, default=5, help="private initialisations per fit; the best log-likelihood is kept (default 5)")
     sel.add_argument("--out", required=True, help="output folder (created; files are written atomically)")
     parallel.add_options(sel)
     sel.set_defaults(func=cmd_select)
 
-    for module in ("p2pem.leakage.cli", "p2pem.deploy.cli", "p2pem.dp.cli"):
+    for module in ("p2pem.leakage.cli", "p2pem.deploy.cli", "p2pem.dp.cli", "p2pem.synth.cli"):
         try:
             mod = __import__(module, fromlist=["add_commands"])
         except ModuleNotFoundError as exc:

@@ -52,9 +52,10 @@ class DistributedMixture:
     :meth:`~p2pem.families.base.MixtureFamily.derived`): ``weights_``, ``means_``,
     ``covariances_`` for :class:`DistributedGMM`; ``weights_``, ``locations_``, ``scales_``,
     ``shapes_``, ``deltas_``, ``means_``, ``covariances_`` for
-    :class:`DistributedSkewNormalMixture`.  Every subclass is scikit-learn-native the same
-    way (tags, a plain 2-D ``X`` over ``n_nodes``, ``node_ids``) and saves the same way
-    (:meth:`save`, :func:`load`).
+    :class:`DistributedSkewNormalMixture`; ``weights_``, ``means_``, ``covariances_``,
+    ``probabilities_`` for :class:`DistributedMixedMixture`.  Every subclass is
+    scikit-learn-native the same way (tags, a plain 2-D ``X`` over ``n_nodes``, ``node_ids``)
+    and saves the same way (:meth:`save`, :func:`load`).
     """
 
     #: the name of the family this class fits (:data:`ESTIMATORS`; None: an abstract base)
@@ -166,7 +167,7 @@ class DistributedMixture:
         parts = split.parts
         check_parts(parts, self.n_components)
         d = int(parts[0].shape[1])
-        family = self._family()
+        family = self._family(d)
         init = None if self.init is None else family.params_from_dict(dict(self.init), self.n_components, d)
         settings = EMSettings(self.n_components, self.max_iter, self.tol, self.reg_covar, init, init_seed(streams), family=family)
         spec = self._protocol_spec()
@@ -193,8 +194,9 @@ class DistributedMixture:
             del self.feature_names_in_
         return self
 
-    def _family(self) -> MixtureFamily:
-        """The model family this estimator fits (from its constructor parameters)."""
+    def _family(self, n_features: int | None = None) -> MixtureFamily:
+        """The model family this estimator fits (from its constructor parameters and, where
+        they leave it open, the width of the rows it is given)."""
         raise NotImplementedError(f"{type(self).__name__} names no model family: use DistributedGMM or DistributedSkewNormalMixture")
 
     @classmethod
@@ -432,7 +434,7 @@ class DistributedGMM(DistributedMixture):
 
     family_name = "gaussian"
 
-    def _family(self) -> MixtureFamily:
+    def _family(self, n_features: int | None = None) -> MixtureFamily:
         return GAUSSIAN
 
 
@@ -500,7 +502,7 @@ class DistributedSkewNormalMixture(DistributedMixture):
         self.init_shapes = init_shapes
         self.max_delta = max_delta
 
-    def _family(self) -> MixtureFamily:
+    def _family(self, n_features: int | None = None) -> MixtureFamily:
         shapes = None if self.init_shapes is None else list(self.init_shapes)
         return make_family("skew-normal", init_shapes=shapes, max_delta=self.max_delta)
 
@@ -509,6 +511,90 @@ class DistributedSkewNormalMixture(DistributedMixture):
         config = family.config()
         return {"init_shapes": config.get("init_shapes"), "max_delta": config.get("max_delta")}
 
+
+class DistributedMixedMixture(DistributedMixture):
+    """Mixed-type mixture (Gaussian and categorical columns) fitted to data spread over the nodes.
+
+    Per component, the continuous columns are Gaussian (diagonal, or one full covariance over
+    them) and each categorical column has its own category probabilities, independent given
+    the component (:mod:`p2pem.families.mixed`).  A row holds the continuous values first,
+    then one category code 0 .. C_j - 1 per categorical column
+    (:meth:`p2pem.families.encoding.TableEncoding.rows` makes such rows from a table under a
+    public schema).  Every protocol of :class:`DistributedGMM` fits it, with the same privacy.
+
+    Parameters
+    ----------
+    n_components, protocol, max_iter, tol, reg_covar, random_state, engine, record_trace, graph, n_nodes, protocol_params
+        As for :class:`DistributedGMM`.
+    init : dict, optional
+        ``{"weights", "means", "covariances", "probabilities"}`` to start every protocol from;
+        by default the private initialisation.
+    n_continuous : int, optional
+        p, the continuous columns (the first p of a row); default: every column but the
+        last ``len(n_categories)``.
+    n_categories : sequence of int
+        The public number of categories of each categorical column, in row order.
+    covariance : {"diag", "full"}
+    stratify : int, optional
+        Index (among the categorical columns) of a public attribute: one mixture of
+        ``n_components / C`` components per category.
+    strata_weights : sequence of float, optional
+        Public shares of the strata (otherwise released through the weights).
+
+    Attributes
+    ----------
+    weights_ : (K,) array
+    means_ : (K, p) array
+    covariances_ : (K, p) or (K, p, p) array
+    probabilities_ : (K, S) array
+        Each categorical column's category probabilities, column after column.
+    loglik_, n_rows_, network_loglik_, n_iter_, converged_, n_features_in_, graph_, row_nodes_, node_ids_, result_
+        As for :class:`DistributedGMM`.
+    """
+
+    family_name = "mixed"
+
+    def __init__(
+        self,
+        n_components: int = 1,
+        protocol: str | ProtocolSpec = "pdmm-sp",
+        max_iter: int = 100,
+        tol: float = 1e-6,
+        reg_covar: float = 1e-6,
+        random_state: int = 0,
+        init: Mapping[str, Any] | None = None,
+        engine: str = "vectorised",
+        record_trace: bool = False,
+        graph: nx.Graph | None = None,
+        n_nodes: int = 10,
+        protocol_params: Mapping[str, Any] | None = None,
+        n_continuous: int | None = None,
+        n_categories: Sequence[int] = (),
+        covariance: str = "diag",
+        stratify: int | None = None,
+        strata_weights: Sequence[float] | None = None,
+    ) -> None:
+        super().__init__(n_components, protocol, max_iter, tol, reg_covar, random_state, init, engine, record_trace, graph, n_nodes,
+                         protocol_params)
+        self.n_continuous = n_continuous
+        self.n_categories = n_categories
+        self.covariance = covariance
+        self.stratify = stratify
+        self.strata_weights = strata_weights
+
+    def _family(self, n_features: int | None = None) -> MixtureFamily:
+        weights = None if self.strata_weights is None else list(self.strata_weights)
+        categories = list(self.n_categories)
+        p = self.n_continuous
+        if p is None:  # every column but the categorical ones
+            p = 0 if n_features is None else n_features - len(categories)
+        return make_family("mixed", n_continuous=p, n_categories=categories, covariance=self.covariance, stratify=self.stratify,
+                           strata_weights=weights)
+
+    @classmethod
+    def _family_params(cls, family: MixtureFamily) -> dict[str, Any]:
+        config = family.config()
+        return {key: config[key] for key in ("n_continuous", "n_categories", "covariance", "stratify", "strata_weights")}
 
 
 

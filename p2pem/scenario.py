@@ -35,6 +35,17 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     n_features = 2                 # synthetic, default 2
     n_components = 3               # synthetic, default 3 (true number of clusters)
     separation = 3.0               # synthetic, default 3.0
+    schema = "../data/x.schema.toml"  # csv, optional: a public schema of mixed-type columns
+                                   # (p2pem.tabular), or an inline table [data.schema];
+                                   # the rows are then read under it and fitted by the
+                                   # "mixed" family (no columns/standardize/pca)
+    test = "../data/x.test"        # schema, optional: held-out real rows (same schema)
+    test_fraction = 0.2            # schema, optional: or hold out this share of the rows
+    binned = ["hours"]             # schema, optional: continuous columns modelled as
+                                   # categorical over their public bins
+    atoms = { gain = [0] }         # schema, optional: public values of binned columns
+                                   # modelled as categories of their own
+    n_bins = 10                    # schema, default 10: bins per binned column
 
     [graph]
     kind = "geometric"             # "geometric" | "edges"; default "edges" with edges/path
@@ -52,11 +63,15 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     max_iter = 100                 # default 100 (0 allowed: initialise only)
     tol = 0.0                      # default 0.0
     reg_covar = 1e-6               # default 1e-6
-    family = "gaussian"            # default "gaussian": any name of p2pem.families.FAMILIES,
-                                   # or a table [em.family] with name = ... and its settings
+    family = "gaussian"            # default "gaussian" ("mixed" with a [data] schema): any
+                                   # name of p2pem.families.FAMILIES, or a table [em.family]
+                                   # with name = ... and its settings; "mixed":
+                                   # covariance = "diag" | "full", stratify = "column",
+                                   # strata_weights = [public shares] (see MixedFamily)
     [em.init]                      # optional; all of the family's keys together
     weights = [...]                #   gaussian: weights, means, covariances
     means = [[...], ...]           #   skew-normal: weights, locations, scales, shapes
+                                   #   mixed: weights, means, covariances, probabilities
     covariances = [[[...]], ...]
 
     [[protocols]]                  # one or more, run in order
@@ -74,6 +89,8 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
                                    #   (see TradeoffConfig)
 
     [leakage]                      # optional, free-form
+    [synth]                        # optional, free-form: settings of `p2pem synth`
+                                   #   (validated by p2pem.synth.config)
     [deploy]                       # optional: settings of `p2pem deploy`
     timeout = 20.0                 #   s a node waits for a silent neighbour
     startup_timeout = 60.0         #   s for the neighbours to come online
@@ -103,6 +120,7 @@ import numpy as np
 from p2pem.data import SPLITS, Preprocessing, parse_ids, read_text_column, relabel_ids
 from p2pem.errors import ConfigError, GraphError
 from p2pem.families import GAUSSIAN, MixtureFamily, make_family
+from p2pem.families.encoding import TableEncoding
 from p2pem.families.toml import parse_family
 from p2pem.families.toml import parse_init as parse_family_init
 from p2pem.graphs import default_radius, graph_from_edges, read_graph_file
@@ -110,6 +128,7 @@ from p2pem.registry import PROTOCOLS as _REGISTRY
 from p2pem.registry import make_protocol
 from p2pem.streams import STREAMS as _STREAMS
 from p2pem.streams import scenario_streams
+from p2pem.tabular import DEFAULT_BINS, Schema, load_schema, schema_from_dict
 from p2pem.tomltable import REQUIRED, Table, is_int, read_toml, show
 
 __all__ = [
@@ -189,6 +208,20 @@ class DataConfig:
     node_ids : tuple or None
         The parties' ids in node order (with ``node_column``): sorted, integers when every
         id is one (:func:`p2pem.data.relabel_ids`).
+    schema : p2pem.tabular.Schema or None
+        The public schema of a mixed-type table (csv only): the rows are read under it
+        (:func:`p2pem.tabular.read_table`) and encoded by :attr:`encoding`.
+    test : pathlib.Path or None
+        Held-out real rows under the same schema (the synthetic-data report's test split).
+    test_fraction : float or None
+        Or the share of the rows held out (drawn from the ``"data"`` stream before the
+        split over nodes).
+    binned : tuple of str
+        Continuous schema columns modelled as categorical over their public bins.
+    n_bins : int
+        Bins per binned column.
+    atoms : tuple of (str, tuple of float)
+        Per binned column, public values modelled as categories of their own.
     """
 
     source: str
@@ -206,6 +239,17 @@ class DataConfig:
     header: bool = True
     node_column: str | None = None
     node_ids: tuple[Any, ...] | None = None
+    schema: Schema | None = None
+    test: Path | None = None
+    test_fraction: float | None = None
+    binned: tuple[str, ...] = ()
+    n_bins: int = DEFAULT_BINS
+    atoms: tuple[tuple[str, tuple[float, ...]], ...] = ()
+
+    @property
+    def encoding(self) -> TableEncoding | None:
+        """How the schema's rows become model rows (:class:`p2pem.families.encoding.TableEncoding`); None without a schema."""
+        return None if self.schema is None else TableEncoding(self.schema, self.binned, self.n_bins, self.atoms)
 
 
 @dataclass(frozen=True)
@@ -256,7 +300,8 @@ class EMConfig:
         Explicit initial parameters (read-only arrays; GMMParams for the Gaussian family),
         or None.
     family : p2pem.families.MixtureFamily
-        The model family (``[em] family``), Gaussian by default.
+        The model family (``[em] family``): Gaussian by default, the mixed family of the
+        schema's columns when ``[data]`` has a schema.
     """
 
     n_components: int
@@ -371,6 +416,9 @@ class Scenario:
         level; empty if absent).
     tradeoff : TradeoffConfig or None
         The ``[tradeoff]`` table of ``p2pem tradeoff`` (validated), None if absent.
+    synth : Mapping
+        The free-form ``[synth]`` table of ``p2pem synth`` (validated by
+        :func:`p2pem.synth.config.parse_synth`; empty if absent).
     """
 
     name: str
@@ -383,6 +431,7 @@ class Scenario:
     leakage: Mapping[str, Any] = field(default_factory=empty_table)
     deploy: Mapping[str, Any] = field(default_factory=empty_table)
     tradeoff: TradeoffConfig | None = None
+    synth: Mapping[str, Any] = field(default_factory=empty_table)
 
     def streams(self) -> dict[str, np.random.SeedSequence]:
         """The independent random streams of this scenario, see :func:`p2pem.streams.scenario_streams`."""
@@ -426,14 +475,14 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     where = os.fspath(path)
     document = read_toml(file, "scenario")
 
-    top = Table(where, document, "", ("name", "seed", "data", "graph", "em", "protocols", "leakage", "deploy", "tradeoff"))
+    top = Table(where, document, "", ("name", "seed", "data", "graph", "em", "protocols", "leakage", "deploy", "tradeoff", "synth"))
     name = top.string("name", default=file.stem)
     if not name:
         top.fail("'name' must not be empty")
     seed = top.integer("seed", minimum=0)
     data = _parse_data(top.section("data", _DATA_KEYS), file.parent)
     graph = _parse_graph(top.section("graph", ("kind", "n_nodes", "radius", "edges", "path")), file.parent, data.node_ids)
-    em = _parse_em(top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "family", "init")), _static_width(data))
+    em = _parse_em(top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "family", "init")), data)
     protocols = _parse_protocols(top)
     leakage = top.free_table("leakage")
     deploy = _parse_deploy(top)
@@ -449,6 +498,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         leakage=leakage,
         deploy=deploy,
         tradeoff=tradeoff,
+        synth=top.free_table("synth"),
     )
 
 
@@ -469,9 +519,18 @@ _DATA_KEYS = (
     "separation",
     "header",
     "node_column",
+    "schema",
+    "test",
+    "test_fraction",
+    "binned",
+    "n_bins",
+    "atoms",
 )
-_CSV_ONLY = ("path", "columns", "drop_columns", "header", "node_column")
+_SCHEMA_ONLY = ("test", "test_fraction", "binned", "n_bins", "atoms")
+_CSV_ONLY = ("path", "columns", "drop_columns", "header", "node_column", "schema", *_SCHEMA_ONLY)
 _SYNTHETIC_ONLY = ("n_samples", "n_features", "n_components", "separation")
+#: [data] keys of float tables that a schema replaces (it names the columns; the encoding scales them)
+_NOT_WITH_SCHEMA = ("columns", "drop_columns", "standardize", "pca", "header", "node_column")
 
 
 def _parse_data(sec: Table, folder: Path) -> DataConfig:
@@ -500,14 +559,12 @@ def _parse_data(sec: Table, folder: Path) -> DataConfig:
             separation=sec.number("separation", default=3.0, minimum=0.0),
         )
 
-    raw_path = sec.string("path")
-    resolved = Path(raw_path)
-    if not resolved.is_absolute():
-        resolved = folder / resolved
-    resolved = resolved.resolve()
-    if not resolved.is_file():
-        what = "is not a file" if resolved.exists() else "does not exist"
-        sec.fail(f"{sec.key('path')!r} = {raw_path!r} {what} (resolved to {resolved})")
+    resolved = _existing_file(sec, "path", folder)
+    if sec.has("schema"):
+        return _parse_schema_data(sec, folder, common, resolved)
+    for key in _SCHEMA_ONLY:
+        if sec.has(key):
+            sec.fail(f"{sec.key(key)!r} needs a schema ({sec.key('schema')!r})")
     columns = sec.string_list("columns", default=None)
     if columns is not None and not columns:
         sec.fail(f"{sec.key('columns')!r} must not be empty")
@@ -531,6 +588,53 @@ def _parse_data(sec: Table, folder: Path) -> DataConfig:
     )
 
 
+def _existing_file(sec: Table, key: str, folder: Path) -> Path:
+    """The file ``sec[key]`` names (relative to ``folder``), resolved; it must exist."""
+    raw = sec.string(key)
+    resolved = Path(raw)
+    if not resolved.is_absolute():
+        resolved = folder / resolved
+    resolved = resolved.resolve()
+    if not resolved.is_file():
+        what = "is not a file" if resolved.exists() else "does not exist"
+        sec.fail(f"{sec.key(key)!r} = {raw!r} {what} (resolved to {resolved})")
+    return resolved
+
+
+def _parse_schema_data(sec: Table, folder: Path, common: dict[str, Any], path: Path) -> DataConfig:
+    """A CSV table under a public schema: the schema (a file or an inline table), its test split and encoding."""
+    for key in _NOT_WITH_SCHEMA:
+        if sec.has(key) and (key != "standardize" or common["standardize"]):
+            sec.fail(f"{sec.key(key)!r} is not used with a schema (the schema names the columns; the encoding scales them by their public ranges)")
+    raw = sec.require("schema")
+    if isinstance(raw, str):
+        schema = load_schema(_existing_file(sec, "schema", folder))
+    elif isinstance(raw, dict):
+        schema = schema_from_dict(raw, where=sec.where, prefix=sec.key("schema"))
+    else:
+        sec.fail(f"{sec.key('schema')!r} must be a schema file's path or an inline table [data.schema], got {show(raw)}")
+    if sec.has("test") and sec.has("test_fraction"):
+        sec.fail(f"give {sec.key('test')!r} or {sec.key('test_fraction')!r}, not both")
+    test = _existing_file(sec, "test", folder) if sec.has("test") else None
+    test_fraction = sec.number("test_fraction", default=None, positive=True)
+    if test_fraction is not None and test_fraction >= 1:
+        sec.fail(f"{sec.key('test_fraction')!r} must be < 1, got {test_fraction}")
+    binned = sec.string_list("binned", default=()) or ()
+    n_bins = sec.integer("n_bins", default=DEFAULT_BINS, minimum=2)
+    atoms: list[tuple[str, tuple[float, ...]]] = []
+    if sec.has("atoms"):
+        table = sec.section("atoms", None)
+        atoms = [(name, tuple(table.number_array(name, ndim=1).tolist())) for name in table.table]
+    data = DataConfig(
+        **common, path=path, schema=schema, test=test, test_fraction=test_fraction, binned=tuple(binned), n_bins=n_bins, atoms=tuple(atoms)
+    )
+    try:
+        data.encoding  # noqa: B018  (validates the binned names and atoms against the schema)
+    except ConfigError as exc:
+        sec.fail(f"{sec.key('atoms' if 'atom' in str(exc) else 'binned')!r}: {exc}")
+    return data
+
+
 def _parse_public(sec: Table, standardize: bool, n_pca: int | None) -> Preprocessing:
     pub = sec.section("public", ("center", "scale", "components"))
     if not standardize:
@@ -552,6 +656,8 @@ def _parse_public(sec: Table, standardize: bool, n_pca: int | None) -> Preproces
 
 def _static_width(data: DataConfig) -> int | None:
     """Width of the prepared data when the scenario alone determines it."""
+    if data.encoding is not None:
+        return len(data.encoding.names)
     if data.pca is not None:
         return data.pca
     if data.source == "synthetic":
@@ -642,16 +748,59 @@ def _graph_file(sec: Table, folder: Path, node_ids: tuple[Any, ...] | None) -> G
     return GraphConfig(kind="edges", n_nodes=len(labels), edges=edges, path=path, node_ids=tuple(labels))
 
 
-def _parse_em(sec: Table, width: int | None) -> EMConfig:
+def _parse_em(sec: Table, data: DataConfig) -> EMConfig:
     n_components = sec.integer("n_components", minimum=1)
     max_iter = sec.integer("max_iter", default=100, minimum=0)
     tol = sec.number("tol", default=0.0, minimum=0.0)
     reg_covar = sec.number("reg_covar", default=1e-6, minimum=0.0)
-    family = parse_family(sec)
+    family = _parse_family(sec, data)
+    if data.schema is not None:
+        try:
+            family.stats_size(n_components, _static_width(data) or 0)
+        except ConfigError as exc:
+            sec.fail(f"{sec.key('n_components')!r}: {exc}")
     init = None
     if sec.has("init"):
-        init = parse_init(sec.section("init", None), n_components, width, family)
+        init = parse_init(sec.section("init", None), n_components, _static_width(data), family)
     return EMConfig(n_components=n_components, max_iter=max_iter, tol=tol, reg_covar=reg_covar, init=init, family=family)
+
+
+#: Keys of ``[em.family]`` for the mixed family of a schema (its column layout comes from the schema).
+_MIXED_KEYS = ("name", "covariance", "stratify", "strata_weights")
+
+
+def _parse_family(sec: Table, data: DataConfig) -> MixtureFamily:
+    """``[em] family`` (:func:`p2pem.families.toml.parse_family`).
+
+    A table under a schema is fitted by the ``mixed`` family of its columns (the default), or,
+    when every column is continuous and none binned, by any family of continuous rows
+    (``gaussian``, ``skew-normal``).
+    """
+    encoding = data.encoding
+    raw = sec.table.get("family", "mixed" if encoding is not None else "gaussian")
+    name = raw.get("name") if isinstance(raw, dict) else raw
+    if encoding is None:
+        if name == "mixed":
+            sec.fail(f"{sec.key('family')!r}: the mixed family needs a public schema of the columns ([data] schema)")
+        return parse_family(sec)
+    if not isinstance(raw, (str, dict)):
+        sec.fail(f"{sec.key('family')!r} must be a model family name or a table with a 'name', got {show(raw)}")
+    table = sec.section("family", _MIXED_KEYS) if isinstance(raw, dict) else Table(sec.where, {"name": raw}, sec.key("family"), None)
+    if table.string("name") != "mixed":
+        if not encoding.discrete:  # every column Gaussian-modelled: any family of continuous rows
+            return parse_family(sec)
+        sec.fail(
+            f"{sec.key('family')!r} = {name!r}: a table under a schema with categorical or binned columns "
+            f"({', '.join(c.name for c in encoding.discrete)}) is fitted by the 'mixed' family"
+        )
+    stratify = table.string("stratify", default=None)
+    weights = None
+    if table.has("strata_weights"):
+        weights = table.number_array("strata_weights", ndim=1).tolist()
+    try:
+        return encoding.family(covariance=table.choice("covariance", ("diag", "full"), default="diag"), stratify=stratify, strata_weights=weights)
+    except ConfigError as exc:
+        table.fail(f"{table.prefix!r}: {exc}")
 
 
 def parse_init(sec: Table, n_components: int, n_features: int | None, family: MixtureFamily = GAUSSIAN) -> Any:

@@ -101,8 +101,25 @@ def parse_components(text: str) -> list[int]:
 
 
 def _family(scenario: Scenario, name: str):
-    """The scenario's own family when it has that name (its settings kept), else the default one."""
-    return scenario.em.family if scenario.em.family.name == name else make_family(name)
+    """The scenario's own family when it has that name (its settings kept), else the default one.
+
+    Raises
+    ------
+    ConfigError
+        The family cannot fit the scenario's rows: a family of continuous rows for a table
+        with categorical or binned columns, or ``mixed`` without a schema.
+    """
+    if scenario.em.family.name == name:
+        return scenario.em.family
+    encoding = scenario.data.encoding
+    if encoding is not None and encoding.discrete:
+        raise ConfigError(
+            f"--families: {name!r} cannot fit the categorical or binned columns of {scenario.path.name} "
+            f"({', '.join(c.name for c in encoding.discrete)}); such a table is fitted by the 'mixed' family"
+        )
+    if name == "mixed":
+        raise ConfigError(f"--families: 'mixed' needs a public schema of the columns ([data] schema in {scenario.path.name})")
+    return make_family(name)
 
 
 def _protocol(scenario: Scenario, protocol: str | None):

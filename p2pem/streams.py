@@ -18,6 +18,8 @@ protocol stream of node i           ``child(protocol seed, i)``; ``i = n``: the 
                                     schedule / dp-central's aggregator (:func:`protocol_streams`)
 trade-off key ``(k, ...)``          ``child(scenario stream "montecarlo", k, ...)``
                                     (:func:`montecarlo_child`)
+synthetic release r                 ``child(scenario stream "synth", 0, r)``; the report's
+                                    row samples ``child(.., 1)`` (:func:`synth_child`)
 ==================================  ==================================================
 
 This module is a leaf: it imports NumPy and :mod:`p2pem.errors` only.
@@ -39,11 +41,12 @@ __all__ = [
     "node_stream_key",
     "protocol_streams",
     "scenario_streams",
+    "synth_child",
 ]
 
 #: Names of the random streams derived from a scenario's seed, in spawn order.  Append new
 #: streams at the end: a stream's identity is its position.
-STREAMS = ("data", "graph", "init", "protocol", "montecarlo")
+STREAMS = ("data", "graph", "init", "protocol", "montecarlo", "synth")
 
 Seed = int | np.random.SeedSequence
 
@@ -73,8 +76,8 @@ def scenario_streams(seed: int) -> dict[str, np.random.SeedSequence]:
     Returns
     -------
     dict of str to numpy.random.SeedSequence
-        Keys ``"data"``, ``"graph"``, ``"init"``, ``"protocol"``, ``"montecarlo"``
-        (:data:`STREAMS`).  Make a generator with
+        Keys ``"data"``, ``"graph"``, ``"init"``, ``"protocol"``, ``"montecarlo"``,
+        ``"synth"`` (:data:`STREAMS`).  Make a generator with
         ``numpy.random.default_rng(streams["data"])``; split a stream further with
         :func:`child`.
 
@@ -86,7 +89,7 @@ def scenario_streams(seed: int) -> dict[str, np.random.SeedSequence]:
     Notes
     -----
     Stream ``i`` of :data:`STREAMS` is ``SeedSequence(seed, spawn_key=(i,))``,
-    which is exactly ``SeedSequence(seed).spawn(5)[i]``.  Building it from the
+    which is exactly ``SeedSequence(seed).spawn(6)[i]``.  Building it from the
     spawn key keeps it stable: it depends only on ``seed`` and the stream's
     position, not on how many streams were spawned before.
     """
@@ -139,3 +142,9 @@ def montecarlo_child(seed: int, *key: int) -> np.random.SeedSequence:
     (``(0,)`` held-out rows, ``(1, s)`` protocol seed s, ``(2,)`` class split, ``(3, s)`` the
     classifier's seed s; see :mod:`p2pem.dp.tradeoff`)."""
     return child(scenario_streams(seed)["montecarlo"], *key)
+
+
+def synth_child(seed: int, *key: int) -> np.random.SeedSequence:
+    """``child(scenario_streams(seed)["synth"], *key)``: ``(0, r)`` draws synthetic release r,
+    ``(1,)`` the synthetic-data report's row samples (see :mod:`p2pem.synth`)."""
+    return child(scenario_streams(seed)["synth"], *key)

@@ -64,6 +64,7 @@ def _argv(command: str, tmp_path: Path, out: Path) -> list[str]:
         "keys new": lambda: ["keys", "new", "--node-id", "0"],
         "keys roster": lambda: ["keys", "roster", str(_small(tmp_path)), "--public", str(_pubs(tmp_path))],
         "model": lambda: ["model", str(_run(tmp_path))],
+        "synth": lambda: ["synth", str(ROOT / "scenarios" / "synth_ais.toml"), "--rows", "50"],
         "select": lambda: ["select", str(_small(tmp_path)), "--components", "1..2", "--families", "gaussian", "--n-init", "1"],
     }[command]() + ["--out", str(out), "-q"]
 
@@ -75,7 +76,7 @@ def _run(tmp_path: Path) -> Path:
     return run
 
 
-COMMANDS = ["simulate", "leakage", "tradeoff", "deploy", "keys new", "keys roster", "model", "select"]
+COMMANDS = ["simulate", "leakage", "tradeoff", "deploy", "keys new", "keys roster", "model", "select", "synth"]
 FILE_OUTPUTS = {"keys new": "out.key", "keys roster": "out.toml", "model": "model.json"}
 
 

@@ -657,16 +657,17 @@ def test_nodes_in_separate_network_namespaces(tmp_path):
     assert all(f"from 10.77.0.{10 + i}" in text for i in range(n))  # every node came over its veth
 
 
-def test_skew_normal_deployment_equals_simulate(tmp_path):
-    """A skew-normal scenario (AIS BMI/Bfat, raw units) deployed as node processes over the
-    test broker gives the simulator's model; the roster carries the family."""
-    text = (ROOT / "scenarios" / "ais_skew.toml").read_text()
-    text = text.replace('"../data/ais.csv"', json.dumps(str(ROOT / "data" / "ais.csv")))
+def deploy_small(tmp_path: Path, scenario: str, data_files: list[str]) -> tuple[Path, dict]:
+    """A shipped scenario shrunk to 5 nodes and 4 fixed EM iterations, deployed over the test
+    broker with the reproducible seed; its path and its schema-valid result.json."""
+    text = (ROOT / "scenarios" / scenario).read_text()
+    for name in data_files:
+        text = text.replace(f'"../data/{name}"', json.dumps(str(ROOT / "data" / name)))
     text = re.sub(r"(?m)^n_nodes = \d+", "n_nodes = 5", text)
     text = re.sub(r"(?m)^max_iter = \d+", "max_iter = 4", text)
     text = re.sub(r"(?m)^tol = .*$", "tol = 0.0", text)
     text += "\n[deploy]\ntimeout = 10.0\nheartbeat = 1.0\n"
-    path = tmp_path / "skew.toml"
+    path = tmp_path / scenario
     path.write_text(text)
     run = subprocess.run(
         [sys.executable, "-m", "p2pem", "deploy", str(path), "--out", str(tmp_path / "dep"), "-q", "--check", "--insecure-reproducible-seed"],
@@ -679,6 +680,13 @@ def test_skew_normal_deployment_equals_simulate(tmp_path):
     from test_schemas import validate
 
     validate(doc)
+    return path, doc
+
+
+def test_skew_normal_deployment_equals_simulate(tmp_path):
+    """A skew-normal scenario (AIS BMI/Bfat, raw units) deployed as node processes over the
+    test broker gives the simulator's model; the roster carries the family."""
+    path, doc = deploy_small(tmp_path, "ais_skew.toml", ["ais.csv"])
     assert doc["family"] == {"name": "skew-normal"}
     sim = simulate(path)
     a = doc["protocols"][0]
@@ -689,3 +697,21 @@ def test_skew_normal_deployment_equals_simulate(tmp_path):
     from p2pem.deploy.roster import Roster
 
     assert Roster.load(tmp_path / "dep" / "roster.toml").em["family"] == {"name": "skew-normal"}
+
+
+def test_mixed_type_deployment_equals_simulate(tmp_path):
+    """A mixed-type scenario (AIS under its public schema, one mixture per sex) deployed as node
+    processes over the test broker gives the simulator's model; the roster carries the family
+    with its public column layout."""
+    path, doc = deploy_small(tmp_path, "synth_ais.toml", ["ais.csv", "ais.schema.toml"])
+    family = {"name": "mixed", "n_continuous": 11, "n_categories": [2, 10], "covariance": "diag", "stratify": 0, "strata_weights": None}
+    assert doc["family"] == family
+    sim = simulate(path)
+    a = doc["protocols"][0]
+    for key in ("weights", "means", "covariances", "probabilities"):
+        ref = np.asarray(getattr(sim.params, key))
+        assert np.max(np.abs(np.asarray(a[key]) - ref)) <= 1e-9 * np.max(np.abs(ref)), key
+    assert (a["messages"], a["bytes"]) == (sim.messages, sim.bytes)
+    from p2pem.deploy.roster import Roster
+
+    assert Roster.load(tmp_path / "dep" / "roster.toml").em["family"] == family

@@ -635,3 +635,30 @@ def test_launcher_names_the_failure_from_the_reasons_in_the_results(tmp_path, vi
         collect_results(kit, [5, 5, -9, 5, 5], 0.0)
     expected = reports[0][0] if violation else reports[1][0]
     assert str(info.value).startswith(f"deployment failed: {expected}; 4 other nodes stopped too")
+
+
+def test_launcher_names_the_silent_node_when_one_neighbour_saw_it_and_the_woken_node_accuses_another(tmp_path):
+    """The paused node (2), woken, misses node 0 and accuses it; only node 4 saw node 2 fall silent
+    and the others stopped on its relayed abort.  The relays vote for the abort's culprit, so the
+    summary names node 2 (the woken node's lower id used to win the tie)."""
+    import json
+
+    from p2pem.deploy.kit import Kit
+    from p2pem.deploy.results import collect_results
+    from p2pem.deploy.supervise import DeploymentFailed
+
+    kit = Kit(root=tmp_path, run_id="r", n_nodes=5, scenario_file=None, protocol="pdmm-sp", broker_host="127.0.0.1", broker_port=1)
+    relay = ("run stopped in EM iteration 2: node 2 fell silent (detected by node 4); relayed by node 4", "aborted", [2])
+    reports = {
+        0: (f"node 0: {relay[0]}", *relay[1:]),
+        1: (f"node 1: {relay[0]}", *relay[1:]),
+        2: ("node 2: neighbour node 0 fell silent in EM iteration 2, protocol round 9", "silent", [0]),
+        3: (f"node 3: {relay[0]}", *relay[1:]),
+        4: ("node 4: neighbour node 2 fell silent in EM iteration 2, protocol round 5", "silent", [2]),
+    }
+    for i, (error, reason, culprits) in reports.items():
+        kit.node_dir(i).mkdir(parents=True)
+        kit.result_path(i).write_text(json.dumps({"status": "failed", "error": error, "reason": reason, "culprits": culprits}))
+    with pytest.raises(DeploymentFailed) as info:
+        collect_results(kit, [5, 5, 5, 5, 5], 0.0)
+    assert str(info.value).startswith(f"deployment failed: {reports[4][0]}; 4 other nodes stopped too")

@@ -174,5 +174,5 @@ def test_families_without_a_private_release_are_refused() -> None:
     parts, g = _network(3)
     settings = EMSettings(2, max_iter=2, tol=0.0, family=Unreleased())
     with pytest.raises(ConfigError, match=r"^dp-central-gaussian: the released statistics and their sensitivities are derived for "
-                                          r"the families gaussian, skew-normal only, not 'unreleased' \(em.family\)$"):
+                                          r"the families gaussian, skew-normal, mixed only, not 'unreleased' \(em.family\)$"):
         run_protocol(parts, g, make_protocol("dp-central", {"bound": 3.0}), settings)

@@ -84,6 +84,25 @@ def test_a_skew_normal_estimator_saved_and_loaded_scores_to_the_bit(tmp_path: Pa
     _same_inference(model, loaded, np.random.default_rng(9).normal(size=(200, 3)) * 3)
 
 
+def test_a_mixed_type_estimator_saved_and_loaded_scores_to_the_bit(tmp_path: Path) -> None:
+    from p2pem import DistributedMixedMixture
+
+    rng = np.random.default_rng(3)
+    codes = rng.integers(3, size=150)
+    X = np.column_stack([rng.normal(size=150) + codes * 3, rng.normal(size=150), codes])  # 2 continuous, 1 categorical
+    model = DistributedMixedMixture(3, n_categories=[3], covariance="full", max_iter=10, tol=0.0, random_state=1, n_nodes=6).fit(X)
+    assert model.probabilities_.shape == (3, 3)
+    path = model.save(tmp_path / "mixed.json")
+    doc = json.loads(path.read_text())
+    jsonschema.validate(doc, load_schema("p2pem-model"))
+    assert doc["family"]["name"] == "mixed" and doc["family"]["n_continuous"] == 2 and doc["family"]["n_categories"] == [3]
+    loaded = p2pem.load(path)
+    assert type(loaded) is DistributedMixedMixture and loaded.n_continuous == 2 and loaded.covariance == "full"
+    for name in ("weights_", "means_", "covariances_", "probabilities_"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(model, name))
+    _same_inference(model, loaded, X[:40])
+
+
 def test_an_unfitted_estimator_cannot_be_saved(tmp_path: Path) -> None:
     with pytest.raises(NotFittedError):
         DistributedGMM().save(tmp_path / "m.json")

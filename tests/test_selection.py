@@ -58,11 +58,17 @@ def test_select_cli_through_pdmm_sp_writes_a_valid_document_and_a_figure(tmp_pat
         (["--families", "gausian"], "did you mean 'gaussian'?"),
         (["--protocol", "dp-central", "--components", "1", "--families", "gaussian", "--n-init", "1"],
          "a differentially private run releases no log-likelihood"),
+        (["--families", "mixed"], "--families: 'mixed' needs a public schema of the columns ([data] schema in ais_skew.toml)"),
+        (["scenario:synth_ais.toml", "--families", "mixed,gaussian"],
+         "--families: 'gaussian' cannot fit the categorical or binned columns of synth_ais.toml (sex, sport)"),
     ],
 )
 def test_select_errors_are_one_line_and_write_nothing(tmp_path: Path, capsys, argv, message) -> None:
     out = tmp_path / "sel"
-    assert main(["select", str(AIS), *argv, "--out", str(out), "-q"]) == 2
+    scenario = AIS
+    if argv and argv[0].startswith("scenario:"):
+        scenario, argv = ROOT / "scenarios" / argv[0].removeprefix("scenario:"), argv[1:]
+    assert main(["select", str(scenario), *argv, "--out", str(out), "-q"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("p2pem: error: ") and message in err and "\n" not in err
     assert not out.exists()
@@ -73,3 +79,12 @@ def test_parse_components() -> None:
     assert parse_components(" 4 ") == [4]
     with pytest.raises(ConfigError):
         parse_components("0..2")
+
+
+def test_a_table_with_categorical_columns_is_selected_among_mixed_models(tmp_path: Path, capsys) -> None:
+    """Without --families, a scenario fitted by the mixed family compares mixed models only."""
+    out = tmp_path / "sel"
+    assert main(["select", str(ROOT / "scenarios" / "synth_ais.toml"), "--components", "2,4", "--n-init", "1", "--out", str(out), "-q"]) == 0
+    doc = json.loads((out / "select.json").read_text())
+    assert list(doc["families"]) == ["mixed"] and doc["families"]["mixed"]["stratify"] == 0
+    assert sorted(row["n_components"] for row in doc["rows"]) == [2, 4]

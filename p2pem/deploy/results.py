@@ -105,8 +105,10 @@ def _failure_summary(kit: Kit, codes: Mapping[int, int], reports: Mapping[int, d
 
     # Among nodes that noticed a silence, prefer one accusing the node most others accuse: a
     # node that was itself paused (SIGSTOP) wakes up to find every neighbour gone and accuses
-    # them all, while its neighbours agree on it.
-    accused = {i: (reports[i] or {}).get("culprits", []) if kinds[i] == "silent" else [] for i in failed}
+    # them all (or the first it misses), while its neighbours agree on it.  A node stopped by a
+    # relayed abort votes for the abort's culprits: a neighbour that saw the silence first
+    # signed them, so one early detector is not outvoted by the woken node alone.
+    accused = {i: (reports[i] or {}).get("culprits", []) if kinds[i] in ("silent", "aborted") else [] for i in failed}
     votes = collections.Counter(a for names in accused.values() for a in set(names))
     primary = min(failed, key=lambda i: (rank(i), -max((votes[a] for a in accused[i]), default=0), i))
     others = len(failed) - 1

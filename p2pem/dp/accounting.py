@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from p2pem.dp.mechanisms import Block
@@ -49,29 +49,32 @@ SPLITS: dict[str, tuple[float, float, float, float]] = {
 SPLIT_BLOCKS = ("weights", "means", "covariances", "init")
 
 
-def parse_split(split: str) -> tuple[float, float, float, float]:
-    """A preset name from :data:`SPLITS`, or four comma-separated fractions, each > 0.
+def parse_split(split: str, presets: Mapping[str, tuple[float, ...]] = SPLITS, names: Sequence[str] | None = SPLIT_BLOCKS) -> tuple[float, ...]:
+    """A preset name from ``presets``, or comma-separated fractions, each > 0.
 
-    A zero fraction is refused rather than read as "release that block without noise" or
-    "do not release it": every block of every iteration is released, so every block must be
-    paid for.  The fractions need not sum to one (they are normalised).
+    The fractions pay, in order, for ``names``: a model family's released block kinds, then
+    the init (the Gaussian family's :data:`SPLIT_BLOCKS`; the mixed family's in
+    :mod:`p2pem.dp.releases.mixed`); ``names = None`` accepts any number of at least two (a syntax
+    check).  A zero fraction is refused rather than read as "release that block without
+    noise" or "do not release it": every block of every iteration is released, so every
+    block must be paid for.  The fractions need not sum to one (they are normalised).
 
     Raises
     ------
     ConfigError
-        Unknown name, not four numbers, or a fraction that is zero, negative or not finite.
+        Unknown name, not one number per name, or a fraction that is zero, negative or not finite.
     """
-    if split in SPLITS:
-        return SPLITS[split]
+    if split in presets:
+        return presets[split]
     try:
         parts = tuple(float(v) for v in split.split(","))
     except ValueError:
         parts = ()
-    if len(parts) != 4:
-        raise ConfigError(
-            f"'split' must be one of {', '.join(SPLITS)} or four fractions 'weights,means,covariances,init', got {split!r}"
-        )
-    bad = next((name for name, v in zip(SPLIT_BLOCKS, parts, strict=True) if not (math.isfinite(v) and v > 0)), None)
+    if len(parts) < 2 if names is None else len(parts) != len(names):
+        what = "comma-separated fractions" if names is None else f"{len(names)} fractions '{','.join(names)}'"
+        raise ConfigError(f"'split' must be one of {', '.join(presets)} or {what}, got {split!r}")
+    labels = list(names) if names is not None else [f"fraction {i + 1}" for i in range(len(parts))]
+    bad = next((name for name, v in zip(labels, parts, strict=True) if not (math.isfinite(v) and v > 0)), None)
     if bad is not None:
         raise ConfigError(f"'split': the {bad} fraction must be a finite number > 0 (every released block is paid for), got {split!r}")
     return parts
@@ -86,19 +89,26 @@ class Release:
     share: float  # f_r of ONE release; sum over releases of count * share = 1
 
 
-def releases(em_blocks: Sequence[Block], init_blocks: Sequence[Block], n_iter: int, split: tuple[float, ...]) -> list[Release]:
+def releases(
+    em_blocks: Sequence[Block], init_blocks: Sequence[Block], n_iter: int, split: tuple[float, ...], names: Sequence[str] = SPLIT_BLOCKS
+) -> list[Release]:
     """The releases of a run with its split; shares renormalised over what is actually released.
 
     Each block is paid from the fraction of its kind (:attr:`p2pem.dp.mechanisms.Block.split_kind`),
-    shared equally by the blocks of that kind.  When the initialisation is public
+    shared equally by the blocks of that kind; ``names`` says what the fractions of ``split``
+    pay for, in order (the family's kinds, then "init":
+    :attr:`p2pem.dp.releases.PrivateFamily.names`).  When the initialisation is public
     (``init_blocks`` empty) the init fraction is not spent and the others are scaled up to
-    the whole budget (likewise the EM fractions when ``n_iter`` is 0, or a kind no block has).
+    the whole budget (likewise the EM fractions when ``n_iter`` is 0, or a kind no block has,
+    or one whose blocks release nothing, e.g. the means of a model without Gaussian columns).
     """
-    fractions = dict(zip(SPLIT_BLOCKS, split, strict=True))
+    fractions = dict(zip(names, split, strict=True))
+    em_blocks = [b for b in em_blocks if b.stop > b.start]  # a family may release nothing of a kind
+    init_blocks = [b for b in init_blocks if b.stop > b.start]
     kinds = [b.split_kind for b in em_blocks]
     unknown = next((b.name for b in [*em_blocks, *init_blocks] if b.split_kind not in fractions), None)
     if unknown is not None:
-        raise ConfigError(f"released block {unknown!r} has no budget kind (one of {', '.join(SPLIT_BLOCKS)})")
+        raise ConfigError(f"released block {unknown!r} has no budget kind (one of {', '.join(names)})")
     parts: list[tuple[Block, int, float]] = []
     if n_iter > 0:
         # a kind's fraction is shared by its blocks (the Gaussian family has one block per

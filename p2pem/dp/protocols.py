@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Literal, Union
 import numpy as np
 
 from p2pem.dp import accounting, guarantees, mechanisms
-from p2pem.errors import ConfigError, ProtocolError
-from p2pem.dp.releases import RepairOptions, check_private, private_release
+from p2pem.dp.releases import PRIVATE_FAMILIES, PrivateFamily, RepairOptions, check_private
 from p2pem.dp.releases.gaussian import PrivateEM
+from p2pem.errors import ConfigError, ProtocolError
 from p2pem.gmm import FloatArray
 from p2pem.messages import Message
 from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, ProtocolSpec, Topology, parameter_fields
@@ -118,9 +118,13 @@ class DPProtocol(ProtocolSpec):
     bound : float or None
         Public data domain: every feature is clipped to [-bound, bound].  None reads it off
         the data, with a :class:`DataBoundWarning` (the run is then not DP).
-    split : str
-        Budget split over weights, means, covariances and init: ``"wu"`` (4/16/70/10 %),
-        ``"equal"``, or four comma-separated fractions.
+    split : str or None
+        Budget split over the released block kinds of the model family and the init: a
+        preset or comma-separated fractions.  Gaussian: weights, means, covariances, init,
+        ``"wu"`` (4/16/70/10 %, the default) or ``"equal"``; mixed: weights, means,
+        covariances, categories, init, ``"mixed"`` (5/10/10/60/15 %, the default) or
+        ``"equal"`` (:mod:`p2pem.dp.releases.mixed`).  None: the family's default (the bound spec
+        records the one used).
     weight_floor, smoothing : float
         Weight post-processing, :func:`p2pem.dp.postprocess.clip_weights`.
     covariance_repair : {"eigclamp", "diagshift", "xi"}
@@ -133,7 +137,7 @@ class DPProtocol(ProtocolSpec):
     mechanism: Literal["gaussian", "laplace"] = "gaussian"
     accountant: Literal["rdp", "zcdp", "basic"] = "rdp"
     bound: Union[float, None] = None
-    split: str = "wu"
+    split: Union[str, None] = None
     weight_floor: float = 1e-3
     smoothing: float = 0.0
     covariance_repair: Literal["eigclamp", "diagshift", "xi"] = "eigclamp"
@@ -148,10 +152,15 @@ class DPProtocol(ProtocolSpec):
         accounting.check_budget(self.mechanism, self.accountant, float(self.epsilon), float(self.delta))
         if self.bound is not None and not (math.isfinite(self.bound) and self.bound > 0):
             raise ConfigError(f"{who}: bound must be a finite number > 0, got {self.bound!r}")
-        try:
-            accounting.parse_split(self.split)
-        except ConfigError as exc:
-            raise ConfigError(f"{who}: {exc}") from None
+        if self.split is not None and not any(self.split in p.splits for p in PRIVATE_FAMILIES.values()):
+            # checked now as far as it can be without the family (then again in bind): the
+            # fractions as those of the family with as many block kinds, if there is one
+            count = len(self.split.split(","))
+            names = next(((*p.kinds, "init") for p in PRIVATE_FAMILIES.values() if len(p.kinds) + 1 == count), None)
+            try:
+                accounting.parse_split(self.split, {name: f for p in PRIVATE_FAMILIES.values() for name, f in p.splits.items()}, names)
+            except ConfigError as exc:
+                raise ConfigError(f"{who}: {exc}") from None
         if not 0 <= self.weight_floor < 1 or not self.smoothing >= 0:
             raise ConfigError(f"{who}: weight_floor must be in [0, 1) and smoothing >= 0")
         if not (math.isfinite(self.eig_floor) and self.eig_floor > 0):
@@ -165,8 +174,8 @@ class DPProtocol(ProtocolSpec):
         Raises
         ------
         ConfigError
-            ``settings.tol`` is not 0, ``settings.max_iter`` is 0, or the family has no private
-            release (:data:`p2pem.dp.releases.PRIVATE_FAMILIES`).
+            ``settings.tol`` is not 0, ``settings.max_iter`` is 0, the family has no private
+            release (:data:`p2pem.dp.releases.PRIVATE_FAMILIES`), or the split does not fit the family.
         """
         if settings.tol != 0:
             raise ConfigError(f"{self.label}: a private run has a fixed number of EM iterations: set tol = 0 (em.tol)")
@@ -175,9 +184,17 @@ class DPProtocol(ProtocolSpec):
             # log-likelihood of the init: statistics the budget has no share for
             raise ConfigError(f"{self.label}: a private run needs at least one EM iteration, got max_iter = {settings.max_iter} (em.max_iter)")
         try:
-            check_private(settings.family)
+            private = check_private(settings.family)
         except ConfigError as exc:
             raise ConfigError(f"{self.label}: {exc} (em.family)") from None
+        try:
+            private.fractions(self._split(private))
+        except ConfigError as exc:
+            raise ConfigError(f"{self.label}: {settings.family.name} family: {exc}") from None
+
+    def _split(self, private: PrivateFamily) -> str:
+        """The split of this run: the one given, or the family's default (its first named split)."""
+        return self.split if self.split is not None else next(iter(private.splits))
 
     def bind(
         self, settings: EMSettings, parts: list[FloatArray], *, seed: int | np.random.SeedSequence = 0
@@ -193,11 +210,15 @@ class DPProtocol(ProtocolSpec):
             :meth:`check_settings` refuses the settings.
         """
         self.check_settings(settings)
+        private = PRIVATE_FAMILIES[settings.family.name]
+        split = self._split(private)
+        fractions = private.fractions(split)
         d = int(parts[0].shape[1])
         k = settings.n_components
+        cols = private.bounded(settings.family, d)
         bound, from_data = self.bound, False
         if bound is None:
-            bound = float(max(np.max(np.abs(p)) for p in parts))
+            bound = float(max(np.max(np.abs(p[:, cols]), initial=0.0) for p in parts)) or 1.0
             from_data = True
             warnings.warn(
                 f"{self.label}: no 'bound' given, so the data domain [-{bound:.4g}, {bound:.4g}] was read off the data: "
@@ -205,18 +226,17 @@ class DPProtocol(ProtocolSpec):
                 DataBoundWarning,
                 stacklevel=3,
             )
-        clipped = [np.clip(p, -bound, bound) for p in parts]
+        clipped = [p.copy() for p in parts]
+        for c in clipped:
+            c[:, cols] = np.clip(c[:, cols], -bound, bound)
         n_clipped = sum(int(np.count_nonzero(c != p)) for c, p in zip(clipped, parts, strict=True))
         if n_clipped:
             log.info("%s: %d feature values clipped to [-%g, %g]", self.label, n_clipped, bound, bound)
         options = RepairOptions(self.weight_floor, self.smoothing, self.covariance_repair, self.eig_floor)
-        try:
-            layout = private_release(settings.family, k, d, len(parts), bound, mechanism=self.mechanism, private_init=settings.init is None,
-                                     options=options)
-        except ConfigError as exc:
-            raise ConfigError(f"{self.label}: {exc}") from None
+        layout = private.release(settings.family, k, d, len(parts), bound, mechanism=self.mechanism, private_init=settings.init is None,
+                                 options=options)
         em, init = list(layout.em), list(layout.init)
-        rel = accounting.releases(em, init, settings.max_iter, accounting.parse_split(self.split))
+        rel = accounting.releases(em, init, settings.max_iter, fractions, private.names)
         scales = accounting.calibrate(self.mechanism, self.accountant, float(self.epsilon), float(self.delta), rel)
         by_name = {r.block.name: s for r, s in zip(rel, scales, strict=True)}
         colluders, shares = self._collusion(len(parts))
@@ -234,7 +254,7 @@ class DPProtocol(ProtocolSpec):
             excluded=self._excluded(bound, from_data, settings),
             aggregator_rng=protocol_streams(seed, len(parts))[-1],
         )
-        return dataclasses.replace(self, plan=plan), dataclasses.replace(settings, privacy=layout.hook), clipped
+        return dataclasses.replace(self, plan=plan, split=split), dataclasses.replace(settings, privacy=layout.hook), clipped
 
     def _collusion(self, n_nodes: int) -> tuple[int, int]:
         """(colluding nodes the guarantee survives, shares per calibrated draw): one trusted draw."""

@@ -5,6 +5,8 @@ name                    family
 ======================  ============================================================
 ``gaussian``            full-covariance Gaussian mixtures (:mod:`p2pem.gmm`)
 ``skew-normal``         multivariate skew-normal mixtures (:mod:`p2pem.snmix`)
+``mixed``               mixtures of independent Gaussian and categorical columns
+                        (:mod:`p2pem.families.mixed`)
 ======================  ============================================================
 
 A family is a frozen dataclass instance (it may carry public configuration); the EM loop,
@@ -24,6 +26,7 @@ from typing import Any
 from p2pem.errors import ConfigError
 from p2pem.families.base import BatchParams, MixtureFamily
 from p2pem.families.gaussian import GAUSSIAN, GaussianBatch, GaussianFamily
+from p2pem.families.mixed import MixedBatch, MixedFamily, MixedParams
 from p2pem.families.skewnormal import SKEW_NORMAL, SkewNormalBatch, SkewNormalFamily
 
 #: Family constructors by the names users type; keyword arguments are the family's
@@ -31,6 +34,7 @@ from p2pem.families.skewnormal import SKEW_NORMAL, SkewNormalBatch, SkewNormalFa
 FAMILIES: dict[str, Callable[..., MixtureFamily]] = {
     "gaussian": GaussianFamily,
     "skew-normal": SkewNormalFamily,
+    "mixed": MixedFamily.from_config,
 }
 
 
@@ -74,6 +78,9 @@ __all__ = [
     "BatchParams",
     "GaussianBatch",
     "GaussianFamily",
+    "MixedBatch",
+    "MixedFamily",
+    "MixedParams",
     "MixtureFamily",
     "SkewNormalBatch",
     "SkewNormalFamily",

@@ -28,6 +28,7 @@ FORMATS = {
     "p2pem-cli-summary": "cli-summary.schema.json",
     "p2pem-synth-report": "synth-report.schema.json",
     "p2pem-model": "model.schema.json",
+    "p2pem-synth-release": "synth-release.schema.json",
     "p2pem-select": "select.schema.json",
 }
 

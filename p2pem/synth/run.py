@@ -1,0 +1,141 @@
+"""``p2pem synth`` as functions: fit a release, draw releases, judge them, write them.
+
+:func:`synthesize` runs the scenario's synthesizer (``[synth] model``) with the chosen
+protocol, draws ``releases`` independent releases of ``rows`` rows each from the release
+document alone (release r from the scenario's ``"synth"`` stream, key ``(0, r)``) and, when
+the scenario holds out real test rows, computes the utility and risk report
+(:func:`p2pem.synth.report.synth_report`) against them.  :func:`write_synthesis` writes it
+all into one folder atomically.  Everything is deterministic for a scenario seed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from p2pem.builders import build_protocols, load_tables
+from p2pem.errors import ConfigError, DataError
+from p2pem.files import atomic_output, write_json
+from p2pem.scenario import Scenario
+from p2pem.streams import synth_child
+from p2pem.synth.config import SynthConfig, parse_synth
+from p2pem.synth.registry import SYNTHESIZERS
+from p2pem.synth.report import report_figure, synth_report
+from p2pem.synth.synthesizer import Progress
+from p2pem.tabular import Table, write_csv
+
+__all__ = ["Synthesis", "release_file_names", "sample_release", "synthesize", "write_synthesis"]
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """What :func:`synthesize` produced.
+
+    Attributes
+    ----------
+    config : SynthConfig
+    release : dict
+        The release document (model and provenance).
+    tables : list of Table
+        The releases drawn from it.
+    report : dict or None
+        The utility and risk report (None without held-out test rows).
+    train : Table
+        The real training rows the model was fitted to.
+    """
+
+    config: SynthConfig
+    release: dict[str, Any]
+    tables: list[Table]
+    report: dict[str, Any] | None
+    train: Table
+
+
+def sample_release(release: Mapping[str, Any], n_rows: int, rng: np.random.Generator) -> Table:
+    """``n_rows`` rows from a release document, by its synthesizer (``release["model"]``).
+
+    Raises
+    ------
+    DataError
+        The document names no known synthesizer, or is not a valid release.
+    ConfigError
+        ``n_rows`` is not a positive integer.
+    """
+    if isinstance(n_rows, bool) or not isinstance(n_rows, (int, np.integer)) or n_rows < 1:
+        raise ConfigError(f"the number of rows must be a positive integer, got {n_rows!r}")
+    synthesizer = SYNTHESIZERS.get(str(release.get("model")))
+    if synthesizer is None:
+        raise DataError(f"release of unknown model {release.get('model')!r} (known: {', '.join(SYNTHESIZERS)})")
+    return synthesizer.sample(release, int(n_rows), rng)
+
+
+def synthesize(scenario: Scenario, *, rows: int | None = None, releases: int | None = None, progress: Progress | None = None) -> Synthesis:
+    """Fit the scenario's synthesizer and draw its releases (module docstring).
+
+    Parameters
+    ----------
+    scenario : Scenario
+        With a ``[data] schema`` and, for a report, ``[data] test`` or ``test_fraction``.
+    rows : int, optional
+        Rows per release (default ``[synth] rows``, else as many as the training rows).
+    releases : int, optional
+        Independent releases (default ``[synth] releases``, else 1).
+    progress : callable(iteration, n_iterations), optional
+        Called during the fit.
+
+    Raises
+    ------
+    ConfigError
+        A bad ``[synth]`` table, ``rows`` or ``releases`` below 1, or a scenario the
+        synthesizer cannot fit.
+    DataError
+        The data cannot be read under the schema.
+    """
+    for name, value in (("rows", rows), ("releases", releases)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"--{name} must be a positive integer, got {value!r}")
+    config = parse_synth(scenario, tuple(SYNTHESIZERS))
+    train, test = load_tables(scenario)
+    synthesizer = SYNTHESIZERS[config.model]
+    protocol = build_protocols(scenario)[config.protocol]
+    release = synthesizer.fit(scenario, protocol, progress=progress)
+    n_rows = rows or config.rows or train.n_rows
+    n_releases = releases or config.releases
+    tables = [synthesizer.sample(release, n_rows, np.random.default_rng(synth_child(scenario.seed, 0, r))) for r in range(n_releases)]
+    report = None
+    if test is not None:
+        report = synth_report(
+            train, test, tables, rng=np.random.default_rng(synth_child(scenario.seed, 1)), target=config.target,
+            regression=config.regression, three_way=config.three_way, dcr_rows=config.dcr_rows,
+        )
+        report["release"] = {"model": release["model"], "protocol": release["protocol"]["name"], "privacy": release["privacy"]}
+    return Synthesis(config, release, tables, report, train)
+
+
+def release_file_names(n_releases: int) -> list[str]:
+    """``synthetic.csv`` for the first release, ``synthetic-2.csv`` ... for the others."""
+    return ["synthetic.csv"] + [f"synthetic-{r}.csv" for r in range(2, n_releases + 1)]
+
+
+def write_synthesis(out: str | os.PathLike[str], synthesis: Synthesis, *, title: str) -> list[Path]:
+    """Write the releases (CSV with a header row, the schema's column names, order and types),
+    ``release.json`` and, with a report, ``report.json`` and ``report.png``, all or nothing.
+
+    Returns the files written (their final paths).
+    """
+    names = release_file_names(len(synthesis.tables))
+    with atomic_output(out) as tmp:
+        for name, table in zip(names, synthesis.tables, strict=True):
+            write_csv(table, tmp / name)
+        write_json(tmp / "release.json", synthesis.release)
+        names.append("release.json")
+        if synthesis.report is not None:
+            write_json(tmp / "report.json", synthesis.report)
+            report_figure(synthesis.report, tmp / "report.png", title=title)
+            names += ["report.json", "report.png"]
+    return [Path(out) / name for name in names]

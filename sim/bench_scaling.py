@@ -42,6 +42,10 @@ host at 10^5-10^6 nodes, each against the form it replaced, in the same run: eve
 private initialisation (once per run) and, per EM iteration, the E-step statistics and the
 M-step.
 
+Part 4, model families (``--families``, e.g. 10000): the per-iteration cost of the skew-normal
+and mixed-type families against the Gaussian one at that many nodes, on the vectorised engine
+and pdmm-sp's device engine (``sim/bench_families.py``, which documents the setup).
+
 Usage::
 
     .venv/bin/python sim/bench_scaling.py                         # set-up 1e4, 1e5; EM 80, 1 000, 10 000
@@ -49,6 +53,7 @@ Usage::
     .venv/bin/python sim/bench_scaling.py --sizes 80,1000         # quick look
     .venv/bin/python sim/bench_scaling.py --sizes 10000 --json /tmp/scaling.json
     .venv/bin/python sim/bench_scaling.py --setup-sizes "" --sizes "" --host-sizes 100000,1000000
+    .venv/bin/python sim/bench_scaling.py --setup-sizes "" --sizes "" --families 10000
 
 Not a test: nothing is asserted; timings depend on the machine and its load (printed, with the
 CPU time beside the wall time).  BLAS is limited to one thread.
@@ -77,6 +82,7 @@ from p2pem.protocols.pdmm import heavy_ball_params, metropolis_extremes, metropo
 from p2pem.simulate import protocol_streams, relative_error
 from p2pem.simulate import run_protocol
 from _common import before_issue10, chebyshev_gossip_rounds, print_table
+import bench_families
 
 GOAL_N = 10_000
 GOAL_S = 60.0
@@ -272,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-sizes", type=lambda s: [int(v) for v in s.split(",") if v], default=[],
                         help="node counts for the EM work outside the consensus (private init, E-step statistics, "
                              "M-step), e.g. 100000,1000000 (default: none)")
+    parser.add_argument("--families", type=lambda s: [int(v) for v in s.split(",") if v], default=[],
+                        help="node counts at which to time an EM iteration of every model family against the Gaussian one "
+                             "(sim/bench_families.py; default: none)")
+    parser.add_argument("--device", default="array-api-strict",
+                        help="with --families: pdmm-sp's device engine (cuda on a GPU; default array-api-strict, the "
+                             "portable path on the host; '' for none)")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers to this JSON file")
     args = parser.parse_args(argv)
 
@@ -279,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pdmm-sp (defaults, sync, vectorised engine), K = 3, d = 2, {args.em_iter} EM iterations (tol=0), "
           f"{args.rows_per_node} rows per node; cpus available {len(os.sched_getaffinity(0))}, load average "
           f"{os.getloadavg()[0]:.2f} (shared machine: timings are indicative); BLAS threads limited to 1")
-    results, setups, hosts = [], [], []
+    results, setups, hosts, families = [], [], [], []
     with threadpool_limits(limits=1):
         for n in args.setup_sizes:
             setups.append(setup_size(n, args))
@@ -287,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
             hosts.append(host_size(n, args))
         for n in args.sizes:
             results.append(one_size(n, args))
+    for n in args.families:
+        print(f"\nmodel families at {n:,} nodes (sim/bench_families.py)")
+        families.append(bench_families.compare(n, iterations=min(args.em_iter, 10), device=args.device or None, seed=args.seed))
+        bench_families.print_comparison(families[-1])
     if hosts:
         print("\nEM work outside the consensus, per EM iteration unless said (seconds)")
         print_table(["n", "rows", "private init", "init_from_global per node", "ratio", "E-step statistics", "in one block", "ratio",
@@ -325,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
               "and after the schedule; rounds: one heavy-ball aggregation, p = 20, with those parameters and with "
               "shift-invert's exact lambda_2 (rel err: of the former vs the true mean).  Goal: step parameters <= 20 s at 10^6.")
     if not results:
-        return _write(args, results, setups, hosts)
+        return _write(args, results, setups, hosts, families)
     print("\nset-up (seconds)")
     print_table(["n", "edges", "mean deg", "diam bound", "c (heavy ball)", "graph s", "topology s", "step params s"], [
         [f"{r['n']:,}", f"{r['edges']:,}", f"{r['mean_degree']:.1f}", str(r["diameter_bound"]), f"{r['c']:.3f}",
@@ -368,15 +384,16 @@ def main(argv: list[str] | None = None) -> int:
         growth = b["em_wall_s"] / a["em_wall_s"]
         print(f"growth {a['n']:,} -> {b['n']:,} nodes (x{b['n'] / a['n']:.0f}): EM time x{growth:.0f}, "
               f"rounds per EM iteration x{b['mean_rounds'] / a['mean_rounds']:.1f}")
-    return _write(args, results, setups, hosts)
+    return _write(args, results, setups, hosts, families)
 
 
-def _write(args, results, setups, hosts=()) -> int:
+def _write(args, results, setups, hosts=(), families=()) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"em_iter": args.em_iter, "rows_per_node": args.rows_per_node,
                                                "seed": args.seed, "cpus": len(os.sched_getaffinity(0)),
                                                "load_average": os.getloadavg()[0], "goal_n": GOAL_N, "goal_s": GOAL_S,
-                                               "sizes": results, "setup": setups, "host": list(hosts)}, indent=2) + "\n")
+                                               "sizes": results, "setup": setups, "host": list(hosts),
+                                               "families": list(families)}, indent=2) + "\n")
         print(f"\nwrote {args.json}")
     return 0
 

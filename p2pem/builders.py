@@ -15,7 +15,7 @@ import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
-from p2pem.data import check_parts, load_table, parse_ids, pca, read_text_column, relabel_ids, standardize, synthetic_mixture
+from p2pem.data import check_parts, load_table, parse_ids, pca, read_text_column, relabel_ids, split_rows, standardize, synthetic_mixture
 from p2pem.data import split_indices as data_split_indices
 from p2pem.dp.protocols import DPProtocol
 from p2pem.em import EMSettings
@@ -30,8 +30,8 @@ from p2pem.tabular import Table, read_table
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "build_graph", "build_protocols", "em_settings", "load_data", "load_tables", "prepare_rows", "row_nodes", "split_indices", "split_prepared",
-    "validate_protocol", "with_public_box",
+    "build_graph", "build_protocols", "em_settings", "load_data", "load_table_parts", "load_tables", "prepare_rows", "row_nodes", "split_indices",
+    "split_prepared", "split_table", "validate_protocol", "with_public_box",
 ]
 
 
@@ -153,6 +153,28 @@ def load_tables(scenario: Scenario) -> tuple[Table, Table | None]:
     return _tables(scenario, np.random.default_rng(scenario.streams()["data"]))
 
 
+def load_table_parts(scenario: Scenario) -> tuple[list[Table], Table | None]:
+    """Every node's training rows and the held-out test rows of a scenario whose data has a schema.
+
+    The same rows on the same nodes as :func:`load_data` (the ``"data"`` stream draws the
+    test split, then the split over nodes), as tables under the schema: what a synthesizer
+    that reads tables rather than encoded rows (a Bayesian-network release) fits.
+
+    Raises
+    ------
+    ConfigError, DataError
+        As :func:`load_tables`; a node without rows.
+    """
+    if scenario.data.schema is None:
+        raise ConfigError(f"{scenario.path}: the data has no schema ([data] schema): it is not a table of named, typed columns")
+    rng = np.random.default_rng(scenario.streams()["data"])
+    train, test = _tables(scenario, rng)
+    try:
+        return split_table(train, scenario.graph.n_nodes, how=scenario.data.split, rng=rng), test
+    except DataError as exc:
+        raise DataError(f"{scenario.path}: {exc}") from exc
+
+
 def _tables(scenario: Scenario, rng: np.random.Generator) -> tuple[Table, Table | None]:
     cfg = scenario.data
     assert cfg.path is not None and cfg.schema is not None  # a schema needs csv data
@@ -270,3 +292,18 @@ def with_public_box(scenario: Scenario, spec: ProtocolSpec) -> ProtocolSpec:
     if scenario.data.encoding is not None and isinstance(spec, DPProtocol) and spec.bound is None:
         return dataclasses.replace(spec, bound=1.0)
     return spec
+
+
+def split_table(train: Table, n_nodes: int, *, how: str = "even", rng: np.random.Generator) -> list[Table]:
+    """The rows of ``train`` spread over ``n_nodes`` nodes, as :func:`p2pem.data.split_rows` spreads rows.
+
+    Raises
+    ------
+    DataError
+        A node would hold no rows.
+    """
+    index = split_rows(np.arange(train.n_rows)[:, None], n_nodes, how=how, rng=rng)
+    parts = [train.take(rows[:, 0].astype(np.int64)) for rows in index]
+    if any(p.n_rows == 0 for p in parts):
+        raise DataError(f"a node holds no rows ({train.n_rows} rows over {n_nodes} nodes, split {how!r})")
+    return parts

@@ -91,6 +91,9 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     [leakage]                      # optional, free-form
     [synth]                        # optional, free-form: settings of `p2pem synth`
                                    #   (validated by p2pem.synth.config)
+    [bayesnet]                     # optional, free-form: a Bayesian-network release's settings
+                                   #   ([synth] model = "privbayes" | "hmprivbayes";
+                                   #   validated by p2pem.synth.bayesconfig)
     [deploy]                       # optional: settings of `p2pem deploy`
     timeout = 20.0                 #   s a node waits for a silent neighbour
     startup_timeout = 60.0         #   s for the neighbours to come online
@@ -419,6 +422,10 @@ class Scenario:
     synth : Mapping
         The free-form ``[synth]`` table of ``p2pem synth`` (validated by
         :func:`p2pem.synth.config.parse_synth`; empty if absent).
+    bayesnet : Mapping
+        The free-form ``[bayesnet]`` table of a Bayesian-network release (validated by
+        :func:`p2pem.synth.bayesconfig.parse_bayesnet` when the release is fitted; empty if
+        absent).
     """
 
     name: str
@@ -432,6 +439,7 @@ class Scenario:
     deploy: Mapping[str, Any] = field(default_factory=empty_table)
     tradeoff: TradeoffConfig | None = None
     synth: Mapping[str, Any] = field(default_factory=empty_table)
+    bayesnet: Mapping[str, Any] = field(default_factory=empty_table)
 
     def streams(self) -> dict[str, np.random.SeedSequence]:
         """The independent random streams of this scenario, see :func:`p2pem.streams.scenario_streams`."""
@@ -475,7 +483,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     where = os.fspath(path)
     document = read_toml(file, "scenario")
 
-    top = Table(where, document, "", ("name", "seed", "data", "graph", "em", "protocols", "leakage", "deploy", "tradeoff", "synth"))
+    top = Table(where, document, "", ("name", "seed", "data", "graph", "em", "protocols", "leakage", "deploy", "tradeoff", "synth", "bayesnet"))
     name = top.string("name", default=file.stem)
     if not name:
         top.fail("'name' must not be empty")
@@ -499,6 +507,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         deploy=deploy,
         tradeoff=tradeoff,
         synth=top.free_table("synth"),
+        bayesnet=top.free_table("bayesnet"),
     )
 
 

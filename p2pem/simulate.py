@@ -39,7 +39,7 @@ from p2pem.protocols import Centralized, NodeContext, ProtocolSpec
 from p2pem.protocols.base import Topology
 from p2pem.data import check_parts
 from p2pem.streams import protocol_streams as protocol_streams  # re-exported: callers import it from here
-from p2pem.task import drive
+from p2pem.task import Task, drive
 
 Progress = Callable[[int, int], None]
 
@@ -163,7 +163,7 @@ def run_protocol(
     t0 = time.perf_counter()
     if isinstance(protocol, Centralized):
         state = fit_centralized(np.vstack(parts), settings)
-        return _result(protocol, state, state.flat_models(), {}, [], 0, 0, time.perf_counter() - t0, None)
+        return _result(protocol, state, state.flat_models(), Traffic(), time.perf_counter() - t0)
     _check_graph(graph, len(parts))
     protocol.validate(graph)
     topology = protocol.topology(graph)
@@ -190,34 +190,75 @@ def _check_graph(graph: nx.Graph | Topology, n_parts: int) -> None:
     check_connected(graph)
 
 
-def _run_vectorised(parts, topology, protocol, settings, rngs, record, progress, t0) -> RunResult:
-    rounds: dict[int, float] = {}
-    unconverged: list[int] = []
-    counts = [0, 0]  # messages, bytes
-    trace: list[Message] | None = [] if record else None
+@dataclass
+class Traffic:
+    """What the aggregations of one run cost and recorded (any task, any protocol).
+
+    Attributes
+    ----------
+    rounds : dict of int to float
+        Protocol rounds of every aggregation (mean over nodes in a message-level run).
+    unconverged : list of int
+        Aggregations the protocol stopped before it converged.
+    messages, nbytes : int
+        Messages sent and their payload bytes.
+    trace : list of Message or None
+        Every message, when recorded.
+    """
+
+    rounds: dict[int, float] = field(default_factory=dict)
+    unconverged: list[int] = field(default_factory=list)
+    messages: int = 0
+    nbytes: int = 0
+    trace: list[Message] | None = None
+
+
+def drive_vectorised(
+    task: Task, protocol: ProtocolSpec, topology: Topology, rngs: list[np.random.Generator], *, record: bool = False, after=None
+) -> Traffic:
+    """Drive a batch ``task`` (one row per node) through the protocol's batch path (:func:`p2pem.task.drive`).
+
+    ``after(iteration, values, averages)`` is called after every aggregation.
+    """
+    traffic = Traffic(trace=[] if record else None)
 
     def aggregate(it: int, values: FloatArray) -> FloatArray:
         out = protocol.aggregate(values, topology, rngs, it, record=record)
-        rounds[it] = out.rounds
-        counts[0] += out.messages
-        counts[1] += out.nbytes
+        traffic.rounds[it] = out.rounds
+        traffic.messages += out.messages
+        traffic.nbytes += out.nbytes
         if not out.converged:
-            unconverged.append(it)
-        if trace is not None and out.trace is not None:
-            trace.extend(out.trace)
+            traffic.unconverged.append(it)
+        if traffic.trace is not None and out.trace is not None:
+            traffic.trace.extend(out.trace)
         return out.results
 
-    def report(it: int, values: FloatArray, averages: FloatArray) -> None:
-        if progress is not None and it > 0:
-            progress(it, settings.max_iter)
-
-    state = drive(EMState(parts, settings, len(parts)), aggregate, after=report)
-    return _result(protocol, state, state.flat_models(), rounds, unconverged, counts[0], counts[1], time.perf_counter() - t0, trace)
+    drive(task, aggregate, after=after)
+    return traffic
 
 
-def _run_messages(parts, topology, protocol, settings, rngs, record, progress, t0) -> RunResult:
-    n = len(parts)
-    nodes = [Node.for_em(NodeContext(i, topology, rngs[i]), X, settings, protocol) for i, X in enumerate(parts)]
+def drive_messages(
+    tasks: Sequence[Task],
+    protocol: ProtocolSpec,
+    topology: Topology,
+    rngs: list[np.random.Generator],
+    *,
+    record: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[Node], Traffic]:
+    """Run one :class:`~p2pem.node.Node` per task (node i holds ``tasks[i]``) over an in-memory FIFO.
+
+    Asynchronous protocols wake a node drawn from ``rngs[n]`` whenever no message is in flight.
+    ``progress(iteration)`` is called when node 0 has finished another aggregation.
+
+    Returns
+    -------
+    nodes : list of Node
+        Every node, finished.
+    traffic : Traffic
+    """
+    n = len(tasks)
+    nodes = [Node(NodeContext(i, topology, rngs[i]), task, protocol) for i, task in enumerate(tasks)]
     server = Server(protocol, topology) if protocol.server_aggregation(topology, 0) is not None else None
     schedule = rngs[n]
     queue: deque[tuple[int, Message]] = deque()
@@ -248,20 +289,41 @@ def _run_messages(parts, topology, protocol, settings, rngs, record, progress, t
         post(nodes[int(schedule.integers(n))].wake())
         if progress is not None and nodes[0].iteration - 1 > last_reported:
             last_reported = nodes[0].iteration - 1
-            progress(last_reported, settings.max_iter)
-    rounds = {it: float(np.mean([node.rounds[it] for node in nodes])) for it in nodes[0].rounds}
-    unconverged = sorted(set().union(*(node.unconverged for node in nodes)))
-    messages = sum(node.sent_messages for node in nodes) + (server.sent_messages if server else 0)
-    nbytes = sum(node.sent_bytes for node in nodes) + (server.sent_bytes if server else 0)
+            progress(last_reported)
+    traffic = Traffic(
+        rounds={it: float(np.mean([node.rounds[it] for node in nodes])) for it in nodes[0].rounds},
+        unconverged=sorted(set().union(*(node.unconverged for node in nodes))),
+        messages=sum(node.sent_messages for node in nodes) + (server.sent_messages if server else 0),
+        nbytes=sum(node.sent_bytes for node in nodes) + (server.sent_bytes if server else 0),
+        trace=trace,
+    )
+    return nodes, traffic
+
+
+def _run_vectorised(parts, topology, protocol, settings, rngs, record, progress, t0) -> RunResult:
+    def report(it: int, values: FloatArray, averages: FloatArray) -> None:
+        if progress is not None and it > 0:
+            progress(it, settings.max_iter)
+
+    state = EMState(parts, settings, len(parts))
+    traffic = drive_vectorised(state, protocol, topology, rngs, record=record, after=report)
+    return _result(protocol, state, state.flat_models(), traffic, time.perf_counter() - t0)
+
+
+def _run_messages(parts, topology, protocol, settings, rngs, record, progress, t0) -> RunResult:
+    tasks = [EMState([X], settings, len(parts)) for X in parts]
+    report = None if progress is None else (lambda it: progress(it, settings.max_iter))
+    nodes, traffic = drive_messages(tasks, protocol, topology, rngs, record=record, progress=report)
     states = [node.em for node in nodes]
     if any(s.n_iter != states[0].n_iter for s in states):
         raise ProtocolError("nodes ended after different numbers of EM iterations (internal error)")
     flat = np.concatenate([s.flat_models() for s in states])
-    return _result(protocol, states[0], flat, rounds, unconverged, messages, nbytes, time.perf_counter() - t0, trace)
+    return _result(protocol, states[0], flat, traffic, time.perf_counter() - t0)
 
 
-def _result(protocol, state: EMState, flat: FloatArray, rounds, unconverged, messages, nbytes, wall, trace) -> RunResult:
+def _result(protocol, state: EMState, flat: FloatArray, traffic: Traffic, wall: float) -> RunResult:
     """The run's summary from node 0's state and every node's flattened model ``flat``."""
+    rounds = traffic.rounds
     its = sorted(k for k in rounds if k > 0)
     return RunResult(
         protocol=getattr(protocol, "label", protocol.name),
@@ -273,11 +335,11 @@ def _result(protocol, state: EMState, flat: FloatArray, rounds, unconverged, mes
         converged=state.converged,
         consensus_iterations=[rounds[k] for k in its],
         init_consensus_iterations=rounds.get(0),
-        messages=messages,
-        bytes=nbytes,
+        messages=traffic.messages,
+        bytes=traffic.nbytes,
         wall_s=wall,
         node_spread=relative_error(flat, flat[0]),
-        unconverged_iterations=list(unconverged),
-        trace=trace,
+        unconverged_iterations=list(traffic.unconverged),
+        trace=traffic.trace,
         released_rows=float(state.released_rows[0]),
     )

@@ -20,6 +20,9 @@ trade-off key ``(k, ...)``          ``child(scenario stream "montecarlo", k, ...
                                     (:func:`montecarlo_child`)
 synthetic release r                 ``child(scenario stream "synth", 0, r)``; the report's
                                     row samples ``child(.., 1)`` (:func:`synth_child`)
+Bayesian-network release            ``child(scenario stream "bayesnet", 0)`` the seed every
+                                    node shares, ``(1, i)`` node i's private seed (noise
+                                    shares, commit-and-reveal) (:func:`bayesnet_child`)
 ==================================  ==================================================
 
 This module is a leaf: it imports NumPy and :mod:`p2pem.errors` only.
@@ -34,6 +37,7 @@ from p2pem.errors import ConfigError
 __all__ = [
     "STREAMS",
     "as_seed_sequence",
+    "bayesnet_child",
     "child",
     "init_seed",
     "montecarlo_child",
@@ -46,7 +50,7 @@ __all__ = [
 
 #: Names of the random streams derived from a scenario's seed, in spawn order.  Append new
 #: streams at the end: a stream's identity is its position.
-STREAMS = ("data", "graph", "init", "protocol", "montecarlo", "synth")
+STREAMS = ("data", "graph", "init", "protocol", "montecarlo", "synth", "bayesnet")
 
 Seed = int | np.random.SeedSequence
 
@@ -77,7 +81,7 @@ def scenario_streams(seed: int) -> dict[str, np.random.SeedSequence]:
     -------
     dict of str to numpy.random.SeedSequence
         Keys ``"data"``, ``"graph"``, ``"init"``, ``"protocol"``, ``"montecarlo"``,
-        ``"synth"`` (:data:`STREAMS`).  Make a generator with
+        ``"synth"``, ``"bayesnet"`` (:data:`STREAMS`).  Make a generator with
         ``numpy.random.default_rng(streams["data"])``; split a stream further with
         :func:`child`.
 
@@ -89,7 +93,7 @@ def scenario_streams(seed: int) -> dict[str, np.random.SeedSequence]:
     Notes
     -----
     Stream ``i`` of :data:`STREAMS` is ``SeedSequence(seed, spawn_key=(i,))``,
-    which is exactly ``SeedSequence(seed).spawn(6)[i]``.  Building it from the
+    which is exactly ``SeedSequence(seed).spawn(len(STREAMS))[i]``.  Building it from the
     spawn key keeps it stable: it depends only on ``seed`` and the stream's
     position, not on how many streams were spawned before.
     """
@@ -148,3 +152,10 @@ def synth_child(seed: int, *key: int) -> np.random.SeedSequence:
     """``child(scenario_streams(seed)["synth"], *key)``: ``(0, r)`` draws synthetic release r,
     ``(1,)`` the synthetic-data report's row samples (see :mod:`p2pem.synth`)."""
     return child(scenario_streams(seed)["synth"], *key)
+
+
+def bayesnet_child(seed: int, *key: int) -> np.random.SeedSequence:
+    """``child(scenario_streams(seed)["bayesnet"], *key)``: ``(0,)`` the seed every node of a
+    simulated Bayesian-network release shares, ``(1, i)`` node i's private seed (see
+    :mod:`p2pem.bayesnet.task`)."""
+    return child(scenario_streams(seed)["bayesnet"], *key)

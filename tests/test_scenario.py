@@ -231,7 +231,7 @@ def test_protocol_parameters_and_free_tables(tmp_path: Path) -> None:
     ("old", "new", "expected"),
     [
         ("max_iter = 20", "max_iters = 20", "unknown key 'em.max_iters' (known: n_components, max_iter, tol, reg_covar, family, init)"),
-        ("seed = 7", "seed = 7\nsed = 1", "unknown key 'sed' (known: name, seed, data, graph, em, protocols, leakage, deploy, tradeoff, synth)"),
+        ("seed = 7", "seed = 7\nsed = 1", "unknown key 'sed' (known: name, seed, data, graph, em, protocols, leakage, deploy, tradeoff, synth, bayesnet)"),
         ('split = "even"', 'split = "even"\nshuffle = true', "unknown key 'data.shuffle' (known: "),
         ("n_nodes = 10", 'n_nodes = "80"', "'graph.n_nodes' must be an integer, got '80' (a string)"),
         ("n_nodes = 10", "n_nodes = true", "'graph.n_nodes' must be an integer, got true (a boolean)"),
@@ -345,7 +345,7 @@ def test_unknown_protocol_parameter_is_rejected(tmp_path: Path) -> None:
 
 def test_seed_streams_are_stable_and_independent() -> None:
     streams = seed_streams(1)
-    assert tuple(streams) == STREAMS == ("data", "graph", "init", "protocol", "montecarlo", "synth")
+    assert tuple(streams) == STREAMS == ("data", "graph", "init", "protocol", "montecarlo", "synth", "bayesnet")
     draws = {name: np.random.default_rng(seq).random(4) for name, seq in streams.items()}
     # independent: distinct children of one SeedSequence, whose long draws are uncorrelated
     # (|r| within 4 standard errors of zero for 20 000 pairs: 4 / sqrt(20 000) = 0.028)

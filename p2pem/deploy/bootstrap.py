@@ -53,7 +53,8 @@ from p2pem.errors import ConfigError, DataError, TransportError
 from p2pem.messages import Message
 from p2pem.messages import SERVER
 from p2pem.node import Node, Server
-from p2pem.protocols import NodeContext
+from p2pem.protocols import NodeContext, ProtocolSpec
+from p2pem.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def _common(config: NodeConfig, launch: bytes, roster: Roster):
     return spec, settings, identity, codec
 
 
-def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b"") -> NodeSetup:
+def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b"", task: Task | None = None) -> NodeSetup:
     """Load the roster, the key file and the data of ``config`` and build the node's parts.
 
     A protocol that binds to the run (the private ones: clipping to the public box, the noise
@@ -118,6 +119,10 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
         configured broker.
     launch : bytes
         Nonce of this launch, bound into every envelope.
+    task : Task, optional
+        What the node computes instead of the roster's EM on its data file: a task the
+        roster does not describe (e.g. a Bayesian-network release, :mod:`p2pem.bayesnet`),
+        built by the caller from this node's rows; the data file is not read then.
 
     Raises
     ------
@@ -131,6 +136,15 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
         raise ConfigError(f"{config.path}: node_id {i} is not a node of the roster ({roster.n_nodes} nodes: 0..{roster.n_nodes - 1}) with a data file")
     spec, settings, identity, codec = _common(config, launch, roster)
     topology = roster.topology()
+    if link is None:
+        link = mqtt_link(config, roster)
+    if task is not None:
+        if type(spec).bind is not ProtocolSpec.bind:  # a private protocol binds to an EM run
+            raise ConfigError(f"{config.path}: protocol {spec.name!r} binds to an EM run; a task of its own needs an aggregation protocol")
+        node = Node(NodeContext(i, topology, config.protocol_rng()), task, spec)
+        node.validate = True
+        rows = int(sum(len(part) for part in getattr(task, "parts", ())))
+        return NodeSetup(config, roster, identity, codec, node, spec, link, rows)
     X = load_node_data(config.data, config.columns)
     n_features = roster.n_features
     if n_features is None and settings.init is not None:
@@ -144,8 +158,6 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
     spec, settings, parts = spec.bind(settings, [X] + [X[:0]] * (roster.n_nodes - 1), seed=0)
     node = Node.for_em(NodeContext(i, topology, config.protocol_rng()), parts[0], settings, spec)
     node.validate = True
-    if link is None:
-        link = mqtt_link(config, roster)
     return NodeSetup(config, roster, identity, codec, node, spec, link, int(X.shape[0]))
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from p2pem.deploy.config import NodeConfig
 from p2pem.deploy.failures import NodeFailure
+from p2pem.em import EMState
 from p2pem.errors import ConfigError, P2pemError
 from p2pem.files import write_json
 
@@ -60,8 +61,8 @@ def node_report(
     counters, rejected : mapping
         The runtime's counts (:data:`WIRE_COUNTERS`) and refusals by reason.
     """
-    em = node.em
-    params, loglik = node_model(em) if node.done and status == "finished" else (None, [])
+    em = node.task if isinstance(node.task, EMState) else None  # another task reports no model here
+    params, loglik = node_model(em) if em is not None and node.done and status == "finished" else (None, [])
     out: dict[str, Any] = {
         "node_id": config.node_id,
         "run_id": run_id,
@@ -76,8 +77,8 @@ def node_report(
         "iteration": node.iteration,
         "round": protocol_round,
         "n_rows": n_rows,
-        "n_iter": em.n_iter,
-        "converged": bool(em.converged),
+        "n_iter": em.n_iter if em is not None else node.iteration,
+        "converged": bool(em.converged) if em is not None else bool(node.done),
         "loglik": loglik,
         "rounds": {str(k): float(v) for k, v in node.rounds.items()},
         "unconverged_iterations": list(node.unconverged),
@@ -91,8 +92,10 @@ def node_report(
         # what a node process should never need to load (each costs start-up CPU on every node)
         "heavy_modules": sorted(m for m in ("scipy", "networkx") if m in sys.modules),
     }
-    if params is not None:
+    if params is not None and em is not None:
         out.update(em.family.to_dict(params))
+    elif em is None and node.done and status == "finished":
+        out["summary"] = [float(v) for v in node.task.summary()]  # what the nodes agreed on
     return out
 
 

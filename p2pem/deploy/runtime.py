@@ -53,6 +53,7 @@ from p2pem.messages import SERVER, Message
 from p2pem.node import OutOfRound
 from p2pem.protocols import NodeContext
 from p2pem.protocols.base import ProtocolViolation, StopContradicted
+from p2pem.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class NodeRuntime(Peer):
     clock : callable, optional
         Monotonic seconds for every timeout; default the running event loop's clock (see
         :mod:`p2pem.deploy.clock`).
+    task : Task, optional
+        Run this task instead of the roster's EM (see :func:`~p2pem.deploy.bootstrap.load_node`).
 
     Raises
     ------
@@ -100,8 +103,9 @@ class NodeRuntime(Peer):
         link: Link | None = None,
         launch: bytes = b"",
         clock: Clock | None = None,
+        task: Task | None = None,
     ) -> None:
-        setup = load_node(config, link=link, launch=launch)
+        setup = load_node(config, link=link, launch=launch, task=task)
         roster, node, spec = setup.roster, setup.node, setup.spec
         i = config.node_id
         task = node.task

@@ -24,6 +24,15 @@ This is the composition across EM iterations of Park et al. (AISTATS 2017, Sec. 
 zCDP and moments accounting) with the per-parameter splits of Wu et al. (DPGMM).
 :func:`spent` reports the epsilon of a calibrated plan under every accountant at the run's
 delta, so the looseness of basic composition is visible next to the tight ones.
+
+Besides the two noise mechanisms, :func:`spent` and :func:`spent_composed` account for the
+exponential mechanism of a private selection (mechanism ``"exponential"``,
+:func:`p2pem.dp.mechanisms.exponential_mechanism`): its "scale" is the Gumbel scale
+``2 Delta u / epsilon_r`` of its report-noisy-max form, so one selection is
+``2 Delta u / scale``-DP (pure; ``Block.l1`` holds Delta u).  Under zCDP it is
+``epsilon_r^2 / 8``-zCDP, the bounded-range bound of Cesar & Rogers (ALT 2021, Lemma 3.2),
+tighter than the ``epsilon_r^2 / 2`` of a generic pure-DP mechanism; the RDP accountant
+receives that as a zCDP event.
 """
 
 from __future__ import annotations
@@ -151,6 +160,8 @@ def _events(mechanism: str, rel: Sequence[Release], scales: Sequence[float]):
     for r, s in zip(rel, scales, strict=True):
         if mechanism == "gaussian":
             event = dpa.GaussianDpEvent(s / r.block.l2)
+        elif mechanism == "exponential":
+            event = dpa.ZCDpEvent(_pure_epsilon(mechanism, r, s) ** 2 / 8.0)
         else:
             event = dpa.LaplaceDpEvent(s / r.block.l1)
         out.append(dpa.SelfComposedDpEvent(event, r.count) if r.count > 1 else event)
@@ -235,21 +246,71 @@ def _spent(mechanism: str, accountant: str, delta: float, rel: tuple[Release, ..
     if any(s == 0 for s in scales) or (delta == 0 and accountant != "basic"):
         return math.inf
     if accountant == "basic":
-        if mechanism == "laplace":
-            return sum(r.count * r.block.l1 / s for r, s in zip(rel, scales, strict=True))
+        if mechanism != "gaussian":
+            return sum(r.count * _pure_epsilon(mechanism, r, s) for r, s in zip(rel, scales, strict=True))
         import dp_accounting as dpa
 
         return sum(r.count * dpa.get_epsilon_gaussian(s / r.block.l2, r.share * delta) for r, s in zip(rel, scales, strict=True))
     if accountant == "zcdp":
-        if mechanism == "gaussian":
-            rho = sum(r.count * r.block.l2**2 / (2 * s * s) for r, s in zip(rel, scales, strict=True))
-        else:
-            rho = sum(r.count * (r.block.l1 / s) ** 2 / 2 for r, s in zip(rel, scales, strict=True))
-        return _epsilon_for(rho, delta)
+        return _epsilon_for(_rho(mechanism, rel, scales), delta)
     if accountant == "rdp":
         from dp_accounting import rdp
 
         acc = rdp.RdpAccountant()
         acc.compose(_events(mechanism, rel, scales))
+        return float(acc.get_epsilon(delta))
+    raise ConfigError(f"accountant must be one of {list(ACCOUNTANTS)}, got {accountant!r}")
+
+
+def _pure_epsilon(mechanism: str, r: Release, scale: float) -> float:
+    """Pure epsilon of one Laplace release (L1 / b) or one exponential-mechanism selection (2 Delta u / scale)."""
+    return (2.0 if mechanism == "exponential" else 1.0) * r.block.l1 / scale
+
+
+def _rho(mechanism: str, rel: Sequence[Release], scales: Sequence[float]) -> float:
+    """zCDP rho of releases: Gaussian L2^2 / (2 sigma^2), Laplace eps^2 / 2, exponential eps^2 / 8."""
+    if mechanism == "gaussian":
+        return sum(r.count * r.block.l2**2 / (2 * s * s) for r, s in zip(rel, scales, strict=True))
+    divisor = 8.0 if mechanism == "exponential" else 2.0
+    return sum(r.count * _pure_epsilon(mechanism, r, s) ** 2 / divisor for r, s in zip(rel, scales, strict=True))
+
+
+def spent_composed(
+    groups: Sequence[tuple[str, Sequence[Release], Sequence[float]]], accountant: str, delta: float
+) -> float:
+    """The epsilon at ``delta`` of releases of several mechanisms together, under ``accountant``.
+
+    Parameters
+    ----------
+    groups : sequence of (mechanism, releases, scales)
+        Each as for :func:`spent`; mechanism ``"gaussian"``, ``"laplace"`` or
+        ``"exponential"``.
+    accountant : {"basic", "zcdp", "rdp"}
+        ``basic`` adds the groups' epsilons (their deltas too, so a run without a Gaussian
+        group is pure epsilon-DP at ``delta = 0``); ``zcdp`` adds their rho; ``rdp`` composes
+        all events in one accountant.
+
+    Returns
+    -------
+    float
+        ``inf`` when some release has no noise; 0 for no releases.
+    """
+    groups = [(m, tuple(rel), tuple(sc)) for m, rel, sc in groups if rel]
+    if not groups:
+        return 0.0
+    if any(s == 0 for _, _, scales in groups for s in scales):
+        return math.inf
+    if accountant == "basic":
+        return sum(_spent(m, "basic", delta, rel, sc) for m, rel, sc in groups)
+    if delta == 0:
+        return math.inf
+    if accountant == "zcdp":
+        return _epsilon_for(sum(_rho(m, rel, sc) for m, rel, sc in groups), delta)
+    if accountant == "rdp":
+        import dp_accounting as dpa
+        from dp_accounting import rdp
+
+        acc = rdp.RdpAccountant()
+        acc.compose(dpa.ComposedDpEvent([_events(m, rel, sc) for m, rel, sc in groups]))
         return float(acc.get_epsilon(delta))
     raise ConfigError(f"accountant must be one of {list(ACCOUNTANTS)}, got {accountant!r}")

@@ -180,3 +180,50 @@ def noise_share(rng: np.random.Generator, scale: FloatArray, mechanism: str, n_s
 def noise_std(scale: FloatArray, mechanism: str) -> FloatArray:
     """Standard deviation of :func:`noise` (Laplace(b) has variance 2 b^2)."""
     return scale if mechanism == "gaussian" else math.sqrt(2.0) * scale
+
+
+def exponential_probabilities(utilities: FloatArray, epsilon: float, sensitivity: float) -> FloatArray:
+    """Selection probabilities of :func:`exponential_mechanism`: ``exp(eps u / (2 Delta u))``, normalised.
+
+    ``epsilon = inf`` puts all mass on the first candidate of largest utility (no privacy).
+    """
+    u = np.asarray(utilities, dtype=np.float64)
+    if u.ndim != 1 or u.size == 0 or not np.all(np.isfinite(u)):
+        raise ValueError(f"the exponential mechanism needs a non-empty vector of finite utilities, got shape {u.shape}")
+    if math.isinf(epsilon):
+        out = np.zeros(u.size)
+        out[int(np.argmax(u))] = 1.0
+        return out
+    if not (epsilon > 0 and sensitivity > 0):
+        raise ValueError(f"the exponential mechanism needs epsilon > 0 and sensitivity > 0, got {epsilon!r}, {sensitivity!r}")
+    logits = (epsilon / (2.0 * sensitivity)) * u
+    weights = np.exp(logits - logits.max())
+    return weights / weights.sum()
+
+
+def exponential_mechanism(utilities: FloatArray, epsilon: float, sensitivity: float, rng: np.random.Generator) -> int:
+    """Index of one candidate drawn with probability proportional to ``exp(eps u / (2 Delta u))``.
+
+    The exponential mechanism of McSherry & Talwar (FOCS 2007): epsilon-DP (pure) when every
+    utility changes by at most ``sensitivity`` between neighbouring data sets.  It is the
+    report-noisy-max of the utilities with Gumbel noise of scale ``2 Delta u / epsilon``, the
+    scale :mod:`p2pem.dp.accounting` records for it (mechanism ``"exponential"``).
+
+    One uniform draw picks the index by inverse CDF, so nodes that hold the same utilities
+    and the same shared generator pick the same candidate.
+
+    Parameters
+    ----------
+    utilities : (m,) array
+        The score of every candidate.
+    epsilon : float
+        The budget of this one selection; ``inf`` picks the first best candidate.
+    sensitivity : float
+        Delta u: the largest change of any candidate's utility between neighbours.
+    rng : numpy.random.Generator
+        The only source of randomness (always advanced by one draw).
+    """
+    p = exponential_probabilities(utilities, epsilon, sensitivity)
+    draw = rng.random()
+    index = int(np.searchsorted(np.cumsum(p), draw * p.sum(), side="right"))
+    return min(index, p.size - 1)

@@ -16,7 +16,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "synth",
         help="fit the scenario's synthesizer with its protocol and release synthetic rows with a utility and risk report",
         description="Fit the synthesizer of a scenario whose data has a public schema ([synth] model, default the mixed-type "
-        "mixture) to its training rows spread over the nodes, with one of its protocols ([synth] protocol, default the first; "
+        "mixture 'mixture'; 'privbayes' or 'hmprivbayes' for a differentially private Bayesian network with its [bayesnet] "
+        "settings) to its training rows spread over the nodes, with one of its protocols ([synth] protocol, default the first; "
         "exact or differentially private), then draw synthetic rows from the fitted model alone.  Writes OUT/synthetic.csv "
         "(header row, the schema's column names, order and types; with --releases R also synthetic-2.csv ... synthetic-R.csv), "
         "OUT/release.json (format p2pem-synth-release: the model, its parameters and provenance: protocol, epsilon spent per "
@@ -59,22 +60,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
             bar.close()
     release = result.release
     privacy = release["privacy"]
-    if "epsilon" in privacy:
-        spent = privacy.get("epsilon_spent") or {}
-        against = spent.get("colluders", spent) if isinstance(spent.get("colluders"), dict) else spent
-
-        def show(table: dict) -> str:
-            return ", ".join(f"{k} {v:.4g}" if v is not None else f"{k} none" for k, v in table.items())
-
-        what = f"epsilon {privacy['epsilon']} (delta {privacy['delta']})"
-        if privacy.get("colluders") is not None:
-            what += f", against {privacy['colluders']} colluding nodes per accountant: {show(against)}"
-        else:
-            what += f", spent per accountant: {show(against)}"
-        if not privacy.get("differentially_private"):
-            what += " -- NOT differentially private: " + privacy.get("note", "see release.json")
-    else:
-        what = "no noise (an exact protocol: the release is as good, and as revealing, as the central non-private fit)"
+    what = privacy_line(privacy)
     title = f"{scenario.name}: {release['model']} fitted with {release['protocol']['name']}"
     files = write_synthesis(args.out, result, title=title)
     family = release.get("family", {}).get("name")
@@ -112,3 +98,38 @@ def cmd_synth(args: argparse.Namespace) -> int:
         "reproducibility_rate": None if report is None or report.get("reproducibility") is None else report["reproducibility"]["rate"],
     }
     return 0
+
+
+def privacy_line(privacy: dict) -> str:
+    """One line saying what a release's privacy block holds (``release.json``'s ``privacy``).
+
+    ``epsilon_spent`` is per accountant, or per adversary and then per accountant (a
+    Bayesian-network release: ``outsider``, ``colluders`` or ``curator``; None where no
+    guarantee holds).
+    """
+    if "epsilon" not in privacy:
+        return "no noise (an exact protocol: the release is as good, and as revealing, as the central non-private fit)"
+
+    def show(table: dict) -> str:
+        return ", ".join(f"{k} {v:.4g}" if v is not None else f"{k} none" for k, v in table.items())
+
+    spent = privacy.get("epsilon_spent") or {}
+    what = f"epsilon {privacy['epsilon']} (delta {privacy['delta']})"
+    if isinstance(spent.get("outsider"), dict):  # per adversary
+        what += f", against an outsider per accountant: {show(spent['outsider'])}"
+        members = spent.get("colluders")
+        if isinstance(members, dict):
+            guaranteed = any(v is not None for v in members.values())
+            what += f"; against {privacy.get('colluders')} colluding members: " + (
+                show(members) if guaranteed else "none (they see what the noise does not cover; release.json 'excluded' says what)")
+        elif "curator" in spent:
+            what += "; none against the curator (it holds every row)"
+    else:
+        against = spent.get("colluders", spent) if isinstance(spent.get("colluders"), dict) else spent
+        if privacy.get("colluders") is not None:
+            what += f", against {privacy['colluders']} colluding nodes per accountant: {show(against)}"
+        else:
+            what += f", spent per accountant: {show(against)}"
+    if not privacy.get("differentially_private"):
+        what += " -- NOT differentially private: " + privacy.get("note", "see release.json")
+    return what

@@ -7,6 +7,7 @@ To add one: a module with its synthesizer (``fit`` a release document from a sce
 from __future__ import annotations
 
 from p2pem.synth.mixture import MixtureSynthesizer
+from p2pem.synth.privbayes import BayesNetSynthesizer
 from p2pem.synth.synthesizer import Synthesizer
 
 __all__ = ["SYNTHESIZERS"]
@@ -14,4 +15,6 @@ __all__ = ["SYNTHESIZERS"]
 #: Synthesizers by the names users type.
 SYNTHESIZERS: dict[str, Synthesizer] = {
     "mixture": MixtureSynthesizer(),
+    "privbayes": BayesNetSynthesizer("privbayes"),
+    "hmprivbayes": BayesNetSynthesizer("hmprivbayes"),
 }

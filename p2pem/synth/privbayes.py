@@ -1,0 +1,420 @@
+"""PrivBayes and HMPrivBayes across parties: fit a release from rows spread over nodes, sample from it.
+
+:func:`fit_bayesnet` runs a :class:`~p2pem.bayesnet.task.BayesNetTask` on a table whose
+rows are spread over the nodes of a graph, with any aggregation protocol and either
+simulator engine:
+
+``centralized``
+    One curator holds every row (the PrivBayes of the papers): the task runs once over all
+    rows, no network.
+``pdmm-sp``, ``secure-sum``, ``federated``
+    Every node counts its own rows; the protocol sums the counts.  ``engine="vectorised"``
+    drives one batch task through the protocol's batch path, ``engine="messages"`` one
+    :class:`~p2pem.node.Node` per node over an in-memory FIFO -- the code a deployment runs.
+    Both agree to the last bit, and every node ends with the same release (the task's
+    summary digests are compared).
+
+:func:`release_document` turns the finished task into a JSON-ready release (the public
+schema, the networks with their conditionals, the ledger of every release and the epsilon
+against each adversary); :func:`sample_release` draws rows from that document alone.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from p2pem.bayesnet import BayesNetSettings, BayesNetTask, Conditional, Network, sample_networks
+from p2pem.bayesnet.privacy import REPORT_DELTA
+from p2pem.builders import build_graph, load_table_parts
+from p2pem.errors import ConfigError, DataError, ProtocolError
+from p2pem.protocols import Centralized, ProtocolSpec
+from p2pem.protocols.base import Topology
+from p2pem.runner import output_header
+from p2pem.scenario import Scenario
+from p2pem.simulate import Traffic, drive_messages, drive_vectorised
+from p2pem.synth.bayesconfig import parse_bayesnet
+from p2pem.synth.synthesizer import RELEASE_FORMAT, Progress
+from p2pem.streams import bayesnet_child, protocol_streams, scenario_streams
+from p2pem.tabular import Continuous, Schema, Table, discretize, domain_sizes, schema_from_dict, schema_to_toml, undiscretize
+from p2pem.task import drive
+
+__all__ = ["AGGREGATIONS", "BayesNetRun", "BayesNetSynthesizer", "check_table", "fit_bayesnet", "release_document", "sample_release"]
+
+#: The protocols that can sum a release's counts (the private EM protocols add noise of their own).
+AGGREGATIONS = ("pdmm-sp", "secure-sum", "federated", "centralized")
+
+
+@dataclass
+class BayesNetRun:
+    """A finished release: node 0's task, what the aggregations cost, how long it took.
+
+    Attributes
+    ----------
+    task : BayesNetTask
+        Node 0's task (every node holds the same release; :attr:`agreed`).
+    traffic : Traffic
+    protocol : str
+        The aggregation protocol's label.
+    n_nodes : int
+    wall_s : float
+    agreed : bool
+        Every node's summary digest equals node 0's.
+    protocol_params : dict
+        The aggregation protocol's parameters (:meth:`ProtocolSpec.params`).
+    """
+
+    task: BayesNetTask
+    traffic: Traffic
+    protocol: str
+    n_nodes: int
+    wall_s: float
+    agreed: bool = True
+    protocol_params: dict[str, Any] = field(default_factory=dict)
+
+
+def check_table(schema: Schema, settings: BayesNetSettings) -> tuple[int, ...]:
+    """The domain sizes of ``schema``'s columns under ``settings``, or a one-line ConfigError.
+
+    Refuses a schema that is not public (its ranges, hence the bins, were read off the data)
+    and an attribute with more values than ``settings.max_categories``.
+    """
+    where = schema.where or "the schema"
+    if not schema.public:
+        raise ConfigError(
+            f"{where} is not public (public = false: its ranges or categories were read off the data, so bins built on them "
+            "leak the rows); declare public ranges and categories and set public = true"
+        )
+    sizes = domain_sizes(schema, settings.n_bins)
+    for column, size in zip(schema.columns, sizes, strict=True):
+        if size > settings.max_categories:
+            what = "bins" if isinstance(column, Continuous) else "categories"
+            raise ConfigError(
+                f"{where}: column {column.name!r} has {size} {what}, more than max_categories = {settings.max_categories} "
+                "(merge categories in the schema or raise max_categories)"
+            )
+    settings.check_attributes(len(sizes))
+    return sizes
+
+
+def fit_bayesnet(
+    parts: Sequence[Table],
+    settings: BayesNetSettings,
+    protocol: ProtocolSpec,
+    *,
+    graph: nx.Graph | Topology | None,
+    seed: int,
+    engine: str = "vectorised",
+    commit_reveal: bool = False,
+) -> BayesNetRun:
+    """Fit a private Bayesian network to rows spread over the graph's nodes.
+
+    Parameters
+    ----------
+    parts : sequence of Table
+        Node i's training rows at index i, under one public schema
+        (:func:`p2pem.builders.split_table`);
+        a ``centralized`` run pools them.
+    settings : BayesNetSettings
+    protocol : ProtocolSpec
+        One of :data:`AGGREGATIONS`.
+    graph : networkx.Graph or Topology or None
+        The nodes and who talks to whom (None only with ``centralized``).
+    seed : int
+        The scenario seed: the shared seed and every node's private seed come from its
+        ``"bayesnet"`` stream, the protocol's randomness from its ``"protocol"`` stream.
+    engine : {"vectorised", "messages"}
+    commit_reveal : bool
+        Generate the shared seed by commit-and-reveal among the nodes (as a deployment
+        does) instead of taking it from the scenario seed.
+
+    Raises
+    ------
+    ConfigError
+        A protocol that cannot sum counts, a non-public schema, too many categories, ``k``
+        too large, ``noise = "shares"`` without a network, a graph of another size.
+    """
+    if not parts:
+        raise DataError("no rows to release")
+    schema = parts[0].schema
+    if any(p.schema != schema for p in parts):
+        raise DataError("the nodes' rows do not share one schema")
+    sizes = check_table(schema, settings)
+    if protocol.name not in AGGREGATIONS:
+        raise ConfigError(
+            f"protocol {protocol.name!r} cannot aggregate a Bayesian-network release (it adds noise of its own); choose one of "
+            f"{', '.join(AGGREGATIONS)} and set noise = 'shares' for per-node noise shares"
+        )
+    if engine not in ("vectorised", "messages"):
+        raise ConfigError(f"engine must be 'vectorised' or 'messages', got {engine!r}")
+    binned = [discretize(p, settings.n_bins) for p in parts]
+    t0 = time.perf_counter()
+    shared = None if commit_reveal else bayesnet_child(seed, 0)
+    if isinstance(protocol, Centralized):
+        if settings.noise == "shares":
+            raise ConfigError("noise = 'shares' needs an aggregation over nodes; with 'centralized' one curator adds the noise")
+        task = BayesNetTask([np.concatenate(binned)], sizes, settings, 1, shared=shared, secrets=[bayesnet_child(seed, 1, 0)])
+        drive(task, lambda it, values: values)
+        return BayesNetRun(task, Traffic(), protocol.name, 1, time.perf_counter() - t0, protocol_params=protocol.params())
+    if graph is None:
+        raise ConfigError(f"protocol {protocol.name!r} needs a graph of nodes")
+    n = graph.n_nodes if isinstance(graph, Topology) else graph.number_of_nodes()
+    if n != len(parts):
+        raise ConfigError(f"the graph has {n} nodes but the rows are spread over {len(parts)}")
+    secrets = [bayesnet_child(seed, 1, i) for i in range(n)]
+    protocol.validate(graph)
+    topology = protocol.topology(graph)
+    rngs = protocol_streams(scenario_streams(seed)["protocol"], n)
+    if engine == "vectorised" and not protocol.asynchronous:
+        task = BayesNetTask(binned, sizes, settings, n, shared=shared, secrets=secrets)
+        traffic = drive_vectorised(task, protocol, topology, rngs)
+        node0, agreed = task, True
+    else:
+        tasks = [BayesNetTask([b], sizes, settings, n, shared=shared, secrets=[s], node_ids=[i]) for i, (b, s) in enumerate(zip(binned, secrets, strict=True))]
+        _, traffic = drive_messages(tasks, protocol, topology, rngs)
+        node0 = tasks[0]
+        digest = node0.summary()
+        agreed = all(np.array_equal(t.summary(), digest) for t in tasks)
+        if not agreed:
+            raise ProtocolError("bayesnet: the nodes ended with different releases")
+    return BayesNetRun(node0, traffic, getattr(protocol, "label", protocol.name), n, time.perf_counter() - t0, agreed, protocol.params())
+
+
+# ------------------------------------------------------------------------------ release
+
+
+def privacy_block(run: BayesNetRun) -> dict[str, Any]:
+    """Epsilon against each adversary, and what it excludes (see :mod:`p2pem.bayesnet.privacy`).
+
+    ``epsilon_spent`` holds, per accountant (``basic``: pure epsilon; ``zcdp``, ``rdp`` at
+    ``report_delta``), the epsilon against an ``outsider`` (who sees only the release) and
+    against ``colluders`` (``colluders`` members pooling their views; None where no
+    guarantee holds), or against the ``curator`` of a central run (None: it holds the rows).
+    """
+    task = run.task
+    s = task.settings
+    outsider = task.ledger.epsilons()
+    central = run.protocol == "centralized"
+    excluded = [
+        "the public schema: column names, types, order, numeric ranges and category lists, and the bins built on them",
+        f"the number of training rows n = {task.n_rows} (neighbouring data sets differ in one row: bounded DP, as in PrivBayes)",
+        "the settings (model, epsilon, beta, theta, k, bins, clustering): public choices, not read off the rows by the release",
+    ]
+    if central:
+        against: dict[str, Any] = {"outsider": outsider, "curator": None}
+        excluded.append("the curator: it holds every row")
+        return _privacy(task, against, None, excluded)
+    t = task.n_nodes // 2 if s.tolerate is None else s.tolerate
+    if s.network is not None and s.noise == "shares":
+        # members see the row count (public) and noisy sums whose noise any n - t shares make
+        against = {"outsider": outsider, "colluders": task.ledger.shared_noise_epsilons(task.n_nodes - t, task.n_nodes - t)}
+        excluded.append(
+            f"more than {t} colluding members: subtracting their noise shares from the sums they see, they face less than the "
+            "calibrated noise (no guarantee)"
+        )
+    else:
+        against = {"outsider": outsider, "colluders": dict.fromkeys(outsider)}
+        seen = ("every count table the structure search aggregates, which include every table the conditionals are built from"
+                if s.network is None else "the conditionals' count tables (noise = 'central' adds the noise after the sum)")
+        excluded.append(
+            "the members of the aggregation (and whoever reads its output: the server of federated, eavesdroppers on pdmm-sp's "
+            f"primal broadcasts and secure-sum's last lap): they see the exact network sums of {seen}, and the shared seed; "
+            "epsilon holds against those who see only the release"
+        )
+        if s.noise == "shares":
+            excluded.append(
+                f"noise shares tolerating {t} colluders protect the released conditionals' noise, but the structure search "
+                "already showed the members the exact tables, so no epsilon is claimed against members (give a public network "
+                "for that)"
+            )
+    if run.protocol.startswith("pdmm-sp"):
+        excluded.append("pdmm-sp's round and message counts and the run's timing (data-dependent side channels)")
+    return _privacy(task, against, t, excluded)
+
+
+def _privacy(task: BayesNetTask, against: dict[str, Any], colluders: int | None, excluded: list[str]) -> dict[str, Any]:
+    s = task.settings
+    outsider = against["outsider"]
+    return {
+        "differentially_private": outsider["basic"] is not None,
+        "neighbours": "replace one row (n public)",
+        "accountant": "basic",
+        "mechanism": "exponential (structure), laplace (counts)",
+        "epsilon": None if math.isinf(s.epsilon) else s.epsilon,
+        "delta": 0.0,
+        "report_delta": REPORT_DELTA,
+        "colluders": colluders,
+        "epsilon_spent": against,
+        "ledger": task.ledger.to_list(),
+        "excluded": excluded,
+    }
+
+
+def release_document(run: BayesNetRun, schema: Schema, *, scenario: Scenario | None = None, seed: int | None = None) -> dict[str, Any]:
+    """The release as a JSON-ready document: everything a sampler needs, and its provenance.
+
+    It starts with the fields every synthetic-data release shares (``format``, ``version``,
+    the ``scenario`` it came from, ``model``, ``schema``, ``training_rows``, ``n_nodes``,
+    ``protocol``, ``privacy``, ``public``), then the networks with their conditionals.
+
+    Parameters
+    ----------
+    run : BayesNetRun
+    schema : Schema
+        The public schema of the rows (written in full: the sampler reads it back).
+    scenario : Scenario, optional
+        The scenario the release comes from (name, file and seed recorded).
+    seed : int, optional
+        The seed to record without a scenario.
+    """
+    task = run.task
+    names = schema.names
+    s = task.settings
+    networks = []
+    for net in task.networks:
+        networks.append(
+            {
+                "attributes": [names[a] for a in net.attributes],
+                "conditionals": [
+                    {"child": names[c.child], "parents": [names[p] for p in c.parents], "probabilities": c.probabilities.tolist()}
+                    for c in net.conditionals
+                ],
+            }
+        )
+    header = output_header(RELEASE_FORMAT, scenario)
+    if scenario is None:
+        header["seed"] = seed
+    public = [
+        "the schema: column names, types, order, numeric ranges and category lists"
+        + ("" if schema.public else " -- NOT PUBLIC: the schema says it was read off the data"),
+        f"the bins: {s.n_bins} equal-width bins over each numeric column's public range",
+        f"the graph of {run.n_nodes} nodes and every node's row count" if run.n_nodes > 1 else "the number of training rows",
+        "the settings (model, epsilon, beta, theta, k, score, bins, noise, clustering)",
+    ]
+    if s.network is not None:
+        public.append("the network: given in the settings, not learned from the rows")
+    return {
+        **header,
+        "model": s.model,
+        "schema": tomllib.loads(schema_to_toml(schema)),
+        "training_rows": task.n_rows,
+        "n_nodes": run.n_nodes,
+        "protocol": {"name": run.protocol, "params": dict(run.protocol_params)},
+        "privacy": privacy_block(run),
+        "public": public,
+        "n_bins": s.n_bins,
+        "settings": s.to_dict(),
+        "clusters": [[names[a] for a in c] for c in task.clusters],
+        "networks": networks,
+        "selections": [
+            {"network": x.network, "step": x.step, "child": names[x.chosen.child], "parents": [names[p] for p in x.chosen.parents],
+             "candidates": x.n_candidates, "score": x.utility, "epsilon": x.epsilon}
+            for x in task.selections
+        ],
+        "aggregations": {"count": task.iteration, "rounds": list(run.traffic.rounds.values()), "messages": run.traffic.messages,
+                         "bytes": run.traffic.nbytes},
+        "wall_s": run.wall_s,
+    }
+
+
+def _release_networks(release: Mapping[str, Any], schema: Schema, n_bins: int) -> list[Network]:
+    index = {name: j for j, name in enumerate(schema.names)}
+    sizes = domain_sizes(schema, n_bins)
+    out = []
+    try:
+        for net in release["networks"]:
+            conds = tuple(
+                Conditional(index[c["child"]], tuple(index[p] for p in c["parents"]), np.asarray(c["probabilities"], dtype=np.float64))
+                for c in net["conditionals"]
+            )
+            out.append(Network(tuple(sizes), conds))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"bayesnet release: missing or malformed network ({type(exc).__name__}: {exc})") from None
+    return out
+
+
+def sample_release(release: Mapping[str, Any], n_rows: int, rng: np.random.Generator) -> Table:
+    """``n_rows`` rows drawn from a release document alone (:func:`release_document`).
+
+    Ancestral sampling of every network on the public bins, then values drawn within the
+    bins (:func:`p2pem.tabular.undiscretize`): post-processing of the release.
+
+    Raises
+    ------
+    DataError
+        Not a Bayesian-network release of a known version, or a malformed one.
+    """
+    if (release.get("format"), release.get("version")) != RELEASE_FORMAT or release.get("model") not in ("privbayes", "hmprivbayes"):
+        raise DataError(f"not a Bayesian-network release ({release.get('format')!r} version {release.get('version')!r}, model {release.get('model')!r})")
+    if isinstance(n_rows, bool) or not isinstance(n_rows, (int, np.integer)) or n_rows < 1:
+        raise ConfigError(f"the number of rows must be a positive integer, got {n_rows!r}")
+    schema = schema_from_dict(release["schema"], where="release", prefix="schema")
+    n_bins = int(release["n_bins"])
+    binned = sample_networks(_release_networks(release, schema, n_bins), int(n_rows), rng)
+    return undiscretize(schema, binned, n_bins=n_bins, rng=rng)
+
+
+# ------------------------------------------------------------------------------ synthesizer
+
+
+@dataclass(frozen=True)
+class BayesNetSynthesizer:
+    """``privbayes`` and ``hmprivbayes``: a private Bayesian network fitted across the scenario's nodes.
+
+    The synthesizer interface of :mod:`p2pem.synth.synthesizer` over :func:`fit_bayesnet`:
+    the scenario's ``[data] schema`` gives the public columns, its ``[bayesnet]`` table the
+    settings (:mod:`p2pem.synth.bayesconfig`; ``n_bins`` defaults to ``[data] n_bins``), its
+    graph and ``"data"`` stream spread the training rows over the nodes exactly as the
+    mixture synthesizer's, and the protocol (``[synth] protocol``) sums the counts: one of
+    :data:`AGGREGATIONS` (per-node noise shares are ``[bayesnet] noise = "shares"``).  A
+    release takes seconds, so ``progress`` is not called.
+    """
+
+    name: str = "privbayes"
+
+    def fit(self, scenario: Scenario, protocol: ProtocolSpec, *, progress: Progress | None = None) -> dict[str, Any]:
+        """Fit the scenario's Bayesian network with ``protocol``; the release document (:func:`release_document`).
+
+        Raises
+        ------
+        ConfigError
+            No ``[data] schema``, a bad ``[bayesnet]`` table, a protocol that cannot sum
+            counts, a schema that is not public, too many categories.
+        """
+        schema = scenario.data.schema
+        if schema is None:
+            raise ConfigError(f"{scenario.path}: the {self.name} synthesizer needs a [data] schema (a table of named, typed columns)")
+        where = str(scenario.path)
+        table = dict(scenario.bayesnet)
+        table.setdefault("n_bins", scenario.data.n_bins)
+        settings = parse_bayesnet(table, schema, self.name, where=where)
+        try:
+            check_table(schema, settings)  # before the rows are read
+            parts, _ = load_table_parts(scenario)
+            graph = None if isinstance(protocol, Centralized) else build_graph(scenario)
+            run = fit_bayesnet(parts, settings, protocol, graph=graph, seed=scenario.seed)
+        except ConfigError as exc:
+            message = str(exc)
+            if message.startswith("bayesnet: "):  # a setting the task refused
+                message = "[bayesnet] " + message.removeprefix("bayesnet: ")
+            raise ConfigError(message if message.startswith(where) else f"{where}: {message}") from None
+        return release_document(run, schema, scenario=scenario)
+
+    def sample(self, release: Mapping[str, Any], n_rows: int, rng: np.random.Generator) -> Table:
+        """``n_rows`` rows drawn from the release alone (:func:`sample_release`).
+
+        Raises
+        ------
+        DataError
+            The document is not a release of this model.
+        """
+        if release.get("model") != self.name:
+            raise DataError(f"not a {self.name!r} release (model {release.get('model')!r})")
+        return sample_release(release, n_rows, rng)

@@ -244,6 +244,7 @@ def prepare_kit(
     on_dropout: str | None = None,
     tls: bool = False,
     sites: int = 1,
+    force: bool = False,
 ) -> Kit:
     """Write everything the node processes and the broker need into ``out``.
 
@@ -276,6 +277,9 @@ def prepare_kit(
     sites : {1, 2}
         Two sites: a second broker (``broker-site2/``, on the next free port) bridged to the
         first; every odd node connects to it.
+    force : bool, default False
+        Write into a folder that is not empty (``p2pem deploy --force``): the kit's files
+        replace those of the same names (an earlier kit's keys included).
 
     Returns
     -------
@@ -288,11 +292,11 @@ def prepare_kit(
     """
     from p2pem.deploy.broker import free_port, username_for
     from p2pem.deploy.crypto import Identity, write_tls_files
-    from p2pem.builders import build_graph, em_settings, load_data
+    from p2pem.builders import build_graph, em_settings, load_data, validate_protocol
 
     root = Path(out)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise ConfigError(f"{root}: exists and is not an empty folder; choose a new output folder")
+    if root.exists() and (not root.is_dir() or (not force and any(root.iterdir()))):
+        raise ConfigError(f"{root}: exists and is not an empty folder; choose a new output folder or pass --force")
     if not root.resolve().parent.exists():
         raise ConfigError(f"{root}: parent folder {root.resolve().parent} does not exist")
     scenario_timeouts, scenario_spread, _ = deploy_settings(scenario)
@@ -301,7 +305,7 @@ def prepare_kit(
     spec = pick_protocol(scenario, protocol)
     parts = load_data(scenario)
     graph = build_graph(scenario)
-    spec.validate(graph)
+    validate_protocol(scenario, graph, spec)
     settings = em_settings(scenario)
     run_id = run_id or make_run_id(scenario.name)
     n = graph.number_of_nodes()
@@ -316,9 +320,9 @@ def prepare_kit(
     if sites == 2 and tls:
         raise ConfigError("two sites and TLS together are not supported by the kit; bridge TLS brokers by hand (nodes/README.md)")
     root.mkdir(exist_ok=True)
-    (root / "nodes").mkdir()
+    (root / "nodes").mkdir(exist_ok=force)
     broker_dir = root / "broker"
-    broker_dir.mkdir()
+    broker_dir.mkdir(exist_ok=force)
     identities = [Identity.generate() for _ in range(n)]
     has_server = spec.server_aggregation(spec.topology(graph), 0) is not None
     server_identity = Identity.generate() if has_server else None
@@ -338,10 +342,10 @@ def prepare_kit(
     protocol_stream = scenario.streams()["protocol"]
     for i in parties:
         d = root / "server" if i == SERVER else root / "nodes" / f"node{i}"
-        d.mkdir()
+        d.mkdir(exist_ok=force)
         identity = server_identity if i == SERVER else identities[i]
         assert identity is not None
-        identity.save(d / "node.key")
+        identity.save(d / "node.key", overwrite=force)
         atomic_write(public_path(d / "node.key"), public_toml(identity.public, i))
         pw = d / "broker.password"
         os.replace(broker_dir / f"{username_for(i)}.password", pw)
@@ -382,7 +386,7 @@ def prepare_kit(
         bridge_port=bridge_port,
     )
     if sites == 2:
-        kit.bridge_dir.mkdir()
+        kit.bridge_dir.mkdir(exist_ok=force)
         atomic_write(kit.bridge_dir / "bridge.password", users["bridge"] + "\n", mode=0o600)
     kit.save()
     write_kit_broker_config(kit)

@@ -108,10 +108,12 @@ def deploy(
     on_broker: Callable[[Any], None] | None = None,
     tls: bool = False,
     sites: int = 1,
+    force: bool = False,
 ) -> tuple[Kit, dict[str, Any]]:
     """Prepare a kit in ``out``, start a broker (unless ``broker`` is given), run, collect.
 
-    Writes ``out/result.json`` on success.  Node processes and the broker started here are
+    Writes ``out/result.json`` on success; ``force``: into a folder that is not empty
+    (:func:`~p2pem.deploy.kit.prepare_kit`).  Node processes and the broker started here are
     stopped on return and on any exception, Ctrl-C included.
 
     Returns
@@ -126,7 +128,8 @@ def deploy(
     address = broker if broker is not None else (listen, free_port(listen))
     if broker is not None and (tls or sites > 1):
         raise ConfigError("--tls and --sites start the kit's own broker(s): leave out --broker")
-    kit = prepare_kit(scenario, out, broker=address, protocol=protocol, run_id=run_id, seeded=seeded, timeouts=timeouts, tls=tls, sites=sites)
+    kit = prepare_kit(scenario, out, broker=address, protocol=protocol, run_id=run_id, seeded=seeded, timeouts=timeouts, tls=tls, sites=sites,
+                      force=force)
     return kit, run_kit(kit, start_broker=broker is None, progress=progress, on_broker=on_broker)
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from p2pem.errors import ConfigError, DataError, GraphError, P2pemError, ProtocolError, TransportError
+from p2pem.errors import ConfigError, DataError, GraphError, ModelError, P2pemError, ProtocolError, TransportError
 from p2pem.messages import SERVER, Message
+from p2pem.version import __version__ as __version__
 
 _LAZY = {
     "Centralized": "p2pem.protocols",
@@ -26,6 +27,7 @@ _LAZY = {
     "SecureSum": "p2pem.protocols",
     "geometric_graph": "p2pem.graphs",
     "graph_from_edges": "p2pem.graphs",
+    "load": "p2pem.model",
     "make_protocol": "p2pem.registry",
     "run_protocol": "p2pem.simulate",
 }
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from p2pem.em import EMSettings
     from p2pem.gmm import GMMParams
     from p2pem.graphs import geometric_graph, graph_from_edges
-    from p2pem.model import DistributedGMM, DistributedMixedMixture, DistributedMixture, DistributedSkewNormalMixture
+    from p2pem.model import DistributedGMM, DistributedMixedMixture, DistributedMixture, DistributedSkewNormalMixture, load
     from p2pem.protocols import Centralized, Federated, PdmmSP, SecureSum
     from p2pem.registry import make_protocol
     from p2pem.simulate import RunResult, run_protocol
@@ -66,6 +68,7 @@ __all__ = [
     "Federated",
     "GMMParams",
     "GraphError",
+    "ModelError",
     "Message",
     "P2pemError",
     "PdmmSP",
@@ -75,7 +78,7 @@ __all__ = [
     "TransportError",
     "geometric_graph",
     "graph_from_edges",
+    "load",
     "make_protocol",
     "run_protocol",
 ]
-__version__ = "0.1.0"

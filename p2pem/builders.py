@@ -8,16 +8,18 @@ those into the objects a run needs, each from the scenario's own random stream
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 
 import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
-from p2pem.data import check_parts, load_table, pca, split_rows, standardize, synthetic_mixture
+from p2pem.data import check_parts, load_table, parse_ids, pca, read_text_column, relabel_ids, split_rows, standardize, synthetic_mixture
+from p2pem.data import split_indices as data_split_indices
 from p2pem.dp.protocols import DPProtocol
 from p2pem.em import EMSettings
-from p2pem.errors import ConfigError, DataError
+from p2pem.errors import ConfigError, DataError, GraphError
 from p2pem.graphs import geometric_graph, graph_from_edges
 from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
@@ -25,9 +27,11 @@ from p2pem.scenario import Scenario
 from p2pem.streams import init_seed
 from p2pem.tabular import Table, read_table
 
+log = logging.getLogger(__name__)
+
 __all__ = [
-    "build_graph", "build_protocols", "em_settings", "load_data", "load_table_parts", "load_tables", "prepare_rows", "split_prepared",
-    "split_table", "with_public_box",
+    "build_graph", "build_protocols", "em_settings", "load_data", "load_table_parts", "load_tables", "prepare_rows", "row_nodes", "split_indices",
+    "split_prepared", "split_table", "validate_protocol", "with_public_box",
 ]
 
 
@@ -59,7 +63,12 @@ def load_data(scenario: Scenario) -> list[npt.NDArray[np.float64]]:
     """
     rng = np.random.default_rng(scenario.streams()["data"])
     X, _ = prepare_rows(scenario, rng=rng)
-    return split_prepared(scenario, X, rng)
+    parts = split_prepared(scenario, X, rng)
+    sizes = [len(p) for p in parts]
+    how = f"by column {scenario.data.node_column!r}" if scenario.data.node_column else f"split {scenario.data.split!r}"
+    log.info("%s: %d rows x %d features over %d nodes (%s, %d..%d rows per node)", scenario.name, len(X), X.shape[1], len(parts), how,
+             min(sizes), max(sizes))
+    return parts
 
 
 def prepare_rows(
@@ -93,9 +102,10 @@ def prepare_rows(
         return cfg.encoding.rows(train), None
     if cfg.source == "csv":
         assert cfg.path is not None
-        X, names = load_table(cfg.path, columns=cfg.columns, drop_columns=cfg.drop_columns)
+        drop = cfg.drop_columns if cfg.node_column is None else (*cfg.drop_columns, cfg.node_column)
+        X, names = load_table(cfg.path, columns=cfg.columns, drop_columns=drop, header=cfg.header)
         if label_column is not None:
-            labels = load_table(cfg.path, columns=[label_column])[0][:, 0]
+            labels = load_table(cfg.path, columns=[label_column], header=cfg.header)[0][:, 0]
     else:
         if label_column is not None:
             raise ConfigError(f"{scenario.path}: a label column needs csv data")
@@ -108,6 +118,7 @@ def prepare_rows(
             separation=cfg.separation,
             rng=rng,
         )
+    log.info("%s: read %s: %d rows x %d columns", scenario.name, cfg.path if cfg.source == "csv" else "synthetic mixture", *X.shape)
     try:
         if cfg.public is not None:
             X = cfg.public.apply(X)
@@ -180,10 +191,16 @@ def _tables(scenario: Scenario, rng: np.random.Generator) -> tuple[Table, Table 
     return rows.take(~held), rows.take(held)
 
 
-def split_prepared(scenario: Scenario, X: npt.NDArray[np.float64], rng: np.random.Generator) -> list[npt.NDArray[np.float64]]:
-    """Split prepared rows over the scenario's nodes and validate them (see :func:`load_data`)."""
+def split_prepared(
+    scenario: Scenario, X: npt.NDArray[np.float64], rng: np.random.Generator, *, rows: npt.NDArray[np.intp] | None = None
+) -> list[npt.NDArray[np.float64]]:
+    """Split prepared rows over the scenario's nodes and validate them (see :func:`load_data`).
+
+    ``rows``: which of the scenario's rows ``X`` holds (default: all, in file order); with a
+    node column they keep their parties.
+    """
     try:
-        parts = split_rows(X, scenario.graph.n_nodes, how=scenario.data.split, rng=rng)
+        parts = [X[indices] for indices in split_indices(scenario, len(X), rng, rows=rows)]
         check_parts(parts, scenario.em.n_components)
     except DataError as exc:
         raise DataError(f"{scenario.path}: {exc}") from exc
@@ -196,13 +213,62 @@ def split_prepared(scenario: Scenario, X: npt.NDArray[np.float64], rng: np.rando
     return parts
 
 
+def split_indices(
+    scenario: Scenario, n_rows: int, rng: np.random.Generator, *, rows: npt.NDArray[np.intp] | None = None
+) -> list[npt.NDArray[np.int64]]:
+    """Which of ``n_rows`` prepared rows each node holds (node ``i``: rows ``indices[i]``, in that order).
+
+    By the scenario's node column (rows in file order), else :func:`p2pem.data.split_indices`
+    with the scenario's ``split`` (drawing from ``rng``, the ``"data"`` stream after the rows).
+    ``rows``: which of the scenario's rows the ``n_rows`` are (default: all, in file order).
+    """
+    owners = row_nodes(scenario)
+    if owners is None:
+        return data_split_indices(n_rows, scenario.graph.n_nodes, how=scenario.data.split, rng=rng)
+    owners = owners if rows is None else owners[rows]
+    return [np.flatnonzero(owners == node) for node in range(scenario.graph.n_nodes)]
+
+
+def row_nodes(scenario: Scenario) -> npt.NDArray[np.int64] | None:
+    """The node of every data row by the scenario's ``[data] node_column``; None without one.
+
+    Node ``i`` is the party ``scenario.data.node_ids[i]`` (:func:`p2pem.data.relabel_ids`).
+    """
+    cfg = scenario.data
+    if cfg.node_column is None:
+        return None
+    assert cfg.path is not None and cfg.node_ids is not None
+    codes, labels = relabel_ids(parse_ids(read_text_column(cfg.path, cfg.node_column, header=cfg.header)))
+    if labels != cfg.node_ids:
+        raise DataError(f"{cfg.path}: the parties of column {cfg.node_column!r} changed since {scenario.path} was loaded")
+    return codes
+
+
 def build_graph(scenario: Scenario) -> nx.Graph:
     """The scenario's communication graph (drawn from its "graph" stream when geometric)."""
     cfg = scenario.graph
     if cfg.kind == "edges":
         assert cfg.edges is not None  # the scenario loader requires edges for kind = "edges"
         return graph_from_edges(cfg.edges, cfg.n_nodes)
-    return geometric_graph(cfg.n_nodes, radius=cfg.radius, rng=np.random.default_rng(scenario.streams()["graph"]))
+    try:
+        return geometric_graph(cfg.n_nodes, radius=cfg.radius, rng=np.random.default_rng(scenario.streams()["graph"]))
+    except GraphError as exc:
+        raise GraphError(f"{scenario.path}: 'graph.radius' = {cfg.radius:.4g}: {exc}") from None
+
+
+def validate_protocol(scenario: Scenario, graph: nx.Graph, spec: ProtocolSpec) -> None:
+    """``spec.validate(graph)``, its error naming the scenario file and the protocol's table.
+
+    ``FILE: 'protocols[0]' (pdmm-sp): the graph has no cycle ...``: the graph and the
+    protocol are both the scenario's choice, so the message points at both.
+    """
+    try:
+        spec.validate(graph)
+    except ConfigError as exc:
+        index = next((i for i, p in enumerate(scenario.protocols) if p.name == spec.name), None)
+        where = f"'protocols[{index}]' ({spec.name})" if index is not None else spec.name
+        graph_key = "'graph.path'" if scenario.graph.path is not None else "'graph.edges'" if scenario.graph.kind == "edges" else "'graph'"
+        raise type(exc)(f"{scenario.path}: {where} on {graph_key}: {exc}") from None
 
 
 def em_settings(scenario: Scenario) -> EMSettings:

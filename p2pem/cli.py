@@ -8,20 +8,23 @@ import io
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from p2pem import __version__
+from p2pem import __version__, parallel
 from p2pem.errors import P2pemError
 
 DESCRIPTION = """\
-p2pem fits one Gaussian mixture model to data spread over many parties without
-pooling it: each node runs the E-step on its own rows and the network averages the
-sufficient statistics with PDMM consensus and subspace perturbation (pdmm-sp), or with
-the baselines secure-sum, federated and centralized.
+p2pem fits one mixture model (Gaussian or skew-normal) to data spread over many
+parties without pooling it: each node runs the E-step on its own rows and the network
+sums the sufficient statistics with PDMM consensus and subspace perturbation (pdmm-sp),
+a secure-sum ring, federated EM or differentially private EM.  Start with
+`p2pem simulate scenarios/parkinsons.toml --out runs/first`.
 """
 
 
@@ -33,7 +36,13 @@ exit codes:
   3    data: unusable input data
   4    protocol: a run failed or a member broke the protocol
   5    transport: broker unreachable, a node fell silent, a timeout
-  130  interrupted (Ctrl-C)
+  6    model: the data cannot support the model (a component collapsed, a covariance is
+       singular): change the data, n_components or reg_covar
+  130  interrupted (Ctrl-C; a second Ctrl-C quits without cleaning up)
+
+output: --out is created with its missing parent folders; an existing OUT (a folder
+that is not empty, or a file) is refused unless --force, which writes into it and
+replaces files of the same names.
 
 global options (-v, -q, --json) may stand before or after the command.
 """
@@ -42,15 +51,20 @@ global options (-v, -q, --json) may stand before or after the command.
 GLOBAL_FLAGS = frozenset({"-v", "-vv", "-vvv", "--verbose", "-q", "--quiet", "--json"})
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    """-v, -q and --json on a command (skipping any it already defines)."""
-    for flags, kwargs in (
-        (("-v", "--verbose"), {"action": "count", "default": 0, "help": "log more (-v info, -vv debug) to stderr"}),
-        (("-q", "--quiet"), {"action": "store_true", "help": "no progress bars"}),
-        (("--json",), {"action": "store_true", "help": "print a machine-readable JSON summary on stdout instead of the table"}),
-    ):
+def _add_common(parser: argparse.ArgumentParser, *, nested: bool = False) -> None:
+    """-v, -q and --json on a command (skipping any it already defines).
+
+    ``nested``: an action of a command (``keys new``): no defaults of its own, which
+    argparse would otherwise write over the flags given to the command before it.
+    """
+    options: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+        (("-v", "--verbose"), {"action": "count", "default": 0, "help": "log what runs to stderr (-v: each step, -vv: debug, -vvv: other libraries' too)"}),
+        (("-q", "--quiet"), {"action": "store_true", "default": False, "help": "no progress bars"}),
+        (("--json",), {"action": "store_true", "default": False, "help": "print a machine-readable JSON summary on stdout instead of the table"}),
+    )
+    for flags, kwargs in options:
         try:
-            parser.add_argument(*flags, **kwargs)
+            parser.add_argument(*flags, **{**kwargs, "default": argparse.SUPPRESS} if nested else kwargs)
         except argparse.ArgumentError:
             pass  # the command has its own
 
@@ -94,6 +108,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from p2pem.scenario import load_scenario
     from p2pem.simulate import max_relative_difference
 
+    import numpy as np  # here: start-up time, as above
+
     scenario = load_scenario(args.scenario)
     t0 = time.perf_counter()
     with atomic_output(args.out) as tmp:
@@ -108,15 +124,24 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(f"scenario {scenario.name}: {result.n_rows} rows, {gs['n_nodes']} nodes, {gs['n_edges']} edges, diameter {diameter}")
     print(f"  {degree_report(result.graph).summary()}")
     ref = next((r for r in result.runs if r.protocol == "centralized"), None)
-    header = f"{'protocol':<12} {'EM its':>6} {'final loglik':>13} {'max rel err':>11} {'consensus its':>13} {'messages':>10} {'MB':>8} {'wall s':>7}"
+    width = max(12, *(len(r.protocol) for r in result.runs))
+    header = (f"{'protocol':<{width}} {'EM its':>6} {'final loglik':>13} {'max rel err':>11} {'epsilon':>8} {'consensus its':>13} "
+              f"{'messages':>10} {'MB':>8} {'wall s':>7}")
     print(header)
     print("-" * len(header))
+    notes = []
     for r in result.runs:
-        err = "" if ref is None else f"{max_relative_difference(r.params, ref.params, r.family):11.1e}"
+        err = f"{'-':>11}" if ref is None else f"{max_relative_difference(r.params, ref.params, r.family):11.1e}"
         cons = f"{sum(r.consensus_iterations) / max(len(r.consensus_iterations), 1):13.1f}" if r.consensus_iterations else f"{'-':>13}"
-        print(f"{r.protocol:<12} {r.n_iter:>6} {r.loglik[-1]:>13.6f} {err:>11} {cons} {r.messages:>10} {r.bytes / 1e6:>8.2f} {r.wall_s:>7.3f}")
+        ll = f"{r.loglik[-1]:>13.6f}" if r.loglik and np.isfinite(r.loglik[-1]) else f"{'-':>13}"
+        eps, note = _privacy_cells(r)
+        if note:
+            notes.append(f"{r.protocol}: {note}")
+        print(f"{r.protocol:<{width}} {r.n_iter:>6} {ll} {err} {eps:>8} {cons} {r.messages:>10} {r.bytes / 1e6:>8.2f} {r.wall_s:>7.3f}")
         if r.unconverged_iterations:
             print(f"  warning: {r.protocol} consensus hit max_iter in EM iterations {r.unconverged_iterations[:10]}")
+    for note in notes:
+        print(note)
     for r in result.runs:
         if r.resolved_params.get("accel"):
             rp = r.resolved_params
@@ -146,6 +171,96 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs wrapped to the terminal, paragraph by paragraph.
+
+    A paragraph (lines between blank lines) is re-filled; a line that starts with a space
+    (a table such as the exit codes, an example command) is kept as written.
+    """
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap  # here: start-up time (only --help formats text)
+
+        out: list[str] = []
+        paragraph: list[str] = []
+
+        def flush() -> None:
+            if paragraph:
+                out.extend(textwrap.wrap(" ".join(paragraph), width, initial_indent=indent, subsequent_indent=indent))
+                paragraph.clear()
+
+        for line in text.splitlines():
+            if not line.strip():
+                flush()
+                out.append("")
+            elif line[0].isspace() or line.rstrip().endswith(":") and not paragraph:
+                flush()
+                out.append(indent + line.rstrip())
+            else:
+                paragraph.append(line.strip())
+        flush()
+        return "\n".join(out)
+
+
+def _leaf_parsers(parser: argparse.ArgumentParser):
+    """Every parser that runs a command (``keys new`` and ``keys roster`` below ``keys``)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield parser
+    for action in subs:
+        for child in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+            yield from _leaf_parsers(child)
+
+
+def _add_force(parser: argparse.ArgumentParser) -> None:
+    """``--force`` on a command that writes ``--out`` (the one overwrite policy, :func:`p2pem.files.claim_output`)."""
+    options = parser._option_string_actions
+    if "--out" in options and "--force" not in options:
+        what = "file" if parser.get_default("out_kind") == "file" else "non-empty folder"
+        parser.add_argument("--force", action="store_true", help=f"write OUT even if it is an existing {what} (files of the same names are replaced)")
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    # here: start-up time (a node process and `p2pem --help` load only what their command needs)
+    from p2pem.export import saved_from_result
+    from p2pem.saved import write_model
+
+    saved = saved_from_result(args.result, args.protocol)
+    write_model(saved, args.out)
+    pre = saved.preprocessing
+    steps = [] if pre is None else (["standardised"] if pre.center is not None else []) + (
+        [f"projected on {pre.components.shape[0]} principal components"] if pre.components is not None else [])
+    graph = saved.graph or {}
+    print(f"wrote {args.out}: the {saved.protocol.get('label')} model of scenario {(saved.scenario or {}).get('name')}, "
+          f"{saved.n_components} {saved.family.name} components")
+    print(f"  input: {saved.n_features_in} raw columns" + (f" ({', '.join(steps)})" if steps else "")
+          + f"; fitted on {saved.fit.get('n_rows')} rows over {graph.get('n_nodes')} nodes")
+    privacy = saved.protocol.get("params", {}).get("privacy")
+    if isinstance(privacy, dict):
+        eps = privacy.get("epsilon", {}).get("outsider")
+        print(f"  private: epsilon {eps:.3g} against an outsider" if eps is not None else "  NOT differentially private (see the file's protocol.params.privacy)")
+    print(f"  load it with p2pem.load({str(args.out)!r}); it scores raw rows: model.score_samples(X)")
+    args.json_summary = {"files": [str(args.out)], "protocol": saved.protocol.get("label"), "family": saved.family.name,
+                         "n_components": saved.n_components, "n_features_in": saved.n_features_in}
+    return 0
+
+
+def _privacy_cells(run) -> tuple[str, str]:
+    """The table's epsilon cell of a run and a line saying what it means ("-" and "" when not private)."""
+    privacy = run.protocol_params.get("privacy")
+    if not isinstance(privacy, dict):
+        return "-", ""
+    eps = privacy.get("epsilon", {})
+    outsider, colluders = eps.get("outsider"), eps.get("colluders")
+    if outsider is None:
+        why = next((text for text in privacy.get("excluded", []) if "NOT" in text), "no epsilon holds")
+        return "not DP", f"{why}; releases no log-likelihood"
+    against = f"epsilon {outsider:.3g} against an outsider"
+    if colluders is not None:
+        against += f", {colluders:.3g} against {privacy.get('colluders')} colluding nodes"
+    return f"{outsider:.3g}", f"{against} (delta {privacy.get('delta'):g}, {privacy.get('accountant')} accountant); releases no log-likelihood"
+
+
 def cmd_select(args: argparse.Namespace) -> int:
     # here: start-up time (a node process and `p2pem --help` load only what their command needs)
     from p2pem.plots import selection_figure
@@ -173,7 +288,8 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     try:
         with atomic_output(args.out) as tmp:
-            doc = run_selection(scenario, components, families, protocol=args.protocol, n_init=args.n_init, progress=progress)
+            doc = run_selection(scenario, components, families, protocol=args.protocol, n_init=args.n_init, progress=progress,
+                                workers=parallel.from_args(args))
             write_json(tmp / "select.json", doc)
             selection_figure(doc, tmp / "select.png")
     finally:
@@ -201,9 +317,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="p2pem", description=DESCRIPTION, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(prog="p2pem", description=DESCRIPTION, epilog=EXIT_CODES, formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"p2pem {__version__}")
     _add_common(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -232,6 +346,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.set_defaults(func=cmd_simulate)
 
+    model_cmd = sub.add_parser(
+        "model",
+        help="save the model of a simulate run (p2pem.load reads it)",
+        description="Turn one protocol's model of a `p2pem simulate` run into a saved model: OUT (JSON, format p2pem-model, "
+        "schema p2pem/schemas/model.schema.json) holds the parameters and family, the raw feature names and preprocessing "
+        "constants (so a standardize = true model scores new raw rows), the protocol with its privacy block, the EM trace, "
+        "the graph and the node of every row, the p2pem version and the time. The scenario file the result names is read "
+        "again to rebuild the features and graph, and refused if it no longer builds the run's rows and graph. "
+        "In Python: model = p2pem.load(OUT); model.predict(X), model.score_samples(X).",
+    )
+    model_cmd.add_argument("result", metavar="RESULT", help="output folder of `p2pem simulate` (or its result.json)")
+    model_cmd.add_argument("--protocol", metavar="NAME", help="which run: its label in the table (e.g. dp-central-gaussian) or the "
+                     "scenario's protocol name; default the first")
+    model_cmd.add_argument("--out", required=True, metavar="MODEL_JSON", help="the model file to write")
+    model_cmd.set_defaults(func=cmd_model, out_kind="file")
+
     sel = sub.add_parser(
         "select",
         help="choose the model family and number of components through a private protocol",
@@ -247,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--protocol", default=None, help="protocol name (default: the scenario's first one other than centralized)")
     sel.add_argument("--n-init", type=int, default=5, help="private initialisations per fit; the best log-likelihood is kept (default 5)")
     sel.add_argument("--out", required=True, help="output folder (created; files are written atomically)")
+    parallel.add_options(sel)
     sel.set_defaults(func=cmd_select)
 
     for module in ("p2pem.leakage.cli", "p2pem.deploy.cli", "p2pem.dp.cli", "p2pem.synth.cli"):
@@ -259,9 +390,12 @@ def build_parser() -> argparse.ArgumentParser:
         mod.add_commands(sub)
     for command in sub.choices.values():
         command.epilog = command.epilog or EXIT_CODES
-        if command.formatter_class is argparse.HelpFormatter:
-            command.formatter_class = argparse.RawDescriptionHelpFormatter
         _add_common(command)
+        for leaf in {command, *_leaf_parsers(command)}:
+            leaf.formatter_class = _HelpFormatter
+            if leaf is not command:
+                _add_common(leaf, nested=True)
+            _add_force(leaf)
     parser.set_defaults(commands=tuple(sub.choices))
     return parser
 
@@ -271,13 +405,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(_hoist_global_flags(raw, parser.get_default("commands")))
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # -v and -vv: what p2pem does (other libraries' chatter stays at warnings unless -vvv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose >= 3 else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    logging.getLogger("p2pem").setLevel(level)
     code = 0
     error: str | None = None
     table = io.StringIO()
+    said: list[str] = []
+    claim = None
     try:
-        with contextlib.redirect_stdout(table) if args.json else contextlib.nullcontext(), warnings.catch_warnings():
-            warnings.showwarning = _show_warning  # restored when the block ends
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_interrupts())
+            stack.enter_context(_one_line_warnings(said))
+            if args.json:
+                stack.enter_context(contextlib.redirect_stdout(table))
+            if getattr(args, "out", None) is not None:
+                from p2pem.files import claim_output  # here: start-up time (a node process writes no --out)
+
+                claim = claim_output(args.out, force=getattr(args, "force", False), kind=getattr(args, "out_kind", "folder"))
             code = int(args.func(args) or 0)
     except P2pemError as exc:
         error, code = str(exc), exc.exit_code
@@ -285,9 +431,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         error, code = "interrupted", 130
         print("p2pem: interrupted", file=sys.stderr)
+    except OSError as exc:  # a file the command writes or reads outside the checked inputs (disk full, permissions)
+        where = f"{exc.filename}: " if exc.filename else ""
+        error, code = f"{where}{exc.strerror or exc}", 1
+        print(f"p2pem: error: {error}", file=sys.stderr)
+    if code != 0 and claim is not None:
+        claim.release()
     if args.json:
         doc = {"format": "p2pem-cli-summary", "version": 1, "p2pem": __version__, "command": args.command, "exit_code": code,
-               "error": error} | getattr(args, "json_summary", {})
+               "error": error, "warnings": said} | getattr(args, "json_summary", {})
         if "json_summary" not in args:
             doc["output"] = table.getvalue().splitlines()
         print(json.dumps(doc, indent=1))
@@ -296,9 +448,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001 - warnings' signature
-    """A library warning (a boundary reached, a bound read off the data) as one line on stderr."""
-    print(f"p2pem: warning: {message}", file=sys.stderr if file is None else file)
+@contextlib.contextmanager
+def _interrupts():
+    """Ctrl-C once: KeyboardInterrupt, the command cleans up; twice: quit at once, in one line.
+
+    A second Ctrl-C during the clean-up (a deployment stopping its nodes, a pool its workers)
+    would otherwise raise inside a ``finally`` block or an exit handler and print a traceback.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def first(signum, frame) -> None:
+        signal.signal(signal.SIGINT, again)
+        raise KeyboardInterrupt
+
+    def again(signum, frame) -> None:
+        try:
+            print("\np2pem: interrupted again: quitting without cleaning up", file=sys.stderr, flush=True)
+        finally:
+            os._exit(130)
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _one_line_warnings(said: list[str]):
+    """Library warnings (a bound read off the data, a boundary reached) as one line each, once.
+
+    Python's own format adds the source line that raised it and repeats a warning each time
+    its text differs; here each distinct message prints once, as ``p2pem: warning: ...``,
+    after flushing stdout so that it stands where it happened, and is collected in ``said``
+    (the ``--json`` summary's ``warnings``).
+    """
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001 - warnings' signature
+        text = " ".join(str(message).split())
+        if text in said:
+            return
+        said.append(text)
+        sys.stdout.flush()
+        print(f"p2pem: warning: {text}", file=sys.stderr if file is None else file, flush=True)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def _exit_at_once(code: int) -> NoReturn:

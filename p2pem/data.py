@@ -15,9 +15,11 @@ The usual pipeline, as run by :func:`p2pem.builders.load_data`, is::
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pem.errors import ConfigError, DataError
-from p2pem.files import csv_records, read_csv
+from p2pem.files import csv_records, is_number, read_csv
 from p2pem.gmm import GMMParams
 
 __all__ = [
@@ -34,7 +36,11 @@ __all__ = [
     "check_parts",
     "fit_preprocessing",
     "load_table",
+    "parse_ids",
     "pca",
+    "read_text_column",
+    "relabel_ids",
+    "split_indices",
     "split_rows",
     "standardize",
     "synthetic_mixture",
@@ -55,6 +61,7 @@ def load_table(
     *,
     columns: Sequence[str] | None = None,
     drop_columns: Iterable[str] = (),
+    header: bool = True,
 ) -> tuple[FloatArray, tuple[str, ...]]:
     """Read a comma-separated file with a header row into a float matrix.
 
@@ -69,6 +76,9 @@ def load_table(
     drop_columns : iterable of str, default ()
         Remove these columns (applied after ``columns``).  Use it for
         identifiers and labels such as ``name`` and ``status``.
+    header : bool, default True
+        False: the file has no header row (what ``numpy.savetxt`` writes); its columns
+        are named by position, ``"0"``, ``"1"``, ... (as pandas numbers them).
 
     Returns
     -------
@@ -86,7 +96,11 @@ def load_table(
         name; ``columns`` or ``drop_columns`` name unknown columns (the message
         lists the available ones); nothing is left to keep; or a kept cell is
         empty, non-numeric, NaN or infinite (the message names the file, the
-        1-based line number and the column).
+        1-based line number and the column).  Two quirks are refused rather than
+        read wrong: a first row of numbers where the header should be (a file
+        without a header would silently lose its first row: pass ``header=False``),
+        and a kept column without a name (a pandas index written by
+        ``DataFrame.to_csv`` would silently become a feature).
 
     Examples
     --------
@@ -97,7 +111,75 @@ def load_table(
     if isinstance(columns, str) or isinstance(drop_columns, str):
         raise ConfigError("columns and drop_columns must be sequences of names, not a single string")
     drop = tuple(drop_columns)
-    return read_csv(path, lambda reader, where: _read_table(reader, where, columns, drop))
+    return read_csv(path, lambda reader, where: _read_table(reader, where, columns, drop, header))
+
+
+def read_text_column(path: str | os.PathLike[str], column: str, *, header: bool = True) -> tuple[str, ...]:
+    """One column of a CSV file as text, one entry per data row (surrounding whitespace stripped).
+
+    For identifiers that are not numbers, such as the party a row belongs to
+    (``[data] node_column``).  The file is read under the rules of :func:`load_table`.
+
+    Raises
+    ------
+    DataError
+        As :func:`load_table`; also an empty cell in the column (naming the line).
+    """
+
+    def parse(reader: Any, where: str) -> tuple[str, ...]:
+        records, names = _header(reader, where, header)
+        _check_known(where, names, "node_column", [column])
+        j = names.index(column)
+        values = []
+        for line, record in records:
+            if len(record) != len(names):
+                raise DataError(f"{where} line {line}: expected {len(names)} fields as in the header, got {len(record)}")
+            value = record[j].strip()
+            if not value:
+                raise DataError(f"{where} line {line}, column {column!r}: empty cell")
+            values.append(value)
+        if not values:
+            raise DataError(f"{where}: no data rows after the header")
+        return tuple(values)
+
+    return read_csv(path, parse)
+
+
+#: A column name pandas gives an unnamed column when it reads a file back (``Unnamed: 0``).
+_PANDAS_UNNAMED = re.compile(r"Unnamed: \d+")
+
+
+def _header(reader: Any, where: str, header: bool) -> tuple[Iterator[tuple[int, list[str]]], list[str]]:
+    """The data records and the column names of a CSV file (its header row, or positions)."""
+    records = csv_records(reader)
+    first = next(records, None)
+    if first is None:
+        raise DataError(f"{where}: file is empty (expected a header row)" if header else f"{where}: file is empty")
+    line, row = first
+    if not header:
+        return itertools.chain([first], records), [str(j) for j in range(len(row))]
+    names = [name.strip() for name in row]
+    if all(is_number(name) for name in names) and names != [str(j) for j in range(len(names))]:
+        # pandas' default column names 0..d-1 are names; any other row of numbers is data
+        raise DataError(
+            f"{where} line {line}: the first row holds numbers, not column names: the file has no header row "
+            "(numpy.savetxt writes none); add one, or declare header = false in [data] (columns are then named "
+            '"0", "1", ... by position)'
+        )
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise DataError(f"{where} line {line}: column name {name!r} appears twice in the header")
+        seen.add(name)
+    return records, names
+
+
+def _check_known(where: str, header: Sequence[str], label: str, names: Iterable[str]) -> None:
+    unknown = [name for name in names if name not in header]
+    if unknown:
+        listed = ", ".join(repr(name) for name in unknown)
+        available = ", ".join(repr(name) for name in header)
+        raise DataError(f"{where}: unknown column(s) {listed} in {label} (available: {available})")
 
 
 def _read_table(
@@ -105,30 +187,30 @@ def _read_table(
     where: str,
     columns: Sequence[str] | None,
     drop_columns: tuple[str, ...],
+    has_header: bool = True,
 ) -> tuple[FloatArray, tuple[str, ...]]:
-    records = csv_records(reader)
-    first = next(records, None)
-    if first is None:
-        raise DataError(f"{where}: file is empty (expected a header row)")
-    header_line, header = first[0], [name.strip() for name in first[1]]
-    seen: set[str] = set()
-    for name in header:
-        if name in seen:
-            raise DataError(f"{where} line {header_line}: column name {name!r} appears twice in the header")
-        seen.add(name)
-
-    available = ", ".join(repr(name) for name in header)
+    records, header = _header(reader, where, has_header)
     for label, names in (("columns", columns or ()), ("drop_columns", drop_columns)):
-        unknown = [name for name in names if name not in seen]
-        if unknown:
-            listed = ", ".join(repr(name) for name in unknown)
-            raise DataError(f"{where}: unknown column(s) {listed} in {label} (available: {available})")
+        _check_known(where, header, label, names)
     if columns is not None and len(set(columns)) != len(columns):
         raise DataError(f"{where}: columns names a column more than once: {list(columns)!r}")
 
     kept = [name for name in (header if columns is None else columns) if name not in set(drop_columns)]
     if not kept:
         raise DataError(f"{where}: no columns left to read after selecting and dropping")
+    for name in kept:
+        if not name or _PANDAS_UNNAMED.fullmatch(name):
+            position = header.index(name) + 1
+            what = "has no name" if not name else f"is named {name!r} (pandas' name for a column without one)"
+            hint = (
+                "a pandas index written by DataFrame.to_csv? write the file with index=False, or"
+                if position == 1
+                else "name it in the header, or"
+            )
+            raise DataError(
+                f"{where}: column {position} {what} and would be read as a feature: {hint} leave it out with "
+                f'drop_columns = ["{name}"] or columns = [...]'
+            )
     index = [header.index(name) for name in kept]
 
     rows: list[list[float]] = []
@@ -137,7 +219,12 @@ def _read_table(
             raise DataError(
                 f"{where} line {line}: expected {len(header)} fields as in the header, got {len(record)}"
             )
-        rows.append([_parse_cell(record[j], where, line, header[j]) for j in index])
+        try:
+            rows.append([_parse_cell(record[j], where, line, header[j]) for j in index])
+        except DataError as exc:
+            if has_header or rows:
+                raise
+            raise DataError(f"{exc} (the first row is read as data because header = false: is it a header row?)") from None
     if not rows:
         raise DataError(f"{where}: no data rows after the header")
     return np.array(rows, dtype=np.float64), tuple(kept)
@@ -390,28 +477,73 @@ def split_rows(
     >>> sorted({len(p) for p in parts}), sum(len(p) == 3 for p in parts)
     ([2, 3], 35)
     """
+    array = np.asarray(X, dtype=np.float64)
+    if array.ndim != 2:
+        raise DataError(f"X must be 2-D (n_samples, n_features), got shape {array.shape}")
+    return [array[rows] for rows in split_indices(array.shape[0], n_nodes, how=how, rng=rng)]
+
+
+def split_indices(n_samples: int, n_nodes: int, *, how: str = "even", rng: np.random.Generator | None = None) -> list[IntArray]:
+    """Which rows :func:`split_rows` gives each node: node ``i`` holds ``X[indices[i]]``, in that order.
+
+    The same draws from ``rng`` as :func:`split_rows` (which calls it), so a saved model can
+    record the node of every row.  Raises as :func:`split_rows`.
+    """
     if how not in SPLITS:
         raise ConfigError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {how!r}")
     if isinstance(n_nodes, bool) or not isinstance(n_nodes, (int, np.integer)) or n_nodes < 1:
         raise ConfigError(f"n_nodes must be a positive integer, got {n_nodes!r}")
     if how != "contiguous" and rng is None:
         raise ConfigError(f"split {how!r} is random: pass rng=numpy.random.Generator")
-    array = np.asarray(X, dtype=np.float64)
-    if array.ndim != 2:
-        raise DataError(f"X must be 2-D (n_samples, n_features), got shape {array.shape}")
-    n_samples = array.shape[0]
     if how in ("even", "contiguous") and n_samples < n_nodes:
         raise DataError(f"cannot split {n_samples} rows over {n_nodes} nodes: some node would hold no rows")
-
     if how == "random":
         assert rng is not None
         owner = rng.integers(n_nodes, size=n_samples)
-        return [array[owner == node] for node in range(n_nodes)]
+        return [np.flatnonzero(owner == node) for node in range(n_nodes)]
     order = np.arange(n_samples)
     if how == "even":
         assert rng is not None
         order = rng.permutation(n_samples)
-    return [array[block] for block in np.array_split(order, n_nodes)]
+    return list(np.array_split(order, n_nodes))
+
+
+def relabel_ids(ids: Iterable[Hashable]) -> tuple[IntArray, tuple[Hashable, ...]]:
+    """Number arbitrary node ids 0..n-1: ``(codes, labels)`` with ``labels[codes[r]] == ids[r]``.
+
+    The order is documented because it decides which party is node 0: the distinct ids
+    sorted (numbers numerically, text alphabetically), or, when they cannot be compared
+    with each other (a mix of numbers and text), in order of first appearance.  Text that
+    reads as integers (``"10"``, ``"2"``) is compared as integers (:func:`parse_ids`).
+
+    Examples
+    --------
+    >>> codes, labels = relabel_ids(["b", "a", "b", "c"])
+    >>> codes.tolist(), labels
+    ([1, 0, 1, 2], ('a', 'b', 'c'))
+    """
+    values = list(ids)
+    first: dict[Hashable, int] = {}
+    for value in values:
+        try:
+            first.setdefault(value, len(first))
+        except TypeError:
+            raise ConfigError(f"node ids must be hashable, got {type(value).__name__}") from None
+    labels: list[Hashable] = list(first)
+    try:
+        labels = sorted(labels)  # type: ignore[type-var]
+    except TypeError:
+        pass  # ids of mixed types: order of first appearance
+    index = {label: i for i, label in enumerate(labels)}
+    return np.fromiter((index[v] for v in values), dtype=np.int64, count=len(values)), tuple(labels)
+
+
+def parse_ids(texts: Sequence[str]) -> list[int] | list[str]:
+    """Node ids read from a file: integers when every one is an integer literal, else the text."""
+    try:
+        return [int(t) for t in texts]
+    except ValueError:
+        return list(texts)
 
 
 def check_parts(parts: Sequence[npt.ArrayLike], n_components: int) -> None:

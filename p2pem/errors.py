@@ -9,14 +9,17 @@ class P2pemError(Exception):
     exit_code = 1
 
 
-class ConfigError(P2pemError):
-    """A scenario, node config or argument is wrong (unknown key, wrong type, bad value)."""
+class ConfigError(P2pemError, ValueError):
+    """A scenario, node config or argument is wrong (unknown key, wrong type, bad value).
+
+    A ``ValueError`` too, as Python and scikit-learn call a bad argument.
+    """
 
     exit_code = 2
 
 
-class DataError(P2pemError):
-    """Input data is unusable (NaN, non-numeric cells, ragged widths, empty nodes)."""
+class DataError(P2pemError, ValueError):
+    """Input data is unusable (NaN, non-numeric cells, ragged widths, empty nodes); a ``ValueError`` too."""
 
     exit_code = 3
 
@@ -49,13 +52,16 @@ class ProtocolError(P2pemError):
     exit_code = 4
 
 
-class ModelError(ProtocolError):
-    """The model's own arithmetic failed on the averages it was given: a component collapsed, a
-    covariance is not positive definite, an M-step is not finite.
+class ModelError(DataError, ProtocolError):
+    """The model cannot be fitted to this data: the model's own arithmetic failed on the
+    averages it was given (a component collapsed onto too few rows, a covariance is not
+    positive definite, an M-step is not finite).  Change the data, ``n_components`` or
+    ``reg_covar``.
 
     Not a protocol violation: in a deployment it stops the run without a culprit (unless the
-    member whose message made the average unusable is known).  A :class:`ProtocolError`, so
-    code that catches those still catches it; its own exit code tells the two apart.
+    member whose message made the average unusable is known).  A :class:`DataError` (a
+    ``ValueError``) and a :class:`ProtocolError`, so code that catches either still catches
+    it; its own exit code, 6, tells it apart.
     """
 
     exit_code = 6

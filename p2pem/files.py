@@ -6,6 +6,9 @@
 * :func:`write_json` -- the same for a JSON document (``NaN`` is refused, not written);
 * :func:`atomic_output` -- a whole output folder: files appear in it only when every one
   was written;
+* :func:`claim_output` -- the one overwrite policy of every command's ``--out``: missing
+  parent folders are created, an existing non-empty folder (or file) is refused unless
+  ``force``, an unwritable place is one ConfigError line;
 * :func:`read_csv` -- a CSV file handed to a parser as a ``csv.reader``, every failure to
   read it one :class:`~p2pem.errors.DataError` line naming the file; :func:`csv_records`
   -- its non-blank records with their line numbers.
@@ -20,12 +23,13 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from p2pem.errors import ConfigError, DataError
 
-__all__ = ["atomic_output", "atomic_write", "csv_records", "read_csv", "write_json"]
+__all__ = ["Claim", "atomic_output", "atomic_write", "claim_output", "csv_records", "is_number", "read_csv", "write_json"]
 
 T = TypeVar("T")
 
@@ -44,6 +48,15 @@ def csv_records(reader: Any) -> Iterator[tuple[int, list[str]]]:
             return
         if record and not (len(record) == 1 and not record[0].strip()):
             yield line, record
+
+
+def is_number(cell: str) -> bool:
+    """Whether a CSV cell reads as a number (what tells a header row from a data row)."""
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
 
 
 def read_csv(path: str | os.PathLike[str], parse: Callable[[Any, str], T], **options: Any) -> T:
@@ -101,6 +114,79 @@ def write_json(path: str | os.PathLike[str], data: Any, *, indent: int = 2) -> P
     return atomic_write(path, json.dumps(data, indent=indent, allow_nan=False) + "\n")
 
 
+@dataclass(frozen=True)
+class Claim:
+    """What :func:`claim_output` did: the parent folders it created (deepest first)."""
+
+    path: Path
+    created: tuple[Path, ...] = ()
+
+    def release(self) -> None:
+        """Remove the parent folders the claim created, if they are still empty (the command failed)."""
+        for folder in self.created:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+
+def claim_output(path: str | os.PathLike[str], *, force: bool = False, kind: str = "folder") -> Claim:
+    """Make ``path`` ready to receive a command's output, or refuse it in one line.
+
+    The one overwrite policy of every p2pem command: an output that exists (a folder with
+    anything in it, or a file) is refused unless ``force`` (then the command writes into it,
+    replacing files of the same names); missing parent folders are created (and removed
+    again by :meth:`Claim.release` when the command fails); a place that cannot be written
+    is refused before any work starts.
+
+    Parameters
+    ----------
+    path : path-like
+        The ``--out`` argument.
+    force : bool
+        Accept an existing output.
+    kind : {"folder", "file"}
+        What the command writes at ``path``.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``path``: it exists (without ``force``), is of the other kind, or its folder
+        cannot be created or written.
+    """
+    out = Path(path)
+    if out.exists() or out.is_symlink():
+        if kind == "folder" and not out.is_dir():
+            raise ConfigError(f"{out}: exists and is not a folder (--out names the output folder)")
+        if kind == "file" and out.is_dir():
+            raise ConfigError(f"{out}: is a folder (--out names the file to write)")
+        if not force and kind == "file":
+            raise ConfigError(f"{out}: already exists; choose a new --out, or pass --force to replace it")
+        if not force and any(out.iterdir()):
+            raise ConfigError(
+                f"{out}: already exists and is not empty; choose a new --out, or pass --force to write into it (files of the same names are replaced)"
+            )
+    parent = out.absolute().parent
+    created: list[Path] = []
+    while not parent.exists():
+        created.append(parent)
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{out}: cannot create its folder: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{out}: cannot write in {parent} (permission denied)")
+    claim = Claim(out, tuple(created))
+    try:
+        for folder in reversed(created):
+            folder.mkdir()
+    except OSError as exc:
+        claim.release()
+        raise ConfigError(f"{out}: cannot create its folder {exc.filename or parent} ({exc.strerror})") from None
+    if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError(f"{out}: cannot write in it (permission denied)")
+    return claim
+
+
 @contextmanager
 def atomic_output(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
     """Write into a temporary sibling folder and move files into ``out_dir`` only on success.
@@ -109,19 +195,8 @@ def atomic_output(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
     parent folders this call created, are removed and ``out_dir`` is untouched.
     """
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out}: exists and is not a folder")
-    parent = out.resolve().parent
-    created: list[Path] = []
-    while not parent.exists():
-        created.append(parent)
-        parent = parent.parent
-    try:
-        for folder in reversed(created):
-            folder.mkdir()
-    except OSError as exc:
-        raise ConfigError(f"{out}: cannot create its folder ({exc.strerror})") from None
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.resolve().parent))
+    claim = claim_output(out, force=True)  # existing output accepted: the command's policy is the caller's
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.absolute().parent))
     ok = False
     try:
         yield tmp
@@ -132,8 +207,4 @@ def atomic_output(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if not ok:
-            for folder in created:
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
+            claim.release()

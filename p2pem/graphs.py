@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import numpy as np
 
-from p2pem.errors import GraphError
+from p2pem.errors import DataError, GraphError
+from p2pem.files import csv_records, is_number, read_csv
 
 
 def default_radius(n_nodes: int) -> float:
@@ -138,6 +142,75 @@ def graph_from_edges(edges: Iterable[Sequence[int]], n_nodes: int | None = None)
     g = nx.convert_node_labels_to_integers(g, ordering="sorted") if list(g.nodes) != list(range(n)) else g
     check_connected(g)
     return g
+
+
+def read_graph_file(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The node ids and edges of a graph file, ids as text (the scenario's ``[graph] path``).
+
+    Two formats, by the file's suffix: GraphML (``.graphml``, e.g. written by
+    ``networkx.write_graphml``; its node ids) and otherwise a CSV edge list: a header row
+    naming two columns (e.g. ``source,target``), then one edge per row as two node ids.
+    Relabelling the ids to 0..n-1 is the caller's (:func:`p2pem.data.relabel_ids`).
+
+    Raises
+    ------
+    GraphError
+        The file is missing or malformed: a row that is not two ids, a self-loop, a repeated
+        edge, a header row of numbers (an edge list without a header), a GraphML node
+        without an edge (each names the file and line).
+    """
+    where = os.fspath(path)
+    if Path(path).suffix.lower() == ".graphml":
+        try:
+            g = nx.read_graphml(path)
+        except FileNotFoundError:
+            raise GraphError(f"{where}: no such file") from None
+        except Exception as exc:  # noqa: BLE001 - networkx raises parser errors of several kinds
+            raise GraphError(f"{where}: not a GraphML file ({type(exc).__name__}: {exc})") from None
+        if g.is_directed():
+            g = g.to_undirected()
+        loops = [(u, v) for u, v in g.edges if u == v]
+        if loops:
+            raise GraphError(f"{where}: self-loop on node {loops[0][0]!r}")
+        nodes = tuple(str(v) for v in g.nodes)
+        lonely = [v for v in g.nodes if g.degree(v) == 0]
+        if lonely:
+            raise GraphError(f"{where}: node {lonely[0]!r} has no edge")
+        return nodes, tuple((str(u), str(v)) for u, v in g.edges)
+
+    def parse(reader: Any, where: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+        records = csv_records(reader)
+        first = next(records, None)
+        if first is None:
+            raise GraphError(f"{where}: file is empty (expected a header row such as source,target)")
+        line, head = first
+        if len(head) != 2:
+            raise GraphError(f"{where} line {line}: an edge list has two columns (e.g. source,target), the header has {len(head)}")
+        if all(is_number(cell.strip()) for cell in head):
+            raise GraphError(f"{where} line {line}: the first row holds node ids, not column names: add a header row such as source,target")
+        edges: list[tuple[str, str]] = []
+        seen: dict[frozenset[str], int] = {}
+        for line, record in records:
+            pair = [cell.strip() for cell in record]
+            if len(pair) != 2 or not all(pair):
+                raise GraphError(f"{where} line {line}: expected two node ids, got {record!r}")
+            u, v = pair
+            if u == v:
+                raise GraphError(f"{where} line {line}: self-loop on node {u!r}")
+            key = frozenset(pair)
+            if key in seen:
+                raise GraphError(f"{where} line {line}: repeats the edge of line {seen[key]} ({u!r}, {v!r})")
+            seen[key] = line
+            edges.append((u, v))
+        if not edges:
+            raise GraphError(f"{where}: no edges after the header")
+        nodes = tuple(dict.fromkeys(v for edge in edges for v in edge))
+        return nodes, tuple(edges)
+
+    try:
+        return read_csv(path, parse)
+    except DataError as exc:  # the file cannot be read: a problem of the graph the scenario names
+        raise GraphError(str(exc)) from None
 
 
 def check_connected(g: nx.Graph) -> None:

@@ -1,7 +1,8 @@
-"""A scikit-learn estimator around :func:`p2pem.simulate.run_protocol`.
+"""scikit-learn estimators around :func:`p2pem.simulate.run_protocol`, one per model family.
 
 :class:`DistributedGMM` and :class:`DistributedSkewNormalMixture` (one base class,
-:class:`DistributedMixture`, that reaches the model through its family) follow scikit-learn's estimator contract (parameters only in
+:class:`DistributedMixture`, that reaches the model through its family) follow
+scikit-learn's estimator contract (parameters only in
 ``__init__``, ``get_params``/``set_params`` so ``sklearn.base.clone`` works, fitted state with a
 trailing underscore, :class:`~p2pem.errors.NotFittedError` before ``fit``) and offers
 ``GaussianMixture``'s inference methods on the fitted model.  scikit-learn itself is not a
@@ -11,40 +12,65 @@ dependency.
 from __future__ import annotations
 
 import inspect
+import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
-from p2pem.data import check_parts
+from p2pem.data import Preprocessing, check_parts
 from p2pem.em import EMSettings
-from p2pem.errors import ConfigError, DataError, NotFittedError
+from p2pem.errors import ConfigError, NotFittedError
 from p2pem.families import GAUSSIAN, MixtureFamily, make_family
 from p2pem.gmm import FloatArray
-from p2pem.graphs import geometric_graph
+from p2pem.inputs import check_rows, node_split, simulated_graph
 from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
+from p2pem.saved import SavedModel, read_model, write_model
 from p2pem.simulate import RunResult, run_protocol
 from p2pem.streams import init_seed, scenario_streams
 
 
-class DistributedMixture:
-    """What every distributed mixture estimator shares: fitting over a graph and inference.
+#: The estimator class of each model family (what :func:`load` returns), filled as the classes
+#: are defined (:meth:`DistributedMixture.__init_subclass__`).
+ESTIMATORS: dict[str, type[DistributedMixture]] = {}
 
-    A subclass names its model family (:meth:`_family`); one with parameters of its own
-    declares them in its own ``__init__``, which calls this one (scikit-learn's contract:
-    ``get_params`` reads the signature).  The parameters here are :class:`DistributedGMM`'s.
-    After ``fit`` the model's arrays are attributes named after the family's parameters with
-    a trailing underscore (:attr:`~p2pem.families.base.MixtureFamily.param_keys`, then
+
+class DistributedMixture:
+    """What every distributed mixture estimator shares: fitting over a graph, inference, saving.
+
+    A subclass names its model family (:meth:`_family`, and :attr:`family_name` for
+    :func:`load`); one with parameters of its own declares them in its own ``__init__``,
+    which calls this one (scikit-learn's contract: ``get_params`` reads the signature).  The
+    parameters here are :class:`DistributedGMM`'s.  After ``fit`` the model's arrays are
+    attributes named after the family's parameters with a trailing underscore
+    (:attr:`~p2pem.families.base.MixtureFamily.param_keys`, then
     :meth:`~p2pem.families.base.MixtureFamily.derived`): ``weights_``, ``means_``,
     ``covariances_`` for :class:`DistributedGMM`; ``weights_``, ``locations_``, ``scales_``,
     ``shapes_``, ``deltas_``, ``means_``, ``covariances_`` for
     :class:`DistributedSkewNormalMixture`; ``weights_``, ``means_``, ``covariances_``,
-    ``probabilities_`` for :class:`DistributedMixedMixture`.
+    ``probabilities_`` for :class:`DistributedMixedMixture`.  Every subclass is
+    scikit-learn-native the same way (tags, a plain 2-D ``X`` over ``n_nodes``, ``node_ids``)
+    and saves the same way (:meth:`save`, :func:`load`).
     """
+
+    #: the name of the family this class fits (:data:`ESTIMATORS`; None: an abstract base)
+    family_name: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that names its family becomes that family's estimator (:func:`load`, the tests' list)."""
+        super().__init_subclass__(**kwargs)
+        if cls.family_name is not None:
+            ESTIMATORS[cls.family_name] = cls
+
+    #: a loaded model's record (:func:`load`): the saved document and its graph
+    saved_: SavedModel
+    saved_graph_: dict[str, Any] | None
+    row_nodes_: npt.NDArray[np.int64] | None
 
     def __init__(
         self,
@@ -58,6 +84,8 @@ class DistributedMixture:
         engine: str = "vectorised",
         record_trace: bool = False,
         graph: nx.Graph | None = None,
+        n_nodes: int = 10,
+        protocol_params: Mapping[str, Any] | None = None,
     ) -> None:
         self.n_components = n_components
         self.protocol = protocol
@@ -69,10 +97,8 @@ class DistributedMixture:
         self.engine = engine
         self.record_trace = record_trace
         self.graph = graph
-
-    def _family(self) -> MixtureFamily:
-        """The model family this estimator fits (from its constructor parameters)."""
-        raise NotImplementedError
+        self.n_nodes = n_nodes
+        self.protocol_params = protocol_params
 
     # -- scikit-learn's parameter protocol ---------------------------------------------------
 
@@ -94,6 +120,16 @@ class DistributedMixture:
             setattr(self, name, value)
         return self
 
+    def __sklearn_tags__(self) -> Any:
+        """scikit-learn's tags: an unsupervised density estimator on dense 2-D float data.
+
+        Only scikit-learn's own tools call this, so scikit-learn is imported here and
+        nowhere else (it is not a dependency of p2pem).
+        """
+        from sklearn.utils import InputTags, Tags, TargetTags  # here: optional dependency, loaded by its caller already
+
+        return Tags(estimator_type="density_estimator", target_tags=TargetTags(required=False), input_tags=InputTags(allow_nan=False))
+
     def __repr__(self) -> str:
         defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values() if p.name != "self"}
         shown = [f"{k}={v!r}" for k, v in self.get_params().items() if not _same(v, defaults[k])]
@@ -101,59 +137,129 @@ class DistributedMixture:
 
     # -- fitting -------------------------------------------------------------------------------
 
-    def fit(
-        self,
-        X: Sequence[FloatArray] | npt.ArrayLike,
-        y: Any = None,
-        *,
-        graph: nx.Graph | None = None,
-        groups: npt.ArrayLike | None = None,
-    ) -> DistributedMixture:
+    def fit(self, X: Any, y: Any = None, *, node_ids: Any = None, graph: nx.Graph | None = None) -> DistributedMixture:
         """Fit the mixture with the configured protocol over the graph.
 
         Parameters
         ----------
-        X : list of (n_i, d) arrays, or (n_rows, d) array
-            One array per node, or all rows at once with ``groups`` giving each row's node.
-        y : networkx.Graph or None
-            Ignored (scikit-learn passes ``y``), except that a graph here is taken as
-            ``graph``, so ``fit(parts, graph)`` works.
+        X : (n_rows, d) array-like, or a list of (n_i, d) arrays
+            All rows (an array, a list of rows, a DataFrame), or one array per node.  Rows
+            without ``node_ids`` are spread evenly over ``n_nodes`` simulated nodes.
+        y : ignored
+            scikit-learn passes ``y``; a networkx graph here is taken as ``graph``, so
+            ``fit(parts, graph)`` works.
+        node_ids : array-like of hashable, shape (n_rows,), optional
+            The party of every row (site names, any ids): the parties become nodes ``0..n-1``
+            in sorted order of their ids (:func:`p2pem.data.relabel_ids`).  One party
+            alone has nothing to aggregate: its model is fitted locally (``centralized``).
         graph : networkx.Graph, optional
             Nodes ``0..n-1``; default: the ``graph`` parameter, else a random geometric
-            graph over the nodes drawn from ``random_state``.
-        groups : array_like of int, shape (n_rows,), optional
-            With a 2-D ``X``: the node id (0..n-1) holding each row.  This is a simulation
-            convenience so the estimator fits scikit-learn tooling.
+            graph over the nodes drawn from ``random_state`` (:func:`p2pem.inputs.simulated_graph`).
+
+        Returns
+        -------
+        self
         """
         if isinstance(y, nx.Graph) and graph is None:
             graph = y
-        parts = _parts(X, groups)
+        streams = scenario_streams(self.random_state)
+        split = node_split(X, node_ids=node_ids, n_nodes=self.n_nodes, rng=np.random.default_rng(streams["data"]), estimator=type(self).__name__)
+        parts = split.parts
         check_parts(parts, self.n_components)
+        d = int(parts[0].shape[1])
+        family = self._family(d)
+        init = None if self.init is None else family.params_from_dict(dict(self.init), self.n_components, d)
+        settings = EMSettings(self.n_components, self.max_iter, self.tol, self.reg_covar, init, init_seed(streams), family=family)
+        spec = self._protocol_spec()
         if graph is None:
             graph = self.graph
+        if len(parts) == 1 and graph is None:
+            spec = make_protocol("centralized")  # one party: nothing to aggregate, every protocol is local EM
         if graph is None:
-            graph = geometric_graph(len(parts), seed=self.random_state)
-        d = int(np.asarray(parts[0]).shape[1])
-        family = self._family()
-        init = None if self.init is None else family.params_from_dict(dict(self.init), self.n_components, d)
-        streams = scenario_streams(self.random_state)
-        settings = EMSettings(
-            self.n_components, self.max_iter, self.tol, self.reg_covar, init, init_seed(streams), family=family
-        )
-        spec = make_protocol(self.protocol)
+            graph = simulated_graph(len(parts), spec, np.random.default_rng(streams["graph"]))
         result = run_protocol(parts, graph, spec, settings, seed=streams["protocol"], engine=self.engine, record_trace=self.record_trace)
         self.result_: RunResult = result
-        for key, _ in family.param_keys:
-            setattr(self, f"{key}_", np.asarray(getattr(result.params, key)))
-        for key, value in family.derived(result.params).items():
-            setattr(self, f"{key}_", np.asarray(value))
-        self.loglik_ = result.loglik
-        self.n_iter_ = result.n_iter
-        self.converged_ = result.converged
-        self.n_features_in_ = d
-        self.n_rows_ = int(sum(len(p) for p in parts))
-        self.network_loglik_ = float(result.loglik[-1]) * self.n_rows_ if result.loglik else float("nan")
+        # the model as its family's parameters read back (what save writes and load reads): a family whose EM works in
+        # other coordinates (the skew-normal's Delta, Gamma) recomputes them from these, so a loaded model is the same bits
+        params = result.family.params_from_dict(result.family.to_dict(result.params), self.n_components, d)
+        self._set_model(result.family, params, n_features_in=d, loglik=result.loglik, n_iter=result.n_iter,
+                        converged=result.converged, n_rows=len(split.row_nodes))
+        self.graph_ = graph
+        self.row_nodes_ = split.row_nodes
+        self.node_ids_ = split.node_ids
+        self.protocol_ = {"name": spec.name, "label": result.protocol, "params": result.protocol_params}
+        if split.feature_names is not None:
+            self.feature_names_in_ = np.asarray(split.feature_names, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
         return self
+
+    def _family(self, n_features: int | None = None) -> MixtureFamily:
+        """The model family this estimator fits (from its constructor parameters and, where
+        they leave it open, the width of the rows it is given)."""
+        raise NotImplementedError(f"{type(self).__name__} names no model family: use DistributedGMM or DistributedSkewNormalMixture")
+
+    @classmethod
+    def _family_params(cls, family: MixtureFamily) -> dict[str, Any]:
+        """The constructor parameters that rebuild ``family`` (:func:`load`); none by default."""
+        return {}
+
+    def _protocol_spec(self) -> ProtocolSpec:
+        if isinstance(self.protocol, ProtocolSpec):
+            if self.protocol_params:
+                raise ConfigError("protocol_params go with a protocol name; a protocol object carries its own parameters")
+            return self.protocol
+        return make_protocol(self.protocol, self.protocol_params)
+
+    def _set_model(self, family: MixtureFamily, params: Any, *, n_features_in: int, loglik: list[float], n_iter: int, converged: bool,
+                   n_rows: int, preprocessing: Preprocessing | None = None) -> None:
+        """The fitted state, from a fit or from a saved model (:func:`load`)."""
+        self.family_ = family
+        self._params = params
+        for key, _ in family.param_keys:
+            setattr(self, f"{key}_", np.asarray(getattr(params, key)))
+        for key, value in family.derived(params).items():
+            setattr(self, f"{key}_", np.asarray(value))
+        self.preprocessing_ = preprocessing
+        self.loglik_ = list(loglik)
+        self.n_iter_ = n_iter
+        self.converged_ = converged
+        self.n_features_in_ = n_features_in
+        self.n_rows_ = n_rows
+        last = loglik[-1] if loglik else None
+        self.network_loglik_ = float(last) * n_rows if last is not None and last == last else float("nan")
+
+    # -- saving ---------------------------------------------------------------------------
+
+    def to_saved(self) -> SavedModel:
+        """The fitted model as a :class:`~p2pem.saved.SavedModel` (what :meth:`save` writes)."""
+        self._check_fitted()
+        graph = getattr(self, "graph_", None)
+        names = getattr(self, "feature_names_in_", None)
+        rows = getattr(self, "row_nodes_", None)
+        return SavedModel(
+            family=self.family_,
+            params=self._params,
+            n_features_in=self.n_features_in_,
+            feature_names=None if names is None else tuple(str(n) for n in names),
+            preprocessing=self.preprocessing_,
+            protocol=getattr(self, "protocol_", {}),
+            fit={"n_iter": self.n_iter_, "converged": self.converged_, "loglik": self.loglik_, "n_rows": self.n_rows_,
+                 "max_iter": self.max_iter, "tol": self.tol, "reg_covar": self.reg_covar, "seed": self.random_state},
+            graph=getattr(self, "saved_graph_", None) if graph is None else
+            {"n_nodes": graph.number_of_nodes(), "edges": sorted([min(e), max(e)] for e in graph.edges), "node_ids": _json_ids(getattr(self, "node_ids_", None))},
+            row_nodes=None if rows is None else [int(v) for v in rows],
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the fitted model to ``path`` (JSON, format ``p2pem-model``); :func:`p2pem.load` reads it back.
+
+        The file holds the parameters, the family, the feature names and preprocessing
+        constants, the protocol with its privacy block, the EM trace, the graph and the node
+        of every row, the p2pem version and the time; a loaded model predicts and scores
+        rows exactly (to the bit) as this one.
+        """
+        return write_model(self.to_saved(), path)
 
     # -- inference (GaussianMixture's methods) ----------------------------------------------
 
@@ -161,27 +267,25 @@ class DistributedMixture:
     def params_(self) -> Any:
         """The fitted model as the family's single parameters (GMMParams, SkewNormalParams)."""
         self._check_fitted()
-        return self.result_.params
+        return self._params
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "result_"):
+        if not hasattr(self, "family_"):
             raise _not_fitted_class()(
                 f"This {type(self).__name__} instance is not fitted yet: call fit() before using this estimator"
             )
 
     def _X(self, X: npt.ArrayLike) -> FloatArray:
         self._check_fitted()
-        arr = np.asarray(X, dtype=float)
-        if arr.ndim != 2 or arr.shape[1] != self.n_features_in_:
-            raise DataError(f"X must have shape (n_rows, {self.n_features_in_}), got {arr.shape}")
-        if not np.all(np.isfinite(arr)):
-            raise DataError("X holds NaN or infinite values")
-        return arr
+        names = getattr(self, "feature_names_in_", None)
+        arr = check_rows(X, n_features=self.n_features_in_, names=None if names is None else list(names), estimator=type(self).__name__,
+                         unnamed_ok=hasattr(self, "saved_"))
+        return arr if self.preprocessing_ is None else self.preprocessing_.apply(arr)
 
     def score_samples(self, X: npt.ArrayLike) -> FloatArray:
         """Log-likelihood log p(x) of every row of ``X`` under the fitted mixture."""
         arr = self._X(X)
-        return self.result_.family.score_samples(arr, self.params_)
+        return self.family_.score_samples(arr, self.params_)
 
     def score(self, X: npt.ArrayLike, y: Any = None) -> float:
         """Mean log-likelihood per row of ``X`` (scikit-learn's ``score``)."""
@@ -190,12 +294,12 @@ class DistributedMixture:
     def predict_proba(self, X: npt.ArrayLike) -> FloatArray:
         """Posterior probability of each component for every row of ``X``, shape (n, K)."""
         arr = self._X(X)
-        return self.result_.family.predict_proba(arr, self.params_)
+        return self.family_.predict_proba(arr, self.params_)
 
     def predict(self, X: npt.ArrayLike) -> npt.NDArray[np.intp]:
         """The most probable component of every row of ``X``."""
         arr = self._X(X)
-        return np.argmax(self.result_.family.log_responsibilities(arr, self.params_)[0], axis=1)
+        return np.argmax(self.family_.log_responsibilities(arr, self.params_)[0], axis=1)
 
     def sample(
         self, n_samples: int = 1, *, rng: np.random.Generator | np.random.RandomState | int | None = None
@@ -217,11 +321,12 @@ class DistributedMixture:
             gen = rng
         else:
             gen = np.random.default_rng(self.random_state if rng is None else rng)
-        return self.result_.family.sample(self.params_, int(n_samples), gen)
+        return self.family_.sample(self.params_, int(n_samples), gen)
 
     def _n_parameters(self) -> int:
-        """Free parameters of the fitted family's model (what BIC and AIC charge)."""
-        return self.result_.family.n_parameters(self.n_components, self.n_features_in_)
+        """Free parameters of the fitted family's model (what BIC and AIC charge; scikit-learn's count for a Gaussian one)."""
+        width = np.asarray(self._params.means).shape[-1]  # the model's features (after any projection)
+        return self.family_.n_parameters(int(np.asarray(self._params.weights).shape[0]), int(width))
 
     def bic(self, X: npt.ArrayLike | None = None) -> float:
         """Bayesian information criterion; lower is better.
@@ -242,6 +347,7 @@ class DistributedMixture:
             return -2.0 * self.network_loglik_ + 2 * self._n_parameters()
         arr = self._X(X)
         return -2.0 * self.score(arr) * arr.shape[0] + 2 * self._n_parameters()
+
 
 
 class DistributedGMM(DistributedMixture):
@@ -271,7 +377,15 @@ class DistributedGMM(DistributedMixture):
         Keep every message in ``result_.trace``.
     graph : networkx.Graph, optional
         The communication graph used when :meth:`fit` is not given one; None draws a random
-        geometric graph over the nodes from ``random_state``.
+        geometric graph over the nodes from ``random_state`` (redrawn until the protocol
+        can run on it: pdmm-sp needs a cycle, secure-sum a Hamiltonian cycle).
+    n_nodes : int, default 10
+        Simulated nodes that :meth:`fit` spreads a plain 2-D ``X`` over (evenly, from
+        ``random_state``; at most one node per row).  Not used when ``fit`` is given one
+        array per node or ``node_ids``.
+    protocol_params : dict, optional
+        Parameters of ``protocol`` given by name, e.g. ``{"perturbation_std": 1e3}``: what
+        ``GridSearchCV`` searches over (``{"protocol_params": [{...}, {...}]}``).
 
     Attributes
     ----------
@@ -289,7 +403,24 @@ class DistributedGMM(DistributedMixture):
     n_iter_ : int
     converged_ : bool
     n_features_in_ : int
+    feature_names_in_ : array of str
+        The columns of a DataFrame ``X`` (only then).
+    graph_ : networkx.Graph
+        The graph of the fit.
+    row_nodes_ : (n_rows,) int array
+        The node of every row of ``X`` (one array per node: their rows in order).
+    node_ids_ : tuple or None
+        The ``node_ids`` of nodes ``0..n-1``, in sorted order, when given.
     result_ : RunResult
+
+    Notes
+    -----
+    scikit-learn's tools take it as they take ``GaussianMixture``: ``Pipeline``,
+    ``cross_val_score`` (its ``score`` is the mean log-likelihood per row: higher is better),
+    ``GridSearchCV`` over ``n_components``, ``n_nodes`` and ``protocol_params``.  To give the
+    parties in cross-validation, pass ``params={"node_ids": site}`` (scikit-learn splits it with
+    the rows); a group splitter's ``groups`` stays scikit-learn's.  scikit-learn is not
+    imported by p2pem: only its own tools call ``__sklearn_tags__``.
 
     Examples
     --------
@@ -301,7 +432,9 @@ class DistributedGMM(DistributedMixture):
     ((2,), (2, 2))
     """
 
-    def _family(self) -> MixtureFamily:
+    family_name = "gaussian"
+
+    def _family(self, n_features: int | None = None) -> MixtureFamily:
         return GAUSSIAN
 
 
@@ -310,11 +443,13 @@ class DistributedSkewNormalMixture(DistributedMixture):
 
     Azzalini's multivariate skew-normal components in the direct parametrisation (the R
     package ``sn``'s ``dp``); the EM and the parametrisations are in :mod:`p2pem.snmix`.
-    Every protocol of :class:`DistributedGMM` fits it, with the same privacy.
+    Every protocol of :class:`DistributedGMM` fits it, with the same privacy; it is as
+    scikit-learn-native (a plain 2-D ``X`` over ``n_nodes``, ``node_ids``) and saves the same
+    way.
 
     Parameters
     ----------
-    n_components, protocol, max_iter, tol, reg_covar, random_state, engine, record_trace, graph
+    n_components, protocol, max_iter, tol, reg_covar, random_state, engine, record_trace, graph, n_nodes, protocol_params
         As for :class:`DistributedGMM`.
     init : dict, optional
         ``{"weights", "locations", "scales", "shapes"}`` to start every protocol from; by
@@ -339,9 +474,11 @@ class DistributedSkewNormalMixture(DistributedMixture):
         Delta = omega delta (the EM's working parameter).
     means_, covariances_ : arrays
         Each component's mean xi + sqrt(2/pi) Delta and covariance Sigma - (2/pi) Delta Delta^T.
-    loglik_, n_rows_, network_loglik_, n_iter_, converged_, n_features_in_, result_
+    loglik_, n_rows_, network_loglik_, n_iter_, converged_, n_features_in_, graph_, row_nodes_, node_ids_, result_
         As for :class:`DistributedGMM`.
     """
+
+    family_name = "skew-normal"
 
     def __init__(
         self,
@@ -355,16 +492,24 @@ class DistributedSkewNormalMixture(DistributedMixture):
         engine: str = "vectorised",
         record_trace: bool = False,
         graph: nx.Graph | None = None,
+        n_nodes: int = 10,
+        protocol_params: Mapping[str, Any] | None = None,
         init_shapes: Sequence[float] | None = None,
         max_delta: float | None = None,
     ) -> None:
-        super().__init__(n_components, protocol, max_iter, tol, reg_covar, random_state, init, engine, record_trace, graph)
+        super().__init__(n_components, protocol, max_iter, tol, reg_covar, random_state, init, engine, record_trace, graph, n_nodes,
+                         protocol_params)
         self.init_shapes = init_shapes
         self.max_delta = max_delta
 
-    def _family(self) -> MixtureFamily:
+    def _family(self, n_features: int | None = None) -> MixtureFamily:
         shapes = None if self.init_shapes is None else list(self.init_shapes)
         return make_family("skew-normal", init_shapes=shapes, max_delta=self.max_delta)
+
+    @classmethod
+    def _family_params(cls, family: MixtureFamily) -> dict[str, Any]:
+        config = family.config()
+        return {"init_shapes": config.get("init_shapes"), "max_delta": config.get("max_delta")}
 
 
 class DistributedMixedMixture(DistributedMixture):
@@ -379,13 +524,14 @@ class DistributedMixedMixture(DistributedMixture):
 
     Parameters
     ----------
-    n_components, protocol, max_iter, tol, reg_covar, random_state, engine, record_trace, graph
+    n_components, protocol, max_iter, tol, reg_covar, random_state, engine, record_trace, graph, n_nodes, protocol_params
         As for :class:`DistributedGMM`.
     init : dict, optional
         ``{"weights", "means", "covariances", "probabilities"}`` to start every protocol from;
         by default the private initialisation.
-    n_continuous : int
-        p, the continuous columns (the first p of a row).
+    n_continuous : int, optional
+        p, the continuous columns (the first p of a row); default: every column but the
+        last ``len(n_categories)``.
     n_categories : sequence of int
         The public number of categories of each categorical column, in row order.
     covariance : {"diag", "full"}
@@ -402,9 +548,11 @@ class DistributedMixedMixture(DistributedMixture):
     covariances_ : (K, p) or (K, p, p) array
     probabilities_ : (K, S) array
         Each categorical column's category probabilities, column after column.
-    loglik_, n_rows_, network_loglik_, n_iter_, converged_, n_features_in_, result_
+    loglik_, n_rows_, network_loglik_, n_iter_, converged_, n_features_in_, graph_, row_nodes_, node_ids_, result_
         As for :class:`DistributedGMM`.
     """
+
+    family_name = "mixed"
 
     def __init__(
         self,
@@ -418,23 +566,72 @@ class DistributedMixedMixture(DistributedMixture):
         engine: str = "vectorised",
         record_trace: bool = False,
         graph: nx.Graph | None = None,
-        n_continuous: int = 0,
+        n_nodes: int = 10,
+        protocol_params: Mapping[str, Any] | None = None,
+        n_continuous: int | None = None,
         n_categories: Sequence[int] = (),
         covariance: str = "diag",
         stratify: int | None = None,
         strata_weights: Sequence[float] | None = None,
     ) -> None:
-        super().__init__(n_components, protocol, max_iter, tol, reg_covar, random_state, init, engine, record_trace, graph)
+        super().__init__(n_components, protocol, max_iter, tol, reg_covar, random_state, init, engine, record_trace, graph, n_nodes,
+                         protocol_params)
         self.n_continuous = n_continuous
         self.n_categories = n_categories
         self.covariance = covariance
         self.stratify = stratify
         self.strata_weights = strata_weights
 
-    def _family(self) -> MixtureFamily:
+    def _family(self, n_features: int | None = None) -> MixtureFamily:
         weights = None if self.strata_weights is None else list(self.strata_weights)
-        return make_family("mixed", n_continuous=self.n_continuous, n_categories=list(self.n_categories), covariance=self.covariance,
-                           stratify=self.stratify, strata_weights=weights)
+        categories = list(self.n_categories)
+        p = self.n_continuous
+        if p is None:  # every column but the categorical ones
+            p = 0 if n_features is None else n_features - len(categories)
+        return make_family("mixed", n_continuous=p, n_categories=categories, covariance=self.covariance, stratify=self.stratify,
+                           strata_weights=weights)
+
+    @classmethod
+    def _family_params(cls, family: MixtureFamily) -> dict[str, Any]:
+        config = family.config()
+        return {key: config[key] for key in ("n_continuous", "n_categories", "covariance", "stratify", "strata_weights")}
+
+
+
+def load(path: str | os.PathLike[str]) -> DistributedMixture:
+    """A fitted estimator from a saved model (:meth:`DistributedMixture.save`, ``p2pem model``).
+
+    The estimator of the model's family, with its constructor parameters (``n_components``,
+    ``protocol``, ``max_iter``, ``tol``, ``reg_covar``, ``random_state``) as saved and its
+    fitted state; it predicts, scores and samples exactly as the saved one (raw rows pass
+    through the saved preprocessing first).  It holds no ``result_`` (the run is not saved;
+    its record is in ``saved_``: protocol, privacy, EM trace, graph, rows' nodes).
+
+    Raises
+    ------
+    ConfigError
+        The file is missing or not a saved model (one line naming the file and key).
+    """
+    saved = read_model(path)
+    cls = ESTIMATORS.get(saved.family.name)
+    if cls is None:
+        raise ConfigError(f"{path}: no estimator for model family {saved.family.name!r} (known: {', '.join(ESTIMATORS)})")
+    fit = saved.fit
+    settings = {key: fit[key] for key in ("max_iter", "tol", "reg_covar") if isinstance(fit.get(key), (int, float))}
+    model = cls(n_components=saved.n_components, protocol=saved.protocol.get("name", "pdmm-sp"), **settings)
+    model.set_params(**cls._family_params(saved.family))
+    if isinstance(fit.get("seed"), int):
+        model.random_state = fit["seed"]
+    loglik = [float("nan") if v is None else float(v) for v in fit.get("loglik", [])]
+    model._set_model(saved.family, saved.params, n_features_in=saved.n_features_in, loglik=loglik, n_iter=int(fit.get("n_iter", 0)),
+                     converged=bool(fit.get("converged", False)), n_rows=int(fit.get("n_rows", 0)), preprocessing=saved.preprocessing)
+    if saved.feature_names is not None:
+        model.feature_names_in_ = np.asarray(saved.feature_names, dtype=object)
+    model.protocol_ = saved.protocol
+    model.saved_graph_ = saved.graph
+    model.row_nodes_ = None if saved.row_nodes is None else np.asarray(saved.row_nodes)
+    model.saved_ = saved
+    return model
 
 
 _SKLEARN_NOT_FITTED: dict[type, type[NotFittedError]] = {}
@@ -463,23 +660,8 @@ def _same(a: Any, b: Any) -> bool:
         return a is b
 
 
-def _parts(X: Sequence[FloatArray] | npt.ArrayLike, groups: npt.ArrayLike | None) -> list[FloatArray]:
-    """One array per node from either form :meth:`DistributedGMM.fit` accepts."""
-    if groups is None:
-        if isinstance(X, np.ndarray):
-            raise DataError("a 2-D X needs groups= (the node id of every row), or pass one array per node")
-        if not isinstance(X, Iterable) or isinstance(X, (str, bytes)):
-            raise DataError(f"X must be one array per node or a 2-D array with groups=, not {type(X).__name__}")
-        return [np.asarray(p, dtype=float) for p in X]
-    arr = np.asarray(X, dtype=float)
-    g = np.asarray(groups)
-    if arr.ndim != 2 or g.shape != (arr.shape[0],):
-        raise DataError(f"groups must hold one node id per row of X ({arr.shape[0]}), got shape {g.shape}")
-    if not np.issubdtype(g.dtype, np.integer) or g.size == 0 or g.min() < 0:
-        raise DataError("groups must be non-negative integer node ids")
-    n = int(g.max()) + 1
-    parts = [arr[g == i] for i in range(n)]
-    empty = [i for i, p in enumerate(parts) if len(p) == 0]
-    if empty:
-        raise DataError(f"groups names nodes 0..{n - 1} but node {empty[0]} holds no row")
-    return parts
+def _json_ids(ids: Any) -> list[Any] | None:
+    """Node ids as JSON can hold them: numbers and text as they are, anything else as its text."""
+    if ids is None:
+        return None
+    return [v.item() if isinstance(v, np.generic) else v if isinstance(v, (str, int, float)) and not isinstance(v, bool) else str(v) for v in ids]

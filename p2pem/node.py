@@ -266,7 +266,7 @@ class Node:
         for msg in pending:
             try:
                 out += self._count(self._fold(agg, msg))
-            except ProtocolViolation:
+            except (ProtocolViolation, ModelError):  # a model that cannot go on is nobody's forgery
                 raise
             except ProtocolError as exc:
                 if not self.validate:

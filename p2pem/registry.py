@@ -37,6 +37,7 @@ from p2pem.errors import ConfigError
 from p2pem.protocols import Centralized, Federated, PdmmSP, ProtocolSpec, SecureSum
 from p2pem.protocols.base import parameter_fields
 from p2pem.task import Task
+from p2pem.tomltable import did_you_mean
 
 #: The protocols by the names users type (scenario files, the estimator, rosters).
 PROTOCOLS: dict[str, type[ProtocolSpec]] = {
@@ -62,13 +63,13 @@ def make_protocol(name: str | ProtocolSpec, params: Mapping[str, Any] | None = N
         return name
     cls = PROTOCOLS.get(name)
     if cls is None:
-        raise ConfigError(f"unknown protocol {name!r} (known: {', '.join(PROTOCOLS)})")
+        raise ConfigError(f"unknown protocol {name!r} (known: {', '.join(PROTOCOLS)}){did_you_mean(name, tuple(PROTOCOLS))}")
     params = dict(params or {})
     fields = {f.name: f for f in parameter_fields(cls)}
     unknown = sorted(set(params) - set(fields))
     if unknown:
         known = ", ".join(fields) or "none"
-        raise ConfigError(f"unknown parameter '{unknown[0]}' for protocol {name} (known: {known})")
+        raise ConfigError(f"unknown parameter '{unknown[0]}' for protocol {name} (known: {known}){did_you_mean(unknown[0], tuple(fields))}")
     hints = typing.get_type_hints(cls)
     for key, value in params.items():
         _check_type(name, key, value, hints[key])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from p2pem.builders import build_graph, build_protocols, em_settings, load_data
+from p2pem.builders import build_graph, build_protocols, em_settings, load_data, validate_protocol
 from p2pem.builders import build_protocols as protocols  # re-exported under the name it had here
 from p2pem.dp.guarantees import add_excluded, preprocessing_excluded
 from p2pem.files import atomic_output as atomic_output  # re-exported: the commands import it from here
@@ -18,6 +19,8 @@ from p2pem.graphs import degree_report
 from p2pem.protocols import ProtocolSpec, Topology
 from p2pem.scenario import Scenario
 from p2pem.simulate import Progress, RunResult, run_protocol
+
+log = logging.getLogger(__name__)
 
 __all__ = ["RESULT_FORMAT", "ScenarioRun", "build_graph", "em_settings", "graph_summary", "output_header", "protocols", "run_scenario"]
 
@@ -97,15 +100,19 @@ def run_scenario(
     for spec in specs:  # fail before running anything
         spec.check_settings(settings)
         if spec.name != "centralized":
-            spec.validate(g)
+            validate_protocol(scenario, g, spec)
     runs = []
     data = scenario.data
     preprocessing = preprocessing_excluded(data.standardize, data.pca, None if data.public is not None else "all rows")
+    log.info("%s: graph of %d nodes and %d edges; protocols %s", scenario.name, g.number_of_nodes(), g.number_of_edges(),
+             ", ".join(spec.name for spec in specs))
     for spec in specs:
+        log.info("%s: running %s (%s engine, %d EM iterations at most)", scenario.name, spec.name, engine, settings.max_iter)
         cb = progress(spec) if progress is not None else None
         run = run_protocol(parts, g, spec, settings, seed=scenario.streams()["protocol"], engine=engine, record_trace=record_trace, progress=cb,
                            device=device)
         add_excluded(run.protocol_params, preprocessing)
+        log.info("%s: %s done: %d EM iterations, %d messages, %.3f s", scenario.name, run.protocol, run.n_iter, run.messages, run.wall_s)
         runs.append(run)
     return ScenarioRun(scenario, g, runs, int(sum(len(p) for p in parts)))
 

@@ -19,6 +19,11 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     path = "../data/x.csv"         # csv, required; relative to this file's folder
     columns = ["a", "b"]           # csv, optional: keep these columns
     drop_columns = ["name"]        # csv, optional: drop these columns
+    header = true                  # csv, default true: the first row names the columns;
+                                   #   false: no header row, columns named "0", "1", ...
+    node_column = "site"           # csv, optional: the party of each row (ids of any
+                                   #   kind; nodes 0..n-1 in sorted id order, see
+                                   #   p2pem.data.relabel_ids); not a feature; no split
     standardize = true             # optional, default false
     pca = 2                        # optional: keep that many principal components
     [data.public]                  # optional: public preprocessing constants (standardize = true)
@@ -43,10 +48,15 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     n_bins = 10                    # schema, default 10: bins per binned column
 
     [graph]
-    kind = "geometric"             # required: "geometric" | "edges"
-    n_nodes = 80                   # geometric: required, >= 2; edges: optional check
+    kind = "geometric"             # "geometric" | "edges"; default "edges" with edges/path
+    n_nodes = 80                   # geometric: required, >= 2 (default with node_column:
+                                   #   the number of parties); edges: optional check
     radius = 0.3                   # geometric, optional, default sqrt(2 log n / n)
-    edges = [[0, 1], [1, 2]]       # edges, required: ids 0..n-1, connected, no repeats
+    edges = [[0, 1], [1, 2]]       # edges: ids 0..n-1, connected, no repeats
+    path = "graph.csv"             # edges, or this instead: a CSV edge list (header row,
+                                   #   two node ids per row) or a .graphml file; ids as in
+                                   #   data.node_column when it is given, else any ids
+                                   #   (nodes 0..n-1 in sorted id order)
 
     [em]
     n_components = 3               # required
@@ -110,19 +120,19 @@ from typing import Any
 
 import numpy as np
 
-from p2pem.data import SPLITS, Preprocessing
+from p2pem.data import SPLITS, Preprocessing, parse_ids, read_text_column, relabel_ids
 from p2pem.errors import ConfigError, GraphError
 from p2pem.families import GAUSSIAN, MixtureFamily, make_family
 from p2pem.families.encoding import TableEncoding
 from p2pem.families.toml import parse_family
 from p2pem.families.toml import parse_init as parse_family_init
-from p2pem.graphs import default_radius, graph_from_edges
+from p2pem.graphs import default_radius, graph_from_edges, read_graph_file
 from p2pem.registry import PROTOCOLS as _REGISTRY
 from p2pem.registry import make_protocol
 from p2pem.streams import STREAMS as _STREAMS
 from p2pem.streams import scenario_streams
 from p2pem.tabular import DEFAULT_BINS, Schema, load_schema, schema_from_dict
-from p2pem.tomltable import Table, is_int, read_toml, show
+from p2pem.tomltable import REQUIRED, Table, is_int, read_toml, show
 
 __all__ = [
     "GRAPH_KINDS",
@@ -154,6 +164,11 @@ seed_streams = scenario_streams
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
+def empty_table() -> Mapping[str, Any]:
+    """An absent table: empty and read-only (the default of a dataclass field)."""
+    return _EMPTY
+
+
 # ------------------------------------------------------------------------ dataclasses
 
 
@@ -176,7 +191,8 @@ class DataConfig:
     pca : int or None
         Keep that many principal components (after standardising).
     split : {"even", "contiguous", "random"}
-        How rows are spread over nodes, see :func:`p2pem.data.split_rows`.
+        How rows are spread over nodes, see :func:`p2pem.data.split_rows` (not used with
+        ``node_column``).
     public : p2pem.data.Preprocessing or None
         Public preprocessing constants (``[data.public]``): standardisation and projection
         use them instead of statistics of the rows, so the map is the same for every data
@@ -186,6 +202,15 @@ class DataConfig:
         Size of the synthetic data set (synthetic only, else None).
     separation : float or None
         Separation of the synthetic clusters (synthetic only, else None).
+    header : bool
+        Whether the CSV file's first row names the columns (csv only); without one the
+        columns are named ``"0"``, ``"1"``, ... by position.
+    node_column : str or None
+        The CSV column naming each row's party (csv only): node ``i`` holds the rows of
+        ``node_ids[i]``, in file order.
+    node_ids : tuple or None
+        The parties' ids in node order (with ``node_column``): sorted, integers when every
+        id is one (:func:`p2pem.data.relabel_ids`).
     schema : p2pem.tabular.Schema or None
         The public schema of a mixed-type table (csv only): the rows are read under it
         (:func:`p2pem.tabular.read_table`) and encoded by :attr:`encoding`.
@@ -214,6 +239,9 @@ class DataConfig:
     n_features: int | None = None
     n_components: int | None = None
     separation: float | None = None
+    header: bool = True
+    node_column: str | None = None
+    node_ids: tuple[Any, ...] | None = None
     schema: Schema | None = None
     test: Path | None = None
     test_fraction: float | None = None
@@ -242,12 +270,19 @@ class GraphConfig:
         filled in by :func:`load_scenario`.
     edges : tuple of (int, int) or None
         Undirected edges over nodes ``0 .. n_nodes-1`` (edges only).
+    path : pathlib.Path or None
+        The graph file the edges were read from (``[graph] path``), else None.
+    node_ids : tuple or None
+        With ``path``: the file's node ids in node order (the data's ``node_ids`` when
+        the data has a node column).
     """
 
     kind: str
     n_nodes: int
     radius: float | None = None
     edges: tuple[tuple[int, int], ...] | None = None
+    path: Path | None = None
+    node_ids: tuple[Any, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -293,7 +328,7 @@ class ProtocolConfig:
     """
 
     name: str
-    params: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    params: Mapping[str, Any] = field(default_factory=empty_table)
 
 
 #: epsilon grid of ``[tradeoff]`` when the scenario gives none: 10 values from 0.1 to 100
@@ -400,11 +435,11 @@ class Scenario:
     graph: GraphConfig
     em: EMConfig
     protocols: tuple[ProtocolConfig, ...]
-    leakage: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-    deploy: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    leakage: Mapping[str, Any] = field(default_factory=empty_table)
+    deploy: Mapping[str, Any] = field(default_factory=empty_table)
     tradeoff: TradeoffConfig | None = None
-    synth: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-    bayesnet: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    synth: Mapping[str, Any] = field(default_factory=empty_table)
+    bayesnet: Mapping[str, Any] = field(default_factory=empty_table)
 
     def streams(self) -> dict[str, np.random.SeedSequence]:
         """The independent random streams of this scenario, see :func:`p2pem.streams.scenario_streams`."""
@@ -454,7 +489,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         top.fail("'name' must not be empty")
     seed = top.integer("seed", minimum=0)
     data = _parse_data(top.section("data", _DATA_KEYS), file.parent)
-    graph = _parse_graph(top.section("graph", ("kind", "n_nodes", "radius", "edges")))
+    graph = _parse_graph(top.section("graph", ("kind", "n_nodes", "radius", "edges", "path")), file.parent, data.node_ids)
     em = _parse_em(top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "family", "init")), data)
     protocols = _parse_protocols(top)
     leakage = top.free_table("leakage")
@@ -491,6 +526,8 @@ _DATA_KEYS = (
     "n_features",
     "n_components",
     "separation",
+    "header",
+    "node_column",
     "schema",
     "test",
     "test_fraction",
@@ -499,10 +536,10 @@ _DATA_KEYS = (
     "atoms",
 )
 _SCHEMA_ONLY = ("test", "test_fraction", "binned", "n_bins", "atoms")
-_CSV_ONLY = ("path", "columns", "drop_columns", "schema", *_SCHEMA_ONLY)
+_CSV_ONLY = ("path", "columns", "drop_columns", "header", "node_column", "schema", *_SCHEMA_ONLY)
 _SYNTHETIC_ONLY = ("n_samples", "n_features", "n_components", "separation")
 #: [data] keys of float tables that a schema replaces (it names the columns; the encoding scales them)
-_NOT_WITH_SCHEMA = ("columns", "drop_columns", "standardize", "pca")
+_NOT_WITH_SCHEMA = ("columns", "drop_columns", "standardize", "pca", "header", "node_column")
 
 
 def _parse_data(sec: Table, folder: Path) -> DataConfig:
@@ -545,7 +582,19 @@ def _parse_data(sec: Table, folder: Path) -> DataConfig:
         width = len([c for c in columns if c not in drop_columns])
         if common["pca"] > width:
             sec.fail(f"{sec.key('pca')!r} = {common['pca']} exceeds the {width} selected columns")
-    return DataConfig(**common, path=resolved, columns=columns, drop_columns=tuple(drop_columns))
+    header = sec.boolean("header", default=True)
+    node_column = sec.string("node_column", default=None)
+    node_ids = None
+    if node_column is not None:
+        if sec.has("split"):
+            sec.fail(f"{sec.key('split')!r} is not used with {sec.key('node_column')!r} (the column assigns every row to its node)")
+        if columns is not None and node_column in columns:
+            sec.fail(f"{sec.key('columns')!r} lists the node column {node_column!r}: it names parties, it is not a feature")
+        _, labels = relabel_ids(parse_ids(read_text_column(resolved, node_column, header=header)))
+        node_ids = labels
+    return DataConfig(
+        **common, path=resolved, columns=columns, drop_columns=tuple(drop_columns), header=header, node_column=node_column, node_ids=node_ids
+    )
 
 
 def _existing_file(sec: Table, key: str, folder: Path) -> Path:
@@ -627,17 +676,25 @@ def _static_width(data: DataConfig) -> int | None:
     return None
 
 
-def _parse_graph(sec: Table) -> GraphConfig:
-    kind = sec.choice("kind", GRAPH_KINDS)
+def _parse_graph(sec: Table, folder: Path, node_ids: tuple[Any, ...] | None) -> GraphConfig:
+    """``[graph]``; ``node_ids``: the parties of the data's node column (they fix the number of nodes)."""
+    kind = sec.choice("kind", GRAPH_KINDS, default="edges" if sec.has("edges") or sec.has("path") else REQUIRED)
     if kind == "geometric":
-        if sec.has("edges"):
-            sec.fail(f"{sec.key('edges')!r} is not used with kind = 'geometric'")
-        n_nodes = sec.integer("n_nodes", minimum=2)
+        for key in ("edges", "path"):
+            if sec.has(key):
+                sec.fail(f"{sec.key(key)!r} is not used with kind = 'geometric'")
+        n_nodes = sec.integer("n_nodes", minimum=2, default=REQUIRED if node_ids is None else len(node_ids))
+        if node_ids is not None and n_nodes != len(node_ids):
+            sec.fail(f"{sec.key('n_nodes')!r} = {n_nodes} but the data's node column names {len(node_ids)} parties")
         radius = sec.number("radius", default=default_radius(n_nodes), positive=True)
         return GraphConfig(kind=kind, n_nodes=n_nodes, radius=radius)
 
     if sec.has("radius"):
         sec.fail(f"{sec.key('radius')!r} is not used with kind = 'edges'")
+    if sec.has("path"):
+        if sec.has("edges"):
+            sec.fail(f"give {sec.key('edges')!r} or {sec.key('path')!r}, not both")
+        return _graph_file(sec, folder, node_ids)
     raw = sec.require("edges")
     key = sec.key("edges")
     if not isinstance(raw, list) or not raw:
@@ -662,11 +719,42 @@ def _parse_graph(sec: Table) -> GraphConfig:
     n_nodes = sec.integer("n_nodes", default=None, minimum=2)
     if n_nodes is not None and n_nodes != count:
         sec.fail(f"{sec.key('n_nodes')!r} = {n_nodes} but {key!r} connects {count} nodes")
+    if node_ids is not None and count != len(node_ids):
+        sec.fail(f"{key!r} connects {count} nodes but the data's node column names {len(node_ids)} parties")
     try:
         graph_from_edges(edges)  # connectivity, the one check left
     except GraphError as exc:
         raise GraphError(f"{sec.where}: {key!r}: {exc}") from exc
     return GraphConfig(kind=kind, n_nodes=count, edges=tuple(edges))
+
+
+def _graph_file(sec: Table, folder: Path, node_ids: tuple[Any, ...] | None) -> GraphConfig:
+    """``[graph] path``: an edge list or GraphML file, its ids relabelled as the data's node column's."""
+    path = sec.path("path", folder).resolve()
+    key = sec.key("path")
+    try:
+        nodes, pairs = read_graph_file(path)
+    except GraphError as exc:
+        raise GraphError(f"{sec.where}: {key!r}: {exc}") from exc
+    ids = parse_ids(nodes)
+    labels = relabel_ids(ids)[1] if node_ids is None else node_ids
+    text = dict(zip(nodes, map(str, ids), strict=True))  # ids compared as the data's are: "07" is party 7
+    index = {str(label): i for i, label in enumerate(labels)}
+    unknown = [v for v in text.values() if v not in index]
+    if unknown:
+        sec.fail(f"{key!r} = {str(path)!r} has node {unknown[0]!r}, which no row of the data's node column belongs to")
+    if len(text) != len(index):
+        missing = sorted(set(index) - set(text.values()))
+        sec.fail(f"{key!r} = {str(path)!r} lacks the parties {missing[:5]} of the data's node column")
+    edges = tuple((index[text[u]], index[text[v]]) for u, v in pairs)
+    n_nodes = sec.integer("n_nodes", default=None, minimum=2)
+    if n_nodes is not None and n_nodes != len(labels):
+        sec.fail(f"{sec.key('n_nodes')!r} = {n_nodes} but {key!r} has {len(labels)} nodes")
+    try:
+        graph_from_edges(edges, len(labels))
+    except GraphError as exc:
+        raise GraphError(f"{sec.where}: {key!r}: {exc}") from exc
+    return GraphConfig(kind="edges", n_nodes=len(labels), edges=edges, path=path, node_ids=tuple(labels))
 
 
 def _parse_em(sec: Table, data: DataConfig) -> EMConfig:

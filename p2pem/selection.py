@@ -22,6 +22,7 @@ likelihood is a supremum approached, not a maximum.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import time
@@ -31,14 +32,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2pem.builders import build_graph, build_protocols, em_settings, load_data
+from p2pem.em import EMSettings
 from p2pem.errors import ConfigError, ProtocolError
 from p2pem.families import FAMILIES, make_family
+from p2pem.parallel import Workers
 from p2pem.registry import make_protocol
 from p2pem.runner import output_header
 from p2pem.scenario import Scenario
 from p2pem.simulate import run_protocol
 from p2pem.snmix import BoundaryWarning
-from p2pem.streams import child, init_seed
+from p2pem.streams import child, init_seed, scenario_streams
 
 __all__ = ["SELECT_FORMAT", "SelectionRow", "parse_components", "run_selection"]
 
@@ -134,6 +137,29 @@ def restart_seed(scenario: Scenario, restart: int) -> int:
     return init_seed(streams) if restart == 0 else int(child(streams["init"], restart).generate_state(1)[0])
 
 
+def _fit(parts, graph, spec, base: EMSettings, scenario_seed: int, task) -> dict[str, Any] | None:  # noqa: ANN001 - a worker's task
+    """One fit of the selection, in whichever worker: what the table needs, or None when it failed.
+
+    Every fit draws its protocol randomness from a fresh copy of the scenario's protocol stream
+    (as a run of the scenario does), so a fit's numbers do not depend on the fits before it.
+    """
+    family, k, _, seed = task
+    settings = dataclasses.replace(base, n_components=k, family=family, init_seed=seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            run = run_protocol(parts, graph, spec, settings, seed=scenario_streams(scenario_seed)["protocol"])
+        except ProtocolError:  # e.g. a collapsed component: this restart fails, the sweep goes on
+            return None
+    return {
+        "mean_loglik": float(run.loglik[-1]),
+        "n_iter": run.n_iter,
+        "converged": run.converged,
+        "boundary": any(issubclass(w.category, BoundaryWarning) for w in caught),
+        "warnings": [str(w.message) for w in caught if not issubclass(w.category, BoundaryWarning)],
+    }
+
+
 def run_selection(
     scenario: Scenario,
     components: Sequence[int],
@@ -142,6 +168,7 @@ def run_selection(
     protocol: str | None = None,
     n_init: int = 1,
     progress: Callable[[str, int, int], None] | None = None,
+    workers: Workers | None = None,
 ) -> dict[str, Any]:
     """Fit every (family, G) through one protocol and return the ``select.json`` document.
 
@@ -158,7 +185,10 @@ def run_selection(
     n_init : int
         Private initialisations per (family, G); the best final log-likelihood is kept.
     progress : callable(family, G, restart), optional
-        Called before each fit.
+        Called as each fit ends.
+    workers : p2pem.parallel.Workers, optional
+        Where the fits run (each from its own public seeds: the same numbers wherever they
+        run); default here.
 
     Returns
     -------
@@ -191,46 +221,40 @@ def run_selection(
     base = dataclasses.replace(em_settings(scenario), init=None)
     rows: list[SelectionRow] = []
     t0 = time.perf_counter()
-    for family in fams:
-        for k in components:
-            best = None
-            failed = 0
-            for restart in range(n_init):
-                if progress is not None:
-                    progress(family.name, k, restart)
-                settings = dataclasses.replace(base, n_components=k, family=family, init_seed=restart_seed(scenario, restart))
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always", BoundaryWarning)
-                    try:
-                        run = run_protocol(parts, g, spec, settings, seed=scenario.streams()["protocol"])
-                    except ProtocolError:  # e.g. a collapsed component: this restart fails, the sweep goes on
-                        failed += 1
-                        continue
-                boundary = any(issubclass(w.category, BoundaryWarning) for w in caught)
-                for w in caught:
-                    if not issubclass(w.category, BoundaryWarning):
-                        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-                total = float(run.loglik[-1]) * n_rows
-                if best is None or total > best[0]:
-                    best = (total, run, restart, boundary)
-            if best is None:
+    tasks = [(family, k, restart, restart_seed(scenario, restart)) for family in fams for k in components for restart in range(n_init)]
+
+    def step(done: int, total: int) -> None:
+        if progress is not None:
+            family, k, restart, _ = tasks[done - 1]
+            progress(family.name, k, restart)
+
+    fit = functools.partial(_fit, parts, g, spec, base, scenario.seed)
+    fits = (workers or Workers()).map(fit, tasks, progress=step)
+    for text in dict.fromkeys(t for f in fits if f is not None for t in f["warnings"]):  # each once, here
+        warnings.warn(text, UserWarning, stacklevel=2)
+    for i, family in enumerate(fams):
+        for j, k in enumerate(components):
+            restarts = fits[(i * len(components) + j) * n_init:][:n_init]
+            ok = [(f, restart) for restart, f in enumerate(restarts) if f is not None]
+            if not ok:
                 raise ProtocolError(f"every initialisation of {family.name} with {k} components failed (a component collapsed): drop that count")
-            total, run, restart, boundary = best
+            best, restart = max(ok, key=lambda pair: (pair[0]["mean_loglik"], -pair[1]))  # the first of equal ones
+            total = best["mean_loglik"] * n_rows
             n_par = family.n_parameters(k, d)
             rows.append(
                 SelectionRow(
                     family=family.name,
                     n_components=k,
                     loglik=total,
-                    mean_loglik=float(run.loglik[-1]),
+                    mean_loglik=best["mean_loglik"],
                     n_parameters=n_par,
                     aic=-2 * total + 2 * n_par,
                     bic=-2 * total + n_par * math.log(n_rows),
-                    n_iter=run.n_iter,
-                    converged=run.converged,
+                    n_iter=best["n_iter"],
+                    converged=best["converged"],
                     restart=restart,
-                    boundary=boundary,
-                    failed_restarts=failed,
+                    boundary=best["boundary"],
+                    failed_restarts=n_init - len(ok),
                 )
             )
     best_by_family = {}

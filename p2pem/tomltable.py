@@ -8,6 +8,7 @@ Shared by scenario files (:mod:`p2pem.scenario`) and deployment rosters and node
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 import os
 import tomllib
@@ -49,6 +50,12 @@ def show(value: object) -> str:
     return f"{value} (a date/time)"
 
 
+def did_you_mean(word: object, known: Sequence[str]) -> str:
+    """``"; did you mean 'max_iter'?"`` for the known name closest to a misspelt one, else ``""``."""
+    close = difflib.get_close_matches(str(word), list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 class Table:
     """One TOML table being validated; every error names the file and dotted key."""
 
@@ -63,7 +70,7 @@ class Table:
             if unknown:
                 noun = "key" if len(unknown) == 1 else "keys"
                 listed = ", ".join(repr(self.key(key)) for key in unknown)
-                self.fail(f"unknown {noun} {listed} (known: {', '.join(known)})")
+                self.fail(f"unknown {noun} {listed} (known: {', '.join(known)}){did_you_mean(unknown[0], known)}")
 
     def key(self, name: str) -> str:
         return f"{self.prefix}.{name}" if self.prefix else name
@@ -158,7 +165,7 @@ class Table:
     def choice(self, name: str, choices: Sequence[str], *, default: Any = REQUIRED) -> Any:
         value = self.string(name, default=default)
         if value not in choices:
-            self.fail(f"{self.key(name)!r} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+            self.fail(f"{self.key(name)!r} must be one of {', '.join(map(repr, choices))}, got {value!r}{did_you_mean(value, choices)}")
         return value
 
     def string_list(self, name: str, *, default: Any = REQUIRED) -> Any:

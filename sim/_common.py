@@ -16,6 +16,21 @@ def print_table(headers: list[str], rows: list[list[str]]) -> None:
         print(line(r))
 
 
+def write_markdown(path: str, command: str, headers: list[str], rows: list[list[str]], notes: list[str]) -> None:
+    """A table for the documentation (``docs/generated/``, included by a page with ``--8<--``):
+    the command that measured it, the table, then notes (machine, load, goals)."""
+    import os
+    from pathlib import Path
+
+    def line(cells):
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    text = [f"Measured by `{command}` on {len(os.sched_getaffinity(0))} cores at load average {os.getloadavg()[0]:.1f}:", "",
+            line(headers), "| " + " | ".join(["---"] + ["---:"] * (len(headers) - 1)) + " |", *map(line, rows), "", *notes]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("\n".join(text) + "\n", encoding="utf-8")
+
+
 def exact_metropolis_extremes(topo) -> tuple[float, float]:
     """(lambda_2, lambda_max) of the Metropolis Laplacian by ARPACK (shift-invert for lambda_2):
     slower than the LOBPCG estimate pdmm-sp uses, but exact, as a lower bound needs."""

@@ -7,7 +7,7 @@ and the leakage per protocol and honest node next to the exact value and the clo
 the run-time estimate the command prints before it starts against the measured wall time.
 Goal: under 30 s on a 2-core machine.  ``--coverage N`` also repeats the pdmm-sp case of
 node 1 N times with fresh seeds and prints how often the 95 % interval covers the exact value
-(the README quotes it; 100 repeats take a few minutes).
+(the docs quote it; 100 repeats take a few minutes).
 
     .venv/bin/python sim/bench_leakage.py [--runs N] [--scenario PATH] [--coverage N]
 """

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         tradeoff_figure(doc, Path(args.figure))
         print(f"wrote {args.figure}")
 
-    print("\nmedians over seeds (the numbers the README quotes; tradeoff.json has every run); epsilon against an")
+    print("\nmedians over seeds (the numbers the docs quote; tradeoff.json has every run); epsilon against an")
     print("outsider and against t colluding nodes under each protocol's accountant")
     acc_rows = []
     for row in summarize(doc):

@@ -295,7 +295,7 @@ def test_keys_new_show_and_roster(tmp_path, capsys):
     assert "user node3\ntopic write p2pem/study-1/from/3/#" in acl
     assert (tmp_path / "broker" / "node3.password").stat().st_mode & 0o077 == 0
     (pubs / "node3.pub").unlink()
-    assert main(argv[:-2]) == 2
+    assert main([*argv[:-2], "--force"]) == 2
     assert "no public key for node(s) 3" in capsys.readouterr().err
 
 

@@ -25,7 +25,7 @@ def _data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 @pytest.fixture(scope="module")
 def fitted() -> tuple[DistributedGMM, np.ndarray, np.ndarray]:
     X, groups = _data()
-    m = DistributedGMM(3, protocol="secure-sum", max_iter=30, random_state=1).fit(X, groups=groups, graph=geometric_graph(12, seed=2))
+    m = DistributedGMM(3, protocol="secure-sum", max_iter=30, random_state=1).fit(X, node_ids=groups, graph=geometric_graph(12, seed=2))
     return m, X, groups
 
 
@@ -106,15 +106,18 @@ def test_sample_agrees_with_gaussian_mixture_given_the_same_random_state(fitted)
     np.testing.assert_array_equal(y, y_ref)
 
 
-def test_fit_with_groups_equals_fit_with_parts() -> None:
+def test_fit_with_node_ids_equals_fit_with_parts() -> None:
     X, groups = _data(1)
     g = geometric_graph(12, seed=2)
-    a = DistributedGMM(2, protocol="federated", max_iter=5, random_state=0).fit(X, groups=groups, graph=g)
+    a = DistributedGMM(2, protocol="federated", max_iter=5, random_state=0).fit(X, node_ids=groups, graph=g)
     b = DistributedGMM(2, protocol="federated", max_iter=5, random_state=0).fit([X[groups == i] for i in range(12)], g)
     np.testing.assert_array_equal(a.means_, b.means_)
-    with pytest.raises(DataError, match="needs groups="):
-        DistributedGMM(2).fit(X)
-    with pytest.raises(DataError, match="one array per node .* not float"):
+    # any hashable ids: relabelled in sorted order, the same fit
+    names = np.array([f"site-{i:02d}" for i in range(12)])[groups]
+    c = DistributedGMM(2, protocol="federated", max_iter=5, random_state=0).fit(X, node_ids=names, graph=g)
+    np.testing.assert_array_equal(a.means_, c.means_)
+    assert c.node_ids_ == tuple(f"site-{i:02d}" for i in range(12))
+    with pytest.raises(DataError, match="must be a 2-D array"):
         DistributedGMM(2).fit(3.0)
 
 

@@ -56,13 +56,13 @@ def assemble_roster(
         or the protocol cannot be deployed.
     """
     from p2pem.deploy.crypto import PublicIdentity
-    from p2pem.builders import build_graph, em_settings
+    from p2pem.builders import build_graph, em_settings, validate_protocol
     from p2pem.scenario import load_scenario
 
     scenario = load_scenario(scenario_path)
     spec = pick_protocol(scenario, protocol)
     graph = build_graph(scenario)
-    spec.validate(graph)
+    validate_protocol(scenario, graph, spec)
     n = graph.number_of_nodes()
     files: list[Path] = []
     for item in public:

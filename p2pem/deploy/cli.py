@@ -80,7 +80,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     dep = sub.add_parser("deploy", help="run a scenario as one process per node over an MQTT broker", description=DEPLOY_HELP, formatter_class=raw)
     dep.add_argument("scenario", nargs="?", help="scenario TOML file, e.g. scenarios/parkinsons-20.toml")
-    dep.add_argument("--out", metavar="DIR", help="new output folder for the kit, logs and result.json")
+    dep.add_argument("--out", metavar="DIR", help="output folder for the kit, logs and result.json (created with its parents)")
     dep.add_argument("--kit", metavar="DIR", help="run a kit prepared earlier with --prepare-only instead of a scenario")
     dep.add_argument("--protocol", metavar="NAME", help="which of the scenario's protocols to deploy: its name (the first of that name) or its position 1, 2, ... (default: the first); every protocol but centralized deploys")
     dep.add_argument("--broker", metavar="HOST:PORT", help="use this running broker instead of starting one (it must load DIR/broker/passwords and DIR/broker/acl, or allow anonymous clients)")
@@ -103,7 +103,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     new.add_argument("--out", required=True, metavar="KEY_FILE", help="private key file to write, e.g. node3.key")
     new.add_argument("--node-id", type=int, metavar="I", help="record this node id in the .pub file (the roster needs it)")
     new.add_argument("--force", action="store_true", help="overwrite an existing key file (a roster that pins the old key stops working)")
-    new.set_defaults(func=cmd_keys_new)
+    new.set_defaults(func=cmd_keys_new, out_kind="file")
     show = ksub.add_parser("show", help="print the public half of a key file", description="Print the public keys and fingerprint of a private key file, as TOML.")
     show.add_argument("key_file", metavar="KEY_FILE")
     show.set_defaults(func=cmd_keys_show)
@@ -120,7 +120,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     roster.add_argument("--run-id", metavar="ID", help="run id (default: scenario name + random suffix)")
     roster.add_argument("--protocol", metavar="NAME", help="which of the scenario's protocols (default: the first)")
     roster.add_argument("--broker-dir", metavar="DIR", help="also write the broker's passwords, acl, node<i>.password and credentials.toml here")
-    roster.set_defaults(func=cmd_keys_roster)
+    roster.set_defaults(func=cmd_keys_roster, out_kind="file")
 
 
 # ------------------------------------------------------------------------------------ node
@@ -227,7 +227,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                 address = broker or deploy_settings(scenario)[2] or (args.listen, free_port(args.listen))
                 kit = prepare_kit(
                     scenario, args.out, broker=address, protocol=args.protocol, run_id=args.run_id, seeded=args.insecure_reproducible_seed,
-                    timeouts=timeouts, tls=args.tls, sites=args.sites,
+                    timeouts=timeouts, tls=args.tls, sites=args.sites, force=args.force,
                 )
                 print(f"prepared {kit.n_nodes} node kits for run {kit.run_id} in {kit.root} (broker {kit.broker_host}:{kit.broker_port})")
                 print(f"start them with: p2pem deploy --kit {kit.root}   or   nodes/launch.sh {kit.root}")
@@ -244,6 +244,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                 progress=progress,
                 tls=args.tls,
                 sites=args.sites,
+                force=args.force,
             )
     finally:
         signal.signal(signal.SIGTERM, previous)

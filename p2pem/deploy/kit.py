@@ -265,6 +265,7 @@ def prepare_kit(
     tls: bool = False,
     sites: int = 1,
     task: TaskKit | None = None,
+    force: bool = False,
 ) -> Kit:
     """Write everything the node processes and the broker need into ``out``.
 
@@ -300,6 +301,9 @@ def prepare_kit(
     task : TaskKit, optional
         Every node computes this task instead of the scenario's EM: the roster carries its
         public table, each node's data file its own rows.
+    force : bool, default False
+        Write into a folder that is not empty (``p2pem deploy --force``): the kit's files
+        replace those of the same names (an earlier kit's keys included).
 
     Returns
     -------
@@ -312,11 +316,11 @@ def prepare_kit(
     """
     from p2pem.deploy.broker import free_port, username_for
     from p2pem.deploy.crypto import Identity, write_tls_files
-    from p2pem.builders import build_graph, em_settings, load_data
+    from p2pem.builders import build_graph, em_settings, load_data, validate_protocol
 
     root = Path(out)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise ConfigError(f"{root}: exists and is not an empty folder; choose a new output folder")
+    if root.exists() and (not root.is_dir() or (not force and any(root.iterdir()))):
+        raise ConfigError(f"{root}: exists and is not an empty folder; choose a new output folder or pass --force")
     if not root.resolve().parent.exists():
         raise ConfigError(f"{root}: parent folder {root.resolve().parent} does not exist")
     scenario_timeouts, scenario_spread, _ = deploy_settings(scenario)
@@ -325,7 +329,7 @@ def prepare_kit(
     spec = pick_protocol(scenario, protocol)
     parts = load_data(scenario) if task is None else None
     graph = build_graph(scenario)
-    spec.validate(graph)
+    validate_protocol(scenario, graph, spec)
     settings = em_settings(scenario)
     run_id = run_id or make_run_id(scenario.name)
     n = graph.number_of_nodes()
@@ -340,9 +344,9 @@ def prepare_kit(
     if sites == 2 and tls:
         raise ConfigError("two sites and TLS together are not supported by the kit; bridge TLS brokers by hand (nodes/README.md)")
     root.mkdir(exist_ok=True)
-    (root / "nodes").mkdir()
+    (root / "nodes").mkdir(exist_ok=force)
     broker_dir = root / "broker"
-    broker_dir.mkdir()
+    broker_dir.mkdir(exist_ok=force)
     identities = [Identity.generate() for _ in range(n)]
     has_server = spec.server_aggregation(spec.topology(graph), 0) is not None
     server_identity = Identity.generate() if has_server else None
@@ -363,10 +367,10 @@ def prepare_kit(
     protocol_stream = scenario.streams()["protocol"]
     for i in parties:
         d = root / "server" if i == SERVER else root / "nodes" / f"node{i}"
-        d.mkdir()
+        d.mkdir(exist_ok=force)
         identity = server_identity if i == SERVER else identities[i]
         assert identity is not None
-        identity.save(d / "node.key")
+        identity.save(d / "node.key", overwrite=force)
         atomic_write(public_path(d / "node.key"), public_toml(identity.public, i))
         pw = d / "broker.password"
         os.replace(broker_dir / f"{username_for(i)}.password", pw)
@@ -410,7 +414,7 @@ def prepare_kit(
         bridge_port=bridge_port,
     )
     if sites == 2:
-        kit.bridge_dir.mkdir()
+        kit.bridge_dir.mkdir(exist_ok=force)
         atomic_write(kit.bridge_dir / "bridge.password", users["bridge"] + "\n", mode=0o600)
     kit.save()
     write_kit_broker_config(kit)

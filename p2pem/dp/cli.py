@@ -11,6 +11,7 @@ import sys
 import time
 
 from p2pem.errors import ConfigError
+from p2pem.parallel import add_options, from_args
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +32,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("scenario", help="scenario TOML file, e.g. scenarios/tradeoff_parkinsons.toml")
     p.add_argument("--out", required=True, help="output folder (created; files are written atomically)")
     p.add_argument("--seeds", type=int, default=None, help="seeds per (protocol, epsilon) (overrides tradeoff.n_seeds)")
-    p.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1)")
+    add_options(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_tradeoff)
 
@@ -42,8 +43,7 @@ def cmd_tradeoff(args: argparse.Namespace) -> int:
     from p2pem.runner import atomic_output, write_json
     from p2pem.scenario import TradeoffConfig, load_scenario
 
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    workers = from_args(args)
     if args.seeds is not None and args.seeds < 1:
         raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
     scenario = load_scenario(args.scenario)
@@ -64,7 +64,7 @@ def cmd_tradeoff(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         with atomic_output(args.out) as tmp:
-            doc = run_tradeoff(scenario, jobs=args.jobs, progress=progress)
+            doc = run_tradeoff(scenario, workers=workers, progress=progress)
             write_json(tmp / "tradeoff.json", doc)
             tradeoff_figure(doc, tmp / "tradeoff.png")
     finally:

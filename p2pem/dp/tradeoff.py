@@ -37,9 +37,10 @@ Seed s of a protocol run is ``p2pem.streams.montecarlo_child(seed, 1, s)`` (a ch
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import logging
 import math
-import multiprocessing
 import time
 import warnings
 from collections.abc import Callable
@@ -49,7 +50,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from p2pem.builders import build_graph, build_protocols, em_settings, prepare_rows, split_prepared
+from p2pem.builders import build_graph, build_protocols, em_settings, prepare_rows, split_prepared, validate_protocol
 from p2pem.data import Preprocessing, fit_preprocessing, split_rows
 from p2pem.dp.bayes import fit_bayes
 from p2pem.dp.guarantees import preprocessing_excluded
@@ -60,6 +61,7 @@ from p2pem.errors import ConfigError, DataError, ProtocolError
 from p2pem.families import MixtureFamily, make_family
 from p2pem.families.skewnormal import SkewNormalFamily
 from p2pem.gmm import FloatArray, init_from_global, init_statistics, relative_error
+from p2pem.parallel import Workers
 from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
 from p2pem.runner import output_header
@@ -67,6 +69,8 @@ from p2pem.scenario import Scenario, TradeoffConfig
 from p2pem.simulate import run_protocol
 from p2pem.snmix import BoundaryWarning
 from p2pem.streams import montecarlo_child
+
+log = logging.getLogger(__name__)
 
 __all__ = ["FORMAT", "VERSION", "TradeoffConfig", "Workload", "build_workload", "run_tradeoff", "summarize", "tradeoff_figure"]
 
@@ -121,7 +125,7 @@ def build_workload(scenario: Scenario, family: MixtureFamily | None = None) -> W
     if fitted:
         X = training_preprocessing(scenario, X[train]).apply(X)
     excluded = preprocessing_excluded(data.standardize, data.pca, "the training rows" if fitted else None)
-    parts = split_prepared(scenario, X[train], data_rng)
+    parts = split_prepared(scenario, X[train], data_rng, rows=train)
     graph = build_graph(scenario)
     base = dataclasses.replace(em_settings(scenario), family=family)
     if base.init is not None and family != scenario.em.family:
@@ -276,24 +280,25 @@ def matched_error(params: Any, reference: Any, family: MixtureFamily | None = No
     return best
 
 
-_WORKS: dict[str, Workload] = {}  # the worker processes' copies by family (inherited by fork)
+def _task(works: dict[str, Workload], args: tuple[str, ProtocolSpec, float | None, int]) -> dict:
+    """One run of the sweep, in whichever worker (module level: workers import it)."""
+    family, spec, epsilon, seed_index = args
+    return run_one(works[family], spec, epsilon, seed_index)
 
 
-def _task(args: tuple[str, ProtocolSpec, float | None, int]) -> dict:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", category=UserWarning)  # reported once by the parent
-        family, spec, epsilon, seed_index = args
-        return run_one(_WORKS[family], spec, epsilon, seed_index)
-
-
-def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, int], None] | None = None) -> dict:
+def run_tradeoff(
+    scenario: Scenario, *, jobs: int = 1, workers: Workers | None = None, progress: Callable[[int, int], None] | None = None
+) -> dict:
     """Run the sweep of a scenario and return the ``tradeoff.json`` document.
 
     Parameters
     ----------
     scenario : p2pem.scenario.Scenario
     jobs : int
-        Worker processes (1: run here).
+        Local worker processes (1: run here); ignored when ``workers`` is given.
+    workers : p2pem.parallel.Workers, optional
+        Where the runs go (local processes or a dask cluster); every run draws from its own
+        seed, so the records are the same bits wherever they run.
     progress : callable(done, total), optional
 
     Returns
@@ -326,26 +331,13 @@ def run_tradeoff(scenario: Scenario, *, jobs: int = 1, progress: Callable[[int, 
             # fail (and warn) before the sweep: bound, tol, graph, a family a protocol cannot fit
             spec.bind(works[family.name].settings_for(is_private(spec)), works[family.name].parts)
             if spec.name != "centralized":
-                spec.validate(works[family.name].graph)
+                validate_protocol(scenario, works[family.name].graph, spec)
     if not any(is_private(spec) for _, spec, _, _ in tasks):
         raise ConfigError(f"{scenario.path}: no private protocol fits the families {', '.join(f.name for f in families)}")
     t0 = time.perf_counter()
-    records: list[dict] = []
-    if jobs <= 1:
-        for i, (family_name, spec, epsilon, seed_index) in enumerate(tasks):
-            records.append(run_one(works[family_name], spec, epsilon, seed_index))
-            if progress is not None:
-                progress(i + 1, len(tasks))
-    else:
-        _WORKS.update(works)
-        try:
-            with multiprocessing.get_context("fork").Pool(jobs) as pool:
-                for i, rec in enumerate(pool.imap(_task, tasks, chunksize=max(1, len(tasks) // (8 * jobs)))):
-                    records.append(rec)
-                    if progress is not None:
-                        progress(i + 1, len(tasks))
-        finally:
-            _WORKS.clear()
+    workers = workers or Workers(jobs=jobs)
+    log.info("%s: %d runs on %s", scenario.name, len(tasks), workers.describe())
+    records = workers.map(functools.partial(_task, works), tasks, progress=progress)
     work = works[families[0].name]
     return {
         **output_header((FORMAT, VERSION), scenario),
@@ -418,41 +410,47 @@ def tradeoff_figure(doc: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # here: after choosing the non-interactive backend
 
+    from p2pem.plots import protocol_styles  # here: with matplotlib, as above
+
     rows = summarize(doc)
     keys = [("heldout_loglik", "held-out log-likelihood per row", False), ("param_error", "max relative parameter error", True)]
     if doc.get("classify"):
         keys.append(("heldout_error", f"held-out error ({doc['classify']})", False))
     several = len({r["family"] for r in rows}) > 1
-    legend_rows = math.ceil(len({(r["protocol"], r["family"]) for r in rows}) / 3) if several else 0
-    fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 4.6 + 0.22 * legend_rows), squeeze=False)
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 4.6), squeeze=False)
     eps_finite = [e for e in doc["epsilons"] if e is not None]
-    styles = {"centralized": ("black", "-"), "secure-sum": ("tab:gray", "--"), "pdmm-sp": ("tab:green", ":"), "federated": ("tab:brown", "-.")}
+
     def name(r: dict) -> str:
         return f"{r['protocol']} · {r['family']}" if several else r["protocol"]
 
+    private = sorted({(r["protocol"], r["family"]) for r in rows if r["epsilon"] is not None})
+    public = [r for r in rows if r["epsilon"] is None]
+    # one colour per line across the panels, none shared; a non-private protocol keeps its own
+    styles = protocol_styles([*(name(r) if several and r["family"] != rows[0]["family"] else r["protocol"] for r in public),
+                              *(name({"protocol": p, "family": f}) for p, f in private)])
+    floor = 1e-16  # exact protocols: a parameter error of 0 is drawn here
     for ax, (key, label, log_y) in zip(axes[0], keys, strict=True):
-        private = sorted({(r["protocol"], r["family"]) for r in rows if r["epsilon"] is not None})
-        failed_at: list[tuple[Any, np.ndarray]] = []
+        drawn: list[float] = []
+        failed_at: list[tuple[str, np.ndarray]] = []
         for proto, family in private:
             pts = sorted((r for r in rows if (r["protocol"], r["family"]) == (proto, family) and r["epsilon"] is not None), key=lambda r: r["epsilon"])
             x = np.array([r["epsilon"] for r in pts])
             y = np.array([np.nan if r[key + "_median"] is None else r[key + "_median"] for r in pts], dtype=float)
-            (line,) = ax.plot(x, y, marker="o", ms=3, label=name(pts[0]))
+            color = styles[name(pts[0])]["color"]
+            ax.plot(x, y, marker="o", ms=3, color=color, label=name(pts[0]))
             q25 = np.array([np.nan if r[key + "_q25"] is None else r[key + "_q25"] for r in pts], dtype=float)
             q75 = np.array([np.nan if r[key + "_q75"] is None else r[key + "_q75"] for r in pts], dtype=float)
-            ax.fill_between(x, q25, q75, color=line.get_color(), alpha=0.15)
-            failed_at.append((line, x[np.isnan(y)]))
-        floor = 1e-16  # exact protocols: a parameter error of 0 is drawn here
-        for r in rows:
-            if r["epsilon"] is None and r[key] is not None:
-                color, ls = styles.get(r["protocol"], ("tab:olive", "--"))
-                dash: Any = (0, (1, 3)) if several and r["family"] != rows[0]["family"] else ls  # the other family's: dotted
+            ax.fill_between(x, q25, q75, color=color, alpha=0.15)
+            failed_at.append((color, x[np.isnan(y)]))
+            drawn += [*y, *q75]
+        for r in public:
+            if r[key] is not None:
+                other = several and r["family"] != rows[0]["family"]
+                look = styles[name(r) if other else r["protocol"]]
+                dash: Any = (0, (1, 3)) if other else look.get("linestyle", "--")  # the other family's: dotted
                 value = max(r[key + "_median"], floor) if log_y else r[key + "_median"]
-                ax.axhline(value, color=color, ls=dash, lw=1.2, label=f"{name(r)} (no DP)")
-        bottom = ax.get_ylim()[0]
-        for line, xs in failed_at:  # most runs failed (a collapsed component): marked at the bottom
-            if xs.size:
-                ax.plot(xs, np.full(xs.size, bottom), ls="none", marker="x", ms=6, color=line.get_color(), clip_on=False)
+                ax.axhline(value, color=look["color"], ls=dash, lw=1.2, label=f"{name(r)} (no DP)")
+                drawn.append(value)
         ax.set_xscale("log")
         if log_y:
             ax.set_yscale("log")
@@ -462,25 +460,27 @@ def tradeoff_figure(doc: dict, path: Path) -> None:
         elif key == "heldout_loglik":
             # noisy covariances at the eigenvalue floor give log-likelihoods of -1e4 and below
             ax.set_yscale("symlog", linthresh=10.0)
+            top = max((v for v in drawn if np.isfinite(v)), default=0.0)
+            # no axis above the best value: with these data a log-likelihood above it does not occur
+            ax.set_ylim(top=top / 2 if top < 0 else top * 2 + 1)
         if eps_finite:
             ax.set_xlim(min(eps_finite) / 1.2, max(eps_finite) * 1.2)
+        bottom = ax.get_ylim()[0]
+        for color, xs in failed_at:  # most runs failed (a collapsed component): marked at the bottom
+            if xs.size:
+                ax.plot(xs, np.full(xs.size, bottom), ls="none", marker="x", ms=6, color=color, clip_on=False)
         ax.set_xlabel("epsilon (whole run)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, which="both")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    if several:  # many lines: the legend under the panels
-        fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=3, frameon=False)
-    else:
-        axes[0][0].legend(fontsize=7, loc="lower right")
+    # below the panels, where it covers no data
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3 if several else 4), fontsize=8 if not several else 7, frameon=False)
     fig.suptitle(
         f"{doc['scenario']}: {doc['n_train']} training rows on {doc['n_nodes']} nodes; median and interquartile range "
         f"over {doc['n_seeds']} seeds\n(exact protocols' error 0 drawn at 1e-16; x: most runs failed)",
         fontsize=10,
     )
-    if several:  # room for the legend below and the title above, in inches
-        height = 4.6 + 0.22 * legend_rows
-        fig.subplots_adjust(left=0.08, right=0.98, wspace=0.3, bottom=(0.22 * legend_rows + 0.75) / height, top=1 - 0.75 / height)
-    else:
-        fig.tight_layout()
+    n_legend_rows = -(-len(labels) // min(max(len(labels), 1), 3 if several else 4))
+    fig.tight_layout(rect=(0, 0.045 * n_legend_rows + 0.02, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -47,6 +47,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
@@ -61,10 +62,12 @@ from p2pem.leakage.report import LeakageReport, LeakageRun, protocol_params
 from p2pem.leakage.theory import closed_form_bits, describe_group, disclosed_groups, topology_report
 from p2pem.leakage.views import build_view
 from p2pem.messages import SERVER
+from p2pem.parallel import Workers
 from p2pem.protocols import Centralized, PdmmSP, ProtocolSpec
 from p2pem.builders import em_settings, load_data
 from p2pem.scenario import Scenario
 from p2pem.simulate import max_relative_difference, run_protocol
+from p2pem.streams import child
 
 __all__ = ["FLOOR_SLACK_BITS", "ProgressFactory", "analyse_scenario", "run_plan"]
 
@@ -82,6 +85,7 @@ def analyse_scenario(
     *,
     config: LeakageConfig | None = None,
     progress: ProgressFactory | None = None,
+    workers: Workers | None = None,
 ) -> LeakageReport:
     """Measure the leakage of every network protocol of ``scenario``.
 
@@ -96,6 +100,9 @@ def analyse_scenario(
         Overrides the scenario's ``[leakage]`` table (e.g. fewer runs).
     progress : callable, optional
         ``progress(label, total)`` returning a callable to invoke per finished estimate.
+    workers : p2pem.parallel.Workers, optional
+        Where the estimates run (default here); every estimate has its own seed, so the
+        numbers are the same wherever they run.
 
     Returns
     -------
@@ -109,10 +116,10 @@ def analyse_scenario(
     the ``"protocol"`` stream (as :func:`p2pem.runner.run_scenario` uses it).  The same
     scenario gives the same numbers.
     """
-    return run_plan(plan_analysis(scenario, config), progress)
+    return run_plan(plan_analysis(scenario, config), progress, workers=workers)
 
 
-def run_plan(plan: LeakagePlan, progress: ProgressFactory | None = None) -> LeakageReport:
+def run_plan(plan: LeakagePlan, progress: ProgressFactory | None = None, *, workers: Workers | None = None) -> LeakageReport:
     """Run the Monte Carlo and the estimates that ``plan`` decided (:func:`~p2pem.leakage.plan.plan_analysis`).
 
     Parameters
@@ -120,16 +127,22 @@ def run_plan(plan: LeakagePlan, progress: ProgressFactory | None = None) -> Leak
     plan : LeakagePlan
     progress : callable, optional
         ``progress(label, total)`` returning a callable to invoke per finished estimate.
+    workers : p2pem.parallel.Workers, optional
+        Where the estimates run (default here).  Each measured view's estimates are one
+        task; estimate (protocol p, adversary a, target i, view k) draws from
+        ``child(plan.estimator_seed, 0, p, a)``'s child ``(i, k)`` (the perturbation sweep's
+        from ``(1, p, value, a)``), so the numbers do not depend on where or in which order
+        the tasks run.
 
     Returns
     -------
     LeakageReport
     """
     with single_threaded_blas():
-        return _run(plan, progress)
+        return _run(plan, progress, workers or Workers())
 
 
-def _run(plan: LeakagePlan, progress: ProgressFactory | None) -> LeakageReport:
+def _run(plan: LeakagePlan, progress: ProgressFactory | None, workers: Workers) -> LeakageReport:
     t_start = time.perf_counter()
     scenario, cfg, graph, inputs = plan.scenario, plan.config, plan.graph, plan.inputs
     streams = scenario.streams()
@@ -141,17 +154,19 @@ def _run(plan: LeakagePlan, progress: ProgressFactory | None) -> LeakageReport:
     timings["set-up (estimator ceiling)"] = time.perf_counter() - t_start
     runs: list[LeakageRun] = []
 
-    for p in plan.protocols:
+    for p_index, p in enumerate(plan.protocols):
         t0 = time.perf_counter()
         mc = monte_carlo(monte_carlo_spec(p.spec, cfg.iterations), graph, inputs.values, input_sd=inputs.sd, seed=streams["protocol"])
         timings[f"monte carlo: {p.label}"] = time.perf_counter() - t0
-        for kind in cfg.adversaries:
+        for a_index, kind in enumerate(cfg.adversaries):
             t0 = time.perf_counter()
-            runs += _runs_for(mc, graph, kind, cfg, iterations, estimator, progress, inputs, label=p.label, spec=p.spec)
+            stream = Stream(child(plan.estimator_seed, 0, p_index, a_index), workers)
+            runs += _runs_for(mc, graph, kind, cfg, iterations, estimator, progress, inputs, label=p.label, spec=p.spec, stream=stream)
             timings[f"estimate: {p.label} / {kind}"] = time.perf_counter() - t0
 
     if cfg.sweep_std:
-        runs += _sweep(scenario, cfg, graph, [p.spec for p in plan.protocols], inputs, estimator, progress, timings)
+        runs += _sweep(scenario, cfg, graph, [p.spec for p in plan.protocols], inputs, estimator, progress, timings,
+                       Stream(child(plan.estimator_seed, 1), workers))
 
     wall = sum(plan.timings.values()) + time.perf_counter() - t_start
     return LeakageReport(
@@ -172,6 +187,7 @@ def _runs_for(
     *,
     label: str,
     spec: ProtocolSpec,
+    stream: Stream,
     accuracy: tuple[float, int] | None = None,
 ) -> list[LeakageRun]:
     has_server = any(m.sender == SERVER or SERVER in m.receivers for m in mc.trace)
@@ -179,7 +195,7 @@ def _runs_for(
     view = build_view(mc.trace, adversary, inputs=mc.inputs, outputs=mc.outcome.results)
     n_units = len(cfg.targets) * len(iterations)
     step = None if progress is None else progress(f"{label} / {kind}", n_units)
-    measured = measure(mc, view, cfg.targets, iterations, estimator, step=step)
+    measured = measure(mc, view, cfg.targets, iterations, estimator, stream=stream.seed, workers=stream.workers, step=step)
     groups = disclosed_groups(mc.spec, mc.topology, graph, adversary)
     std = spec.perturbation_std if isinstance(spec, PdmmSP) else None
     scale = inputs.scale  # the statistic's standard deviation (r = 1/K for the Gaussian inputs)
@@ -219,6 +235,14 @@ def _runs_for(
     return out
 
 
+@dataclass(frozen=True)
+class Stream:
+    """Where the estimates of one (protocol, adversary) draw from, and where they run."""
+
+    seed: np.random.SeedSequence
+    workers: Workers
+
+
 def _floor_flags(spec: ProtocolSpec, floor: float | None, exact: tuple[float, ...] | None, last: Estimate, scale: float) -> tuple[str, ...]:
     """pdmm-sp: flag a run whose leakage at the configured perturbation exceeds the floor."""
     if not isinstance(spec, PdmmSP) or floor is None or math.isinf(floor):
@@ -246,6 +270,7 @@ def _sweep(
     estimator: Estimator,
     progress: ProgressFactory | None,
     timings: dict[str, float],
+    stream: Stream,
 ) -> list[LeakageRun]:
     """Leakage after the last analysed iteration and EM accuracy, per initial-dual std."""
     t0 = time.perf_counter()
@@ -256,19 +281,20 @@ def _sweep(
     timings["perturbation sweep: reference EM"] = time.perf_counter() - t0
     runs: list[LeakageRun] = []
     scale = inputs.scale if cfg.perturbation == "relative" else 1.0
-    for spec in specs:
+    for p_index, spec in enumerate(specs):
         if not isinstance(spec, PdmmSP):
             continue
-        for value in cfg.sweep_std:
+        for v_index, value in enumerate(cfg.sweep_std):
             t0 = time.perf_counter()
             swept = dataclasses.replace(spec, perturbation_std=value * scale)
             label = f"{getattr(swept, 'label', swept.name)} (std {swept.perturbation_std:g})"
             fit = run_protocol(parts, graph, swept, settings, seed=streams["protocol"])
             accuracy = (max_relative_difference(fit, reference), len(fit.unconverged_iterations))
             mc = monte_carlo(monte_carlo_spec(swept, cfg.iterations), graph, inputs.values, input_sd=inputs.sd, seed=streams["protocol"])
-            for kind in cfg.adversaries:
+            for a_index, kind in enumerate(cfg.adversaries):
                 runs += _runs_for(
-                    mc, graph, kind, cfg, [cfg.iterations], estimator, progress, inputs, label=label, spec=swept, accuracy=accuracy
+                    mc, graph, kind, cfg, [cfg.iterations], estimator, progress, inputs, label=label, spec=swept, accuracy=accuracy,
+                    stream=Stream(child(stream.seed, p_index, v_index, a_index), stream.workers),
                 )
             timings[f"perturbation sweep: {label}"] = time.perf_counter() - t0
     return runs

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from p2pem.errors import ConfigError
+from p2pem.parallel import add_options, from_args
 
 if TYPE_CHECKING:
     from p2pem.leakage.plan import LeakagePlan
@@ -55,6 +56,7 @@ scenario's [leakage] table (docs: Scenarios).""",
         "default choice of at most 6)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    add_options(p)
     # start-up time: the whole-run module is small, but importing it here keeps `p2pem --help` free of it too
     from p2pem.leakage.wholerun_cli import add_option
 
@@ -125,7 +127,7 @@ def cmd_leakage(args: argparse.Namespace) -> int:
     # summary.json's timings cover the whole command, so they add up to its wall time
     timings = {"command: scenario, imports": time.perf_counter() - t_cmd - sum(plan.timings.values())}
     with atomic_output(args.out) as tmp:
-        report = run_plan(plan, progress=_progress(not args.quiet))
+        report = run_plan(plan, progress=_progress(not args.quiet), workers=from_args(args))
         t0 = time.perf_counter()
         write_json(tmp / "leakage.json", report.leakage_json())
         timings["command: write leakage.json"] = time.perf_counter() - t0

@@ -23,6 +23,8 @@ from p2pem.leakage.estimators import full_disclosure_ceiling, mi_interval
 from p2pem.leakage.montecarlo import MonteCarlo
 from p2pem.leakage.reduce import estimate_reduction, exact_linear_mi, principal_components
 from p2pem.leakage.views import View
+from p2pem.parallel import Workers
+from p2pem.streams import child
 
 __all__ = ["MAX_FULL_VIEW_DIMS", "R2_LOW", "SATURATED", "Estimate", "Estimator", "Series", "measure", "single_threaded_blas"]
 
@@ -86,7 +88,7 @@ class Estimator:
     def _linear(self, x: FloatArray, comps: FloatArray, rng: np.random.Generator) -> FloatArray:
         return estimate_reduction(x[:, 0], comps, rng=rng, folds=self.folds)
 
-    def estimate(self, target: FloatArray, components: FloatArray, *, linear: bool = True) -> Estimate:
+    def estimate(self, target: FloatArray, components: FloatArray, *, linear: bool = True, rng: np.random.Generator | None = None) -> Estimate:
         """The leakage about ``target`` from the reduced view ``components``.
 
         The adversary's cross-fitted linear estimate of the target is refitted on every
@@ -95,16 +97,18 @@ class Estimator:
         component and the linear estimate explains less than :data:`R2_LOW` of the
         target's variance, the linear reduction may miss nonlinear leakage: KSG is also run
         on the whole reduced view (up to :data:`MAX_FULL_VIEW_DIMS` components) and the
-        larger estimate is reported, with ``method`` saying which.
+        larger estimate is reported, with ``method`` saying which.  ``rng``: the estimate's
+        own stream (folds, batches, tie-breaking); default the estimator's.
         """
-        iv = mi_interval(target, components, k=self.k, rng=self.rng, n_batches=self.n_batches, level=self.level, reduce=self._linear)
-        fitted = estimate_reduction(target, components, rng=self.rng, folds=self.folds)
+        rng = self.rng if rng is None else rng
+        iv = mi_interval(target, components, k=self.k, rng=rng, n_batches=self.n_batches, level=self.level, reduce=self._linear)
+        fitted = estimate_reduction(target, components, rng=rng, folds=self.folds)
         var = float(np.var(target))
         r2 = 1.0 - float(np.var(target - fitted)) / var if var > 0 else 0.0
         method = "linear reduction"
         if not linear and components.shape[1] > 1 and r2 < R2_LOW:
             if components.shape[1] <= MAX_FULL_VIEW_DIMS:
-                whole = mi_interval(target, components, k=self.k, rng=self.rng, n_batches=self.n_batches, level=self.level)
+                whole = mi_interval(target, components, k=self.k, rng=rng, n_batches=self.n_batches, level=self.level)
                 if whole.bits > iv.bits:
                     iv, method = whole, "full view"
                 else:
@@ -147,6 +151,8 @@ def measure(
     iterations: Sequence[int],
     estimator: Estimator,
     *,
+    stream: np.random.SeedSequence | None = None,
+    workers: Workers | None = None,
     step: Callable[[], None] | None = None,
 ) -> dict[int, Series]:
     """The leakage about each target over ``iterations``.
@@ -154,38 +160,66 @@ def measure(
     For an iterative protocol (pdmm-sp) the view after round t is measured at iteration t;
     an exact protocol completes in one iteration, so its whole view is measured once and
     repeated.  ``exact_bits`` is None when the view is not linear in ``mc.latents``.
+
+    Every estimate draws from its own stream, ``child(stream, target, k)`` for the k-th
+    measured view, so the estimates of one view are one task that ``workers`` may run
+    anywhere (:class:`p2pem.parallel.Workers`) with the same result.  Without ``stream``,
+    one is drawn from the estimator's generator.
     """
-    with single_threaded_blas():
-        return _measure(mc, view, targets, iterations, estimator, step)
-
-
-def _measure(mc, view, targets, iterations, estimator, step) -> dict[int, Series]:
-    out = {i: Series() for i in targets}
-    cache: dict[int | None, tuple[dict[int, Estimate], list[float] | None]] = {}
+    if stream is None:
+        stream = np.random.SeedSequence(int(estimator.rng.integers(2**63)))
+    keys: list[int | None] = []
     for t in iterations:
         key = t if not mc.spec.exact else None
-        if key not in cache:
-            v = view.until(key)
+        if key not in keys:
+            keys.append(key)
+    tasks = []
+    for index, key in enumerate(keys):
+        v = view.until(key)
+        with single_threaded_blas():
             comps = principal_components(v)
             exact = exact_linear_mi(mc.latents, mc.latent_sd, v, list(targets))
-            estimates = {}
-            for i in targets:
-                estimates[i] = estimator.estimate(mc.inputs[i], comps, linear=exact is not None)
-                if step is not None:
-                    step()
-            cache[key] = (estimates, exact)
-        elif step is not None:
+        seeds = [child(stream, i, index) for i in targets]
+        tasks.append(_ViewEstimates(estimator, np.stack([mc.inputs[i] for i in targets]), comps, exact is not None, seeds, exact))
+
+    def progress(done: int, total: int) -> None:
+        if step is not None:
             for _ in targets:
                 step()
-        estimates, exact = cache[key]
+
+    results = (workers or Workers()).map(_estimate_view, tasks, progress=progress)
+    cache = dict(zip(keys, zip(results, (task.exact for task in tasks), strict=True), strict=True))
+    out = {i: Series() for i in targets}
+    for t in iterations:
+        estimates, exact = cache[t if not mc.spec.exact else None]
         for pos, i in enumerate(targets):
             s = out[i]
-            s.estimates.append(estimates[i])
+            s.estimates.append(estimates[pos])
             if exact is None:
                 s.exact_bits = None
             elif s.exact_bits is not None:
                 s.exact_bits.append(exact[pos])
     return out
+
+
+@dataclass(frozen=True, eq=False)
+class _ViewEstimates:
+    """The estimates about every target from one reduced view: a task any worker can run."""
+
+    estimator: Estimator
+    targets: FloatArray  # (n_targets, runs)
+    components: FloatArray
+    linear: bool
+    seeds: list[np.random.SeedSequence]
+    exact: list[float] | None
+
+
+def _estimate_view(task: _ViewEstimates) -> list[Estimate]:
+    with single_threaded_blas():
+        return [
+            task.estimator.estimate(target, task.components, linear=task.linear, rng=np.random.default_rng(seed))
+            for target, seed in zip(task.targets, task.seeds, strict=True)
+        ]
 
 
 @contextmanager

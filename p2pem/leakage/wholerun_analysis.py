@@ -46,6 +46,7 @@ from p2pem.leakage.theory import topology_report
 from p2pem.leakage.views import ADVERSARIES, Adversary
 from p2pem.leakage.wholerun import WholeRunView, disclosure_rank, record_whole_run
 from p2pem.messages import SERVER
+from p2pem.parallel import Workers
 from p2pem.scenario import Scenario
 from p2pem.streams import child
 
@@ -272,13 +273,17 @@ def attack_group(
     The attack sees the group sums of aggregations 0..T (the continue flag dropped: it
     counts nodes, not rows) and the public models they were computed at.
     """
+    return _attack([view.observations(group_index, t) for t in iterations_seen], rows, rng=rng, starts=starts)
+
+
+def _attack(observed: list[list[Any]], rows: np.ndarray, *, rng: np.random.Generator, starts: int) -> list[np.ndarray]:
+    """:func:`attack_group` on the observations of each T, gathered beforehand."""
     m = rows.shape[0]
     _, n_starts, nfev = next(b for b in BUDGETS if m <= b[0])
     n_starts = n_starts or starts
     out = []
     previous = None
-    for t_seen in iterations_seen:
-        obs = view.observations(group_index, t_seen)
+    for obs in observed:
         if not obs:
             out.append(np.full(m, np.nan))
             continue
@@ -290,7 +295,30 @@ def attack_group(
     return out
 
 
-def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, *, progress: Progress | None = None) -> WholeRunReport:
+@dataclass(frozen=True, eq=False)
+class _GroupAttack:
+    """One group's attack as a task a worker can run: what the adversary observed, the true rows, the seed."""
+
+    observed: list[list[Any]]
+    rows: np.ndarray
+    seed: np.random.SeedSequence
+    starts: int
+    final: Any
+
+    def run(self) -> list[np.ndarray]:
+        """The distances per T, then the public-guess baseline's (one stream, as before: attack first)."""
+        rng = np.random.default_rng(self.seed)
+        dists = _attack(self.observed, self.rows, rng=rng, starts=self.starts)
+        return [*dists, public_guess_error(self.final, self.rows, rng=rng)]
+
+
+def _run_attack(task: _GroupAttack) -> list[np.ndarray]:
+    return task.run()
+
+
+def analyse_whole_run(
+    scenario: Scenario, config: WholeRunConfig | None = None, *, progress: Progress | None = None, workers: Workers | None = None
+) -> WholeRunReport:
     """Run the whole-run analysis of ``scenario`` (see the module docstring).
 
     Parameters
@@ -299,6 +327,9 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
     config : WholeRunConfig, optional
         Default: :func:`parse_whole_run` of the scenario.
     progress : callable(label, done, total), optional
+    workers : p2pem.parallel.Workers, optional
+        Where the attacks run (one task per disclosed group and protocol, each with its own
+        seed: the same numbers wherever they run); default here.
 
     Returns
     -------
@@ -311,6 +342,7 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
     group, T) -- groups disclosed to several adversaries are attacked once.
     """
     config = config or parse_whole_run(scenario)
+    workers = workers or Workers()
     parts = load_data(scenario)
     graph = build_graph(scenario)
     settings = em_settings(scenario)
@@ -348,9 +380,21 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
                 "adversaries": len(views),
             }
         )
-        cache: dict[tuple[int, ...], list[np.ndarray]] = {}
-        total_groups = sum(len(v.groups) for v in views)
-        done = 0
+        # every group disclosed to any adversary of this protocol is attacked once, as one task
+        tasks: dict[tuple[int, ...], _GroupAttack] = {}
+        for view in views if report.attack_skipped is None else ():
+            for k, group in enumerate(view.groups):
+                if group not in tasks:
+                    rows = _group_rows(parts, group, view.data_bound)
+                    assert view.final is not None  # record_whole_run sets it at the end of the run
+                    tasks[group] = _GroupAttack([view.observations(k, t) for t in seen], rows, child(attack_ss, p_index, *group),
+                                                config.starts, view.final)
+
+        def step(done: int, total: int, name: str = spec.name) -> None:
+            if progress is not None:
+                progress(f"{name}: attacks", done, total)
+
+        cache = dict(zip(tasks, workers.map(_run_attack, list(tasks.values()), progress=step), strict=True))
         for view in views:
             adv = view.adversary
             err = view.reduction_error()
@@ -383,16 +427,6 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
             for k, group in enumerate(view.groups):
                 if report.attack_skipped is not None:
                     continue
-                rows = np.vstack([parts[i] for i in group])
-                if view.data_bound is not None:  # a private run's statistics come from the clipped rows
-                    rows = np.clip(rows, -view.data_bound, view.data_bound)
-                if group not in cache:
-                    key = (p_index, *group)
-                    rng = np.random.default_rng(child(attack_ss, *key))
-                    dists = attack_group(view, k, rows, seen, rng=rng, starts=config.starts)
-                    assert view.final is not None  # record_whole_run sets it at the end of the run
-                    base = public_guess_error(view.final, rows, rng=rng)
-                    cache[group] = [*dists, base]
                 *dists, base = cache[group]
                 offset = 0
                 for node in group:
@@ -417,13 +451,16 @@ def analyse_whole_run(scenario: Scenario, config: WholeRunConfig | None = None, 
                             reduction_error=float(err[:, k].max()),
                         )
                     )
-                done += 1
-                if progress is not None:
-                    progress(f"{spec.name}: attacks", done, total_groups)
         report.protocols[-1]["run_and_reduction_s"] = t_run
         report.protocols[-1]["attack_s"] = time.perf_counter() - t0 - t_run
         report.protocols[-1]["groups_attacked"] = len(cache)
     return report
+
+
+def _group_rows(parts: list[np.ndarray], group: tuple[int, ...], data_bound: float | None) -> np.ndarray:
+    """The group's true rows, in node order; a private run's statistics come from the clipped rows."""
+    rows = np.vstack([parts[i] for i in group])
+    return rows if data_bound is None else np.clip(rows, -data_bound, data_bound)
 
 
 def _json_safe(params: dict) -> dict:

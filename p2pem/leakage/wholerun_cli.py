@@ -52,6 +52,7 @@ def cmd_whole_run(args: argparse.Namespace) -> int:
     from p2pem.leakage.theory import topology_report
     from p2pem.leakage.wholerun_analysis import analyse_whole_run, parse_whole_run
     from p2pem.leakage.wholerun_plot import whole_run_figure
+    from p2pem.parallel import from_args
     from p2pem.builders import build_graph
     from p2pem.runner import atomic_output, write_json
     from p2pem.scenario import load_scenario
@@ -70,7 +71,7 @@ def cmd_whole_run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     progress = _progress(not args.quiet and sys.stderr.isatty())
     with atomic_output(args.out) as tmp:
-        report = analyse_whole_run(scenario, config, progress=progress)
+        report = analyse_whole_run(scenario, config, progress=progress, workers=from_args(args))
         write_json(tmp / "whole_run.json", report.to_json())
         if report.records:
             whole_run_figure(report.records, tmp / "whole_run.png", title=f"{scenario.name}: attack on the whole run", tolerance=config.tolerance)

@@ -27,6 +27,7 @@ FORMATS = {
     "p2pem-tradeoff": "tradeoff.schema.json",
     "p2pem-cli-summary": "cli-summary.schema.json",
     "p2pem-synth-report": "synth-report.schema.json",
+    "p2pem-model": "model.schema.json",
     "p2pem-synth-release": "synth-release.schema.json",
     "p2pem-select": "select.schema.json",
 }

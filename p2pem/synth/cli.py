@@ -193,12 +193,14 @@ def cmd_deploy_release(args: argparse.Namespace, *, fallback: Callable[[argparse
 
             address = broker or configured or (args.listen, free_port(args.listen))
             kit = prepare_kit(scenario, args.out, broker=address, protocol=protocol, run_id=args.run_id, seeded=args.insecure_reproducible_seed,
-                              timeouts=timeouts, tls=args.tls, sites=args.sites, task=release_kit(scenario, protocol))
+                              timeouts=timeouts, tls=args.tls, sites=args.sites, task=release_kit(scenario, protocol),
+                              force=args.force)
             print(f"prepared {kit.n_nodes} node kits of a {scenario.synth.get('model')} release for run {kit.run_id} in {kit.root}")
             print(f"start them with: p2pem deploy --kit {kit.root}")
             return 0
         kit, release = deploy_release(scenario, args.out, protocol=protocol, broker=broker, listen=args.listen, run_id=args.run_id,
-                                      seeded=args.insecure_reproducible_seed, timeouts=timeouts, tls=args.tls, sites=args.sites)
+                                      seeded=args.insecure_reproducible_seed, timeouts=timeouts, tls=args.tls, sites=args.sites,
+                                      force=args.force)
     run = release["aggregations"]
     print(f"run {kit.run_id}: {scenario.synth.get('model')} release of {release['training_rows']} rows over {release['n_nodes']} node "
           f"processes, protocol {release['protocol']['name']}, {run['count']} aggregations, {run['messages']} messages; every node agreed")

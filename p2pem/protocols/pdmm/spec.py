@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 class PdmmSP(ProtocolSpec):
     """``pdmm-sp``: PDMM average consensus with subspace perturbation.
 
+    How it works (the updates, the perturbation subspace, the acceleration schedules, the
+    stopping rule) is written once, in the documentation's page *How pdmm-sp works*
+    (``docs/explanations/pdmm.md``); what it protects against whom, in *What each protocol
+    protects* (``docs/explanations/privacy.md``).
+
     Parameters
     ----------
     mode : {"sync", "async"}

@@ -1,0 +1,164 @@
+"""nodes/README.md's multi-host deployment, followed from scratch on loopback: keys on every
+"host", the roster and broker files on the coordinator, Mosquitto from the template with TLS
+(its commands of step 3 run as written, as root: Mosquitto then drops to its own user and
+must still read the 0600 files `keys roster` wrote), and one `p2pem node` per host."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from p2pem.cli import main
+from p2pem.deploy.broker import find_mosquitto, free_port, wait_for_port
+
+ROOT = Path(__file__).resolve().parents[1]
+NODES = ROOT / "nodes"
+
+pytestmark = [pytest.mark.mqtt, pytest.mark.slow]
+
+STUDY = """
+seed = 1
+[data]
+source = "synthetic"
+n_samples = 100
+[graph]
+kind = "edges"
+edges = [[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]]
+[em]
+n_components = 2
+max_iter = 8
+[[protocols]]
+name = "pdmm-sp"
+"""
+
+
+@pytest.fixture
+def world() -> Iterator[Path]:
+    """A folder the broker's user can reach (pytest's own tmp folders are private to their owner)."""
+    path = Path(tempfile.mkdtemp(prefix="p2pem-readme-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _certificates(folder: Path) -> None:
+    """A CA and a server certificate for localhost/127.0.0.1 (what step 3 assumes exists)."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+    server = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+              .issuer_name(ca_name).public_key(key.public_key()).serial_number(2).not_valid_before(now)
+              .not_valid_after(now + datetime.timedelta(days=1))
+              .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                             critical=False)
+              .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    (folder / "ca.crt").write_bytes(ca.public_bytes(pem))
+    (folder / "server.crt").write_bytes(server.public_bytes(pem))
+    (folder / "server.key").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (folder / "server.key").chmod(0o600)
+
+
+def _step3_commands(etc: Path, log: Path) -> list[str]:
+    """The README's step-3 shell block, with this test's folders for /etc/mosquitto and /var/log."""
+    text = (NODES / "README.md").read_text()
+    block = re.search(r"### 3\. On the broker host.*?```sh\n(.*?)```", text, re.S)
+    assert block, "nodes/README.md has no shell block in step 3"
+    lines = [line.split("#")[0].strip() for line in block.group(1).splitlines()]
+    commands = [line.removeprefix("sudo ") for line in lines if line.startswith("sudo install")]
+    assert len(commands) >= 4 and any("broker/passwords broker/acl" in c for c in commands), commands
+    return [c.replace("/etc/mosquitto", str(etc)).replace("/var/log/mosquitto", str(log)) for c in commands]
+
+
+def test_the_multi_host_page_followed_on_loopback(world: Path, capsys) -> None:
+    mosquitto = find_mosquitto()
+    assert mosquitto is not None, "make test installs mosquitto"
+    hosts = [world / f"host{i}" for i in range(4)]
+    # 1. every node host: an identity
+    for i, host in enumerate(hosts):
+        host.mkdir()
+        assert main(["keys", "new", "--node-id", str(i), "--out", str(host / "node.key"), "-q"]) == 0
+    # 2. the coordinator: the roster and the broker files (from the .pub files only)
+    coordinator = world / "coordinator"
+    (coordinator / "pubs").mkdir(parents=True)
+    for i, host in enumerate(hosts):
+        shutil.copy(host / "node.pub", coordinator / "pubs" / f"node{i}.pub")
+    (coordinator / "study.toml").write_text(STUDY)
+    assert main(["keys", "roster", str(coordinator / "study.toml"), "--public", str(coordinator / "pubs"), "--run-id", "study-readme",
+                 "--out", str(coordinator / "roster.toml"), "--broker-dir", str(coordinator / "broker")]) == 0
+    capsys.readouterr()
+    assert (coordinator / "broker" / "passwords").stat().st_mode & 0o777 == 0o600
+    # 3. the broker host: the template, the files installed as the page says
+    etc, log = world / "etc" / "mosquitto", world / "log"
+    (etc / "certs").mkdir(parents=True)
+    certs = world / "certs"
+    certs.mkdir()
+    _certificates(certs)
+    as_root = os.geteuid() == 0
+    if as_root:  # the case the page is about: Mosquitto drops to its own user
+        for command in _step3_commands(etc, log):
+            subprocess.run(command, shell=True, check=True, cwd=coordinator if "broker/" in command else certs)
+        password_dir = etc / "p2pem"
+    else:  # an ordinary user's Mosquitto stays that user and reads the files in place
+        password_dir, log = coordinator / "broker", world / "log"
+        log.mkdir()
+        for name in ("ca.crt", "server.crt", "server.key"):
+            shutil.copy(certs / name, etc / "certs" / name)
+    port = free_port()
+    config = (NODES / "mosquitto.conf.template").read_text()
+    config = (config.replace("/etc/mosquitto/certs", str(etc / "certs")).replace("/etc/mosquitto/p2pem", str(password_dir))
+              .replace("/var/log/mosquitto", str(log)).replace("listener 8883", f"listener {port} 127.0.0.1"))
+    if not as_root:
+        config = config.replace("user mosquitto", f"user {os.environ.get('USER', 'nobody')}")
+    (world / "mosquitto.conf").write_text(config)
+    broker = subprocess.Popen([str(mosquitto), "-c", str(world / "mosquitto.conf")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port("127.0.0.1", port, 15, process=broker)
+        # 4. every node host: its rows, its config from the template, the node
+        rng = np.random.default_rng(0)
+        launch = os.urandom(16).hex()
+        procs = []
+        for i, host in enumerate(hosts):
+            X = np.vstack([rng.normal(size=(12, 2)), rng.normal(size=(12, 2)) + 4])
+            np.savetxt(host / "data.csv", X, delimiter=",", header="a,b", comments="")
+            shutil.copy(coordinator / "roster.toml", host)
+            shutil.copy(coordinator / "broker" / f"node{i}.password", host / "broker.password")
+            shutil.copy(certs / "ca.crt", host)
+            node = (NODES / "node.toml.template").read_text().replace("<I>", str(i)).replace("<broker.example.org>", "localhost")
+            node = re.sub(r"(?m)^port = 8883.*$", f"port = {port}", node)
+            node = re.sub(r'(?m)^# ca_file = "ca.crt".*$', 'ca_file = "ca.crt"', node)
+            (host / "node.toml").write_text(node)
+            procs.append(subprocess.Popen([sys.executable, "-m", "p2pem", "-v", "node", "--config", str(host / "node.toml"), "--launch", launch],
+                                          cwd=host, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        outputs = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4, [err[-2000:] for _, err in outputs]
+        results = [json.loads((host / "result.json").read_text()) for host in hosts]
+        means = np.array([r["means"] for r in results])
+        # every node holds the same model, up to the consensus error (each drew its secrets from the OS)
+        assert np.max(np.abs(means - means[0])) <= 1e-9 * np.max(np.abs(means[0]))
+        assert sorted(means[0][:, 0].round(0)) == [0.0, 4.0]  # the two clusters of the rows
+    finally:
+        broker.terminate()
+        log_text = broker.communicate(timeout=10)[0].decode(errors="replace")
+    assert "Unable to open" not in log_text + ((log / "p2pem.log").read_text() if (log / "p2pem.log").exists() else "")

@@ -81,8 +81,9 @@ model = "{model}"
 def test_a_deployed_release_is_the_release_of_p2pem_synth(tmp_path, model, protocol, capsys):
     path = release_scenario(tmp_path, model=model, extra=f'protocol = "{protocol}"\n')
     out = tmp_path / "deployed"
-    assert main(["deploy", str(path), "--out", str(out), "--insecure-reproducible-seed", "-q"]) == 0  # [synth] protocol
-    assert "every node agreed" in capsys.readouterr().out
+    assert main(["deploy", str(path), "--out", str(out), "--insecure-reproducible-seed", "--check", "-q"]) == 0  # [synth] protocol
+    printed = capsys.readouterr().out
+    assert "every node agreed" in printed and "same release as `p2pem synth`" in printed
     deployed = json.loads((out / "release.json").read_text())
     scenario = load_scenario(path)
     reference = synthesize(scenario)

@@ -213,5 +213,6 @@ def cmd_deploy_release(args: argparse.Namespace, *, fallback: Callable[[argparse
         from p2pem.synth.run import synthesize
 
         differences = release_differences(release, synthesize(scenario).release)
-        print("same release as `p2pem synth`" if not differences else f"differs from `p2pem synth` in: {', '.join(differences)}")
+        print("same release as `p2pem synth`" if not differences else f"differs from `p2pem synth` in: {', '.join(differences)}"
+              + ("" if kit.seeded else " (expected: fresh secrets and a joint seed; --insecure-reproducible-seed reproduces p2pem synth)"))
     return 0

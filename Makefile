@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 parkinsons: $(STAMP)
-	$(BIN)/p2pem simulate scenarios/parkinsons.toml --out results/parkinsons
+	$(BIN)/p2pem simulate scenarios/parkinsons.toml --out results/parkinsons --force
 
 # The MQTT tests run against a real broker; install Debian's mosquitto when it is missing.
 mosquitto:

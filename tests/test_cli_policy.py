@@ -313,3 +313,19 @@ def test_the_loglik_figure_names_what_it_cannot_draw(tmp_path: Path, monkeypatch
     assert "not plotted (no log-likelihood released): dp-central-gaussian" in ax.get_title()
     ticks = ax.get_xticks()
     assert all(float(t).is_integer() for t in ticks)  # EM iterations, no 2.5
+
+
+def test_the_quick_start_runs_twice(tmp_path, monkeypatch):
+    """`make parkinsons` writes into its own folder: run again, it replaces its files instead of
+    refusing (the Makefile's command, run from a copy of its scenario's folder)."""
+    recipe = re.search(r"^parkinsons:.*\n\t\$\(BIN\)/p2pem (.+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert recipe is not None
+    argv = recipe.group(1).split()
+    monkeypatch.chdir(ROOT)
+    out = argv.index("--out") + 1
+    argv[out] = str(tmp_path / argv[out])
+    assert main([*argv, "-q"]) == 0
+    first = json.loads((Path(argv[out]) / "result.json").read_text())
+    assert main([*argv, "-q"]) == 0
+    again = json.loads((Path(argv[out]) / "result.json").read_text())
+    assert [p["loglik"] for p in again["protocols"]] == [p["loglik"] for p in first["protocols"]]

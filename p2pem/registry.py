@@ -17,19 +17,26 @@ name                    what it is
 This module sits above both protocol packages (:mod:`p2pem.protocols`, :mod:`p2pem.dp`) and
 imports them; neither imports it.  A new protocol is one module with its
 :class:`~p2pem.protocols.base.ProtocolSpec` subclass and one line in :data:`PROTOCOLS`.
+
+:data:`TASKS` names the computations other than EM that a deployment's roster can carry
+(its ``[task]`` table's ``kind``): a function that builds one node's
+:class:`~p2pem.task.Task` from that public table and the node's own rows, so a deployed
+node runs it without knowing what it computes.
 """
 
 from __future__ import annotations
 
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
+from p2pem.bayesnet.release import task_from_public
 from p2pem.dp.msnm import DPMSNM
 from p2pem.dp.protocols import DPCentral, DPDistributed
 from p2pem.errors import ConfigError
 from p2pem.protocols import Centralized, Federated, PdmmSP, ProtocolSpec, SecureSum
 from p2pem.protocols.base import parameter_fields
+from p2pem.task import Task
 from p2pem.tomltable import did_you_mean
 
 #: The protocols by the names users type (scenario files, the estimator, rosters).
@@ -89,4 +96,35 @@ def _check_type(protocol: str, key: str, value: Any, hint: Any) -> None:
         raise ConfigError(f"protocol {protocol}: '{key}' must be {names}, got {value!r}")
 
 
-__all__ = ["PROTOCOLS", "make_protocol"]
+class TaskBuilder(Protocol):
+    """``build(table, rows, *, node_id, n_nodes, seed, where) -> Task`` (see :func:`make_task`)."""
+
+    def __call__(self, table: Mapping[str, Any], rows: Any, *, node_id: int, n_nodes: int, seed: int | None = None, where: str = "task") -> Task: ...
+
+
+#: Tasks a roster's ``[task]`` table can name, by its ``kind``.
+TASKS: dict[str, TaskBuilder] = {
+    "bayesnet": task_from_public,  # a DP Bayesian-network release (p2pem.bayesnet.release)
+}
+
+
+def make_task(table: Mapping[str, Any], rows: Any, *, node_id: int, n_nodes: int, seed: int | None = None, where: str = "task") -> Task:
+    """Node ``node_id``'s task from a roster's public ``[task]`` table and the path of its own rows.
+
+    ``seed`` (INSECURE, tests and reproductions only) is the scenario seed a reproducible
+    deployment records; None draws the node's secrets from the operating system.
+
+    Raises
+    ------
+    ConfigError
+        An unknown ``kind`` (naming ``where``), or what the task's builder refuses.
+    DataError
+        The rows do not fit.
+    """
+    build = TASKS.get(str(table.get("kind")))
+    if build is None:
+        raise ConfigError(f"{where}: unknown task kind {table.get('kind')!r} (known: {', '.join(TASKS)})")
+    return build(table, rows, node_id=node_id, n_nodes=n_nodes, seed=seed, where=where)
+
+
+__all__ = ["PROTOCOLS", "TASKS", "TaskBuilder", "make_protocol", "make_task"]

@@ -72,6 +72,8 @@ class Task(Protocol):
     # optional: ``max_contribution_size() -> int``, the longest contribution of the whole run
     # (public); a deployment refuses longer payloads before decoding them.  Without it, 64
     # times the first contribution's length.
+    # optional: ``document() -> dict``, the finished result as JSON-ready data (a release); a
+    # deployed node writes it into its result file as ``output``.
 
 
 T = TypeVar("T", bound=Task)

@@ -14,6 +14,9 @@ Pure NumPy, like :mod:`p2pem.gmm`: no transport, no I/O.
 * :mod:`~p2pem.bayesnet.seed` -- the shared seed by commit-and-reveal;
 * :mod:`~p2pem.bayesnet.task` -- the whole release as a :class:`~p2pem.task.Task`, so any
   aggregation protocol, both simulators and a deployment run it.
+* :mod:`~p2pem.bayesnet.release` -- a finished release as data (the body of its document),
+  and a deployed node's task built from public facts and its own rows file (the one module
+  that reads a file).
 """
 
 from __future__ import annotations

@@ -63,11 +63,16 @@ from p2pem.streams import child
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-__all__ = ["BayesNetTask", "Selection", "shared_stream"]
+__all__ = ["MAX_ENTRIES", "BayesNetTask", "Selection", "shared_stream"]
 
 # keys of the shared streams (first element of the spawn key) and of a node's private ones
 _ROOT, _STEP, _CONDITIONALS, _SIMILARITY, _MARGINALS, _CLUSTERS = 0, 1, 2, 3, 4, 5
 _SHARE_CONDITIONALS, _SHARE_MARGINALS, _SECRET = 0, 1, 2
+
+
+#: The most counts of a structure step or of the conditionals a deployed node accepts in one
+#: message (8 MiB of float64, half the packet a deployment kit's broker carries).
+MAX_ENTRIES = 2**20
 
 
 def shared_stream(seed: np.random.SeedSequence, *key: int) -> np.random.Generator:
@@ -220,6 +225,18 @@ class BayesNetTask:
 
     def summary_size(self) -> int:
         return joint.WORDS
+
+    def max_contribution_size(self) -> int:
+        """The longest contribution of the run, public: what a deployment accepts before decoding.
+
+        The commitments, the 1-way counts and (HMPrivBayes with a similarity) every pair's
+        2-way counts have lengths the domain fixes; a structure step asks for the tables of
+        its candidates, which depend on the structure released so far, and the conditionals
+        for the tables of the final network, so those are bounded by :data:`MAX_ENTRIES`.
+        """
+        sizes = self.sizes
+        pairs = sum(sizes[i] * sizes[j] for i in range(len(sizes)) for j in range(i + 1, len(sizes))) if self.settings.clusters_paid else 0
+        return max(self.n_nodes * joint.WORDS, sum(sizes), pairs, MAX_ENTRIES)
 
     # ------------------------------------------------------------------ stages
 

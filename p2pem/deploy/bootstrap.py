@@ -54,6 +54,7 @@ from p2pem.messages import Message
 from p2pem.messages import SERVER
 from p2pem.node import Node, Server
 from p2pem.protocols import NodeContext, ProtocolSpec
+from p2pem.registry import make_task
 from p2pem.task import Task
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,10 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
     task : Task, optional
         What the node computes instead of the roster's EM on its data file: a task the
         roster does not describe (e.g. a Bayesian-network release, :mod:`p2pem.bayesnet`),
-        built by the caller from this node's rows; the data file is not read then.
+        built by the caller from this node's rows; the data file is not read then.  Default:
+        the task the roster's ``[task]`` table names, built by
+        :func:`p2pem.registry.make_task` from the table and this node's data file (with
+        the config's reproducible seed, if any), else the EM.
 
     Raises
     ------
@@ -136,6 +140,8 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
         raise ConfigError(f"{config.path}: node_id {i} is not a node of the roster ({roster.n_nodes} nodes: 0..{roster.n_nodes - 1}) with a data file")
     spec, settings, identity, codec = _common(config, launch, roster)
     topology = roster.topology()
+    if task is None and roster.task is not None:
+        task = make_task(roster.task, config.data, node_id=i, n_nodes=roster.n_nodes, seed=config.seed, where=roster.where)
     if link is None:
         link = mqtt_link(config, roster)
     if task is not None:

@@ -28,8 +28,10 @@ import logging
 import os
 import re
 import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from p2pem.deploy.config import BrokerConfig, NodeConfig, Timeouts, write_node_data
 from p2pem.deploy.cuts import cut_warnings
@@ -47,6 +49,7 @@ __all__ = [
     "KIT_FORMAT",
     "MAX_NODE_SPREAD",
     "Kit",
+    "TaskKit",
     "deploy_settings",
     "make_run_id",
     "pick_protocol",
@@ -179,6 +182,23 @@ class Kit:
 
 
 
+@dataclass(frozen=True)
+class TaskKit:
+    """What a kit needs for a computation other than the scenario's EM (e.g. a Bayesian-network release).
+
+    Attributes
+    ----------
+    table : mapping
+        The roster's public ``[task]`` table (:class:`~p2pem.deploy.roster.Roster`): every
+        node builds its task from it and its own rows (:func:`p2pem.registry.make_task`).
+    write_rows : callable(i, path)
+        Writes node ``i``'s rows to ``path`` (its ``data.csv``), in the form its task reads.
+    """
+
+    table: Mapping[str, Any]
+    write_rows: Callable[[int, Path], None]
+
+
 def make_run_id(name: str) -> str:
     """``<scenario name>-<8 random hex digits>``, squeezed into the run-id alphabet."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")[:40] or "run"
@@ -244,6 +264,7 @@ def prepare_kit(
     on_dropout: str | None = None,
     tls: bool = False,
     sites: int = 1,
+    task: TaskKit | None = None,
     force: bool = False,
 ) -> Kit:
     """Write everything the node processes and the broker need into ``out``.
@@ -277,6 +298,9 @@ def prepare_kit(
     sites : {1, 2}
         Two sites: a second broker (``broker-site2/``, on the next free port) bridged to the
         first; every odd node connects to it.
+    task : TaskKit, optional
+        Every node computes this task instead of the scenario's EM: the roster carries its
+        public table, each node's data file its own rows.
     force : bool, default False
         Write into a folder that is not empty (``p2pem deploy --force``): the kit's files
         replace those of the same names (an earlier kit's keys included).
@@ -303,7 +327,7 @@ def prepare_kit(
     timeouts = timeouts or scenario_timeouts
     spread = scenario_spread if max_node_spread is None else float(max_node_spread)
     spec = pick_protocol(scenario, protocol)
-    parts = load_data(scenario)
+    parts = load_data(scenario) if task is None else None
     graph = build_graph(scenario)
     validate_protocol(scenario, graph, spec)
     settings = em_settings(scenario)
@@ -328,8 +352,9 @@ def prepare_kit(
     server_identity = Identity.generate() if has_server else None
     on_dropout = str(scenario.deploy.get("on_dropout", "stop")) if on_dropout is None else on_dropout
     roster = Roster.build(
-        run_id, graph, settings, spec, [ident.public for ident in identities], n_features=int(parts[0].shape[1]),
+        run_id, graph, settings, spec, [ident.public for ident in identities], n_features=None if parts is None else int(parts[0].shape[1]),
         on_dropout=on_dropout, server_key=None if server_identity is None else server_identity.public,
+        task=None if task is None else task.table,
     )
     roster.save(root / "roster.toml")
     for line in cut_warnings(roster.neighbours):
@@ -350,8 +375,11 @@ def prepare_kit(
         pw = d / "broker.password"
         os.replace(broker_dir / f"{username_for(i)}.password", pw)
         data = None
-        if i != SERVER:
+        if i != SERVER and parts is not None:
             data = write_node_data(d / "data.csv", parts[i])
+        elif i != SERVER and task is not None:
+            data = d / "data.csv"
+            task.write_rows(i, data)
         ca = None
         if tls_files is not None:
             ca = d / "ca.crt"

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from p2pem.deploy.config import NodeConfig, Timeouts
-from p2pem.deploy.kit import Kit, deploy_settings, prepare_kit, start_bridge_broker, start_kit_broker
+from p2pem.deploy.kit import Kit, TaskKit, deploy_settings, prepare_kit, start_bridge_broker, start_kit_broker
 from p2pem.errors import ConfigError
 from p2pem.deploy.results import collect_results, write_result
 from p2pem.deploy.supervise import DeployProgress, Deployment
@@ -108,12 +108,15 @@ def deploy(
     on_broker: Callable[[Any], None] | None = None,
     tls: bool = False,
     sites: int = 1,
+    task: TaskKit | None = None,
     force: bool = False,
 ) -> tuple[Kit, dict[str, Any]]:
     """Prepare a kit in ``out``, start a broker (unless ``broker`` is given), run, collect.
 
     Writes ``out/result.json`` on success; ``force``: into a folder that is not empty
-    (:func:`~p2pem.deploy.kit.prepare_kit`).  Node processes and the broker started here are
+    (:func:`~p2pem.deploy.kit.prepare_kit`).  With ``task`` every node computes it instead of
+    the scenario's EM (:func:`~p2pem.deploy.kit.prepare_kit`); the document then holds node
+    0's ``output`` once all nodes agreed.  Node processes and the broker started here are
     stopped on return and on any exception, Ctrl-C included.
 
     Returns
@@ -129,7 +132,7 @@ def deploy(
     if broker is not None and (tls or sites > 1):
         raise ConfigError("--tls and --sites start the kit's own broker(s): leave out --broker")
     kit = prepare_kit(scenario, out, broker=address, protocol=protocol, run_id=run_id, seeded=seeded, timeouts=timeouts, tls=tls, sites=sites,
-                      force=force)
+                      task=task, force=force)
     return kit, run_kit(kit, start_broker=broker is None, progress=progress, on_broker=on_broker)
 
 

@@ -96,6 +96,9 @@ def node_report(
         out.update(em.family.to_dict(params))
     elif em is None and node.done and status == "finished":
         out["summary"] = [float(v) for v in node.task.summary()]  # what the nodes agreed on
+        document = getattr(node.task, "document", None)  # optional in the Task interface: the task's result as data
+        if document is not None:
+            out["output"] = document()
     return out
 
 

@@ -131,21 +131,38 @@ def _last_line(path: Path) -> str:
 
 
 def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: dict[int, float], launched_unix: float | None) -> dict[str, Any]:
-    from p2pem.simulate import RunResult, relative_error
+    from p2pem.simulate import relative_error
 
     ref = reports[0]
     n_iters = {r["n_iter"] for r in reports}
     if len(n_iters) != 1:
-        raise ProtocolError(f"nodes disagree on the number of EM iterations: {sorted(n_iters)}")
+        raise ProtocolError(f"nodes disagree on the number of {'aggregations' if 'summary' in ref else 'EM iterations'}: {sorted(n_iters)}")
     roster = Roster.load(kit.roster_path)
     family = roster.em_settings().family
-    flat0 = family.flatten(ref)
-    spread = max((relative_error(family.flatten(r), flat0) for r in reports[1:]), default=0.0)
+    # a task's nodes compare its summary, EM's the model (the last entry a log-likelihood either way)
+    flatten = (lambda r: np.asarray(r["summary"], dtype=np.float64)) if roster.task is not None else family.flatten
+    flat0 = flatten(ref)
+    spread = max((relative_error(flatten(r), flat0) for r in reports[1:]), default=0.0)
     if not spread <= kit.max_node_spread:
-        raise ProtocolError(f"nodes ended with different models: relative spread {spread:.3g} > {kit.max_node_spread:g}")
+        raise ProtocolError(f"nodes ended with different {'results' if roster.task is not None else 'models'}: relative spread {spread:.3g} > {kit.max_node_spread:g}")
     iterations = sorted({int(k) for r in reports for k in r["rounds"]})
     rounds = {it: float(np.mean([r["rounds"][str(it)] for r in reports])) for it in iterations}
     spec = roster.protocol_spec()
+    if roster.task is not None:
+        run_doc = {
+            "protocol": getattr(spec, "label", spec.name), "protocol_params": spec.params(), "task": roster.task["kind"],
+            "n_iter": int(ref["n_iter"]), "rounds": [rounds[k] for k in iterations], "messages": int(sum(r["messages"] for r in reports)),
+            "bytes": int(sum(r["bytes"] for r in reports)), "wall_s": wall, "node_spread": spread,
+        }
+    else:
+        run_doc = _em_run(spec, roster, family, ref, reports, rounds, iterations, wall, spread)
+    nodes = [_node_entry(r, exit_times, launched_unix) for r in reports]
+    return _document(kit, roster, family, reports, nodes, run_doc, wall)
+
+
+def _em_run(spec, roster, family, ref, reports, rounds, iterations, wall, spread) -> dict[str, Any]:
+    from p2pem.simulate import RunResult
+
     run = RunResult(
         protocol=getattr(spec, "label", spec.name),
         protocol_params=spec.params(),
@@ -163,32 +180,36 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
         node_spread=spread,
         unconverged_iterations=sorted(set().union(*(r["unconverged_iterations"] for r in reports))),
     )
-    nodes = []
-    for r in reports:
-        t = r["timings"]
-        nodes.append(
-            {
-                "node_id": r["node_id"],
-                "n_rows": r["n_rows"],
-                "messages": r["messages"],
-                "bytes": r["bytes"],
-                **{k: v for k, v in r["wire"].items()},
-                "connect_s": t.get("connected_s"),
-                "online_s": t.get("online_s"),
-                "online_after_launch_s": None
-                if launched_unix is None or t.get("online_s") is None
-                else t["started_unix"] + t["online_s"] - launched_unix,
-                "run_s": None if t.get("finished_s") is None or t.get("online_s") is None else t["finished_s"] - t["online_s"],
-                "agree_s": None if t.get("agreed_s") is None or t.get("finished_s") is None else t["agreed_s"] - t["finished_s"],
-                **{k: v for k, v in r.get("costs", {}).items()},
-                "total_s": t.get("total_s"),
-                "cpu_s": r.get("cpu_s"),
-                "online_cpu_s": t.get("online_cpu_s"),
-                "rusage": r.get("rusage"),
-                "heavy_modules": r.get("heavy_modules"),
-                "exit_s": exit_times.get(r["node_id"]),
-            }
-        )
+    return run.to_json()
+
+
+def _node_entry(r: dict[str, Any], exit_times: dict[int, float], launched_unix: float | None) -> dict[str, Any]:
+    t = r["timings"]
+    return {
+        "node_id": r["node_id"],
+        "n_rows": r["n_rows"],
+        "messages": r["messages"],
+        "bytes": r["bytes"],
+        **{k: v for k, v in r["wire"].items()},
+        "connect_s": t.get("connected_s"),
+        "online_s": t.get("online_s"),
+        "online_after_launch_s": None
+        if launched_unix is None or t.get("online_s") is None
+        else t["started_unix"] + t["online_s"] - launched_unix,
+        "run_s": None if t.get("finished_s") is None or t.get("online_s") is None else t["finished_s"] - t["online_s"],
+        "agree_s": None if t.get("agreed_s") is None or t.get("finished_s") is None else t["agreed_s"] - t["finished_s"],
+        **{k: v for k, v in r.get("costs", {}).items()},
+        "total_s": t.get("total_s"),
+        "cpu_s": r.get("cpu_s"),
+        "online_cpu_s": t.get("online_cpu_s"),
+        "rusage": r.get("rusage"),
+        "heavy_modules": r.get("heavy_modules"),
+        "exit_s": exit_times.get(r["node_id"]),
+    }
+
+
+def _document(kit: Kit, roster: Roster, family: MixtureFamily, reports: list[dict[str, Any]], nodes: list[dict[str, Any]],
+              run_doc: dict[str, Any], wall: float) -> dict[str, Any]:
     from p2pem.builders import build_graph
     from p2pem.runner import RESULT_FORMAT, graph_summary, output_header
 
@@ -199,9 +220,14 @@ def _combine(kit: Kit, reports: list[dict[str, Any]], wall: float, exit_times: d
         doc: dict[str, Any] = {**output_header(RESULT_FORMAT, scenario), "graph": graph_summary(build_graph(scenario))}
     else:
         doc = {**output_header(RESULT_FORMAT, None), "graph": {"n_nodes": roster.n_nodes, "diameter": roster.diameter}}
-    doc["family"] = family.describe()
+    if roster.task is None:
+        doc["family"] = family.describe()
+    else:
+        doc["task"] = roster.task["kind"]
     doc["n_rows"] = int(sum(r["n_rows"] for r in reports))
-    doc["protocols"] = [run.to_json()]
+    doc["protocols"] = [run_doc]
+    if roster.task is not None:
+        doc["output"] = reports[0].get("output")  # every node agreed on it (its summary)
     run_s = [n["run_s"] for n in nodes if n["run_s"] is not None]
     online = [n["online_after_launch_s"] for n in nodes if n["online_after_launch_s"] is not None]
     # on the host clocks (one machine, or synchronised clocks): from the last node's end of EM

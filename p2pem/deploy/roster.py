@@ -127,6 +127,12 @@ class Roster:
         node runs with the same.
     server_key : PublicIdentity, optional
         The pinned keys of the server process (``federated``, ``dp-central``).
+    task : dict, optional
+        What every node computes instead of the EM: a public table with a ``kind``
+        (:data:`p2pem.registry.TASKS`) that every node builds the same task from, with its
+        own rows (e.g. a Bayesian-network release: schema, settings, protocol).  The
+        roster does not look inside; the digest covers it, so nodes with another table
+        refuse each other.
     """
 
     run_id: str
@@ -139,6 +145,7 @@ class Roster:
     path: Path | None = None
     on_dropout: str = "stop"
     server_key: Any = None
+    task: Mapping[str, Any] | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -218,10 +225,12 @@ class Roster:
         n_features: int | None = None,
         on_dropout: str = "stop",
         server_key: Any = None,
+        task: Mapping[str, Any] | None = None,
     ) -> Roster:
         """Roster for ``graph`` (nodes ``0..n-1``), EM ``settings``, protocol ``spec`` and public ``keys``.
 
         ``n_features`` (the data's column count) lets every node check its data file at load.
+        ``task`` replaces the EM by a task every node builds from it (see the class).
         The protocol's topology of the graph is written (``secure-sum``: with its ring).
 
         Raises
@@ -254,8 +263,10 @@ class Roster:
         if settings.init is not None:
             em["init"] = settings.family.to_dict(settings.init)
         protocol = {"name": spec.name, **spec.params()}
-        roster = cls(run_id, topo.neighbours, topo.diameter, em, protocol, tuple(keys), topo.ring, on_dropout=on_dropout, server_key=server_key)
-        return roster
+        if task is not None and (server_key is not None or not isinstance(task.get("kind"), str)):
+            raise ConfigError(f"{spec.name}: a task needs a 'kind' and a protocol without a server")
+        return cls(run_id, topo.neighbours, topo.diameter, em, protocol, tuple(keys), topo.ring, on_dropout=on_dropout, server_key=server_key,
+                   task=None if task is None else dict(task))
 
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -273,6 +284,8 @@ class Roster:
         doc["on_dropout"] = self.on_dropout
         if self.server_key is not None:
             doc["server"] = self.server_key.to_dict()
+        if self.task is not None:
+            doc["task"] = _plain(self.task)
         return doc
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -307,7 +320,7 @@ class Roster:
         from p2pem.deploy.crypto import PublicIdentity
 
         where = str(path) if path is not None else "roster"
-        top = Table(where, doc, "", ("format", "run_id", "topology", "em", "protocol", "nodes", "on_dropout", "server"))
+        top = Table(where, doc, "", ("format", "run_id", "topology", "em", "protocol", "nodes", "on_dropout", "server", "task"))
         fmt = top.integer("format")
         if fmt != ROSTER_FORMAT:
             top.fail(f"'format' is {fmt}, this p2pem reads roster format {ROSTER_FORMAT}")
@@ -399,8 +412,13 @@ class Roster:
                 server_t.fail(f"server: {exc}")
             if any(server_key.signing_key == k.signing_key or server_key.agreement_key == k.agreement_key for k in keys.values()):
                 top.fail("the server shares a public key with a node (it needs its own `p2pem keys new`)")
+        task = None
+        if "task" in doc:
+            task = dict(top.section("task", None).table)
+            if not isinstance(task.get("kind"), str):
+                top.fail("missing required key 'task.kind' (a string)")
         roster = cls(run_id, nbrs, diameter, em, protocol, tuple(keys[i] for i in range(n)), None if ring is None else tuple(ring), path,
-                     on_dropout=on_dropout, server_key=server_key)
+                     on_dropout=on_dropout, server_key=server_key, task=task)
         spec = roster.protocol_spec()
         if (server_key is None) != (spec.server_aggregation(roster.topology(), 0) is None):
             top.fail(f"protocol {spec.name!r} {'needs' if server_key is None else 'has no'} a [server] entry")

@@ -6,8 +6,21 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
+from collections.abc import Callable
+
+
+DEPLOY_RELEASE_HELP = """
+A scenario whose [synth] model is privbayes or hmprivbayes deploys its differentially private
+Bayesian-network release instead (docs/bayesnet.md): each node's data.csv holds its own rows,
+the roster the public schema and [bayesnet] settings; every node builds its task from the two,
+its secret from the OS and the shared seed by commit-and-reveal; the protocol is [synth]
+protocol unless --protocol names another (pdmm-sp or secure-sum).  Once every node signed the
+same release, DIR/release.json (as `p2pem synth` writes it) and DIR/synthetic.csv are written;
+with --insecure-reproducible-seed the release equals `p2pem synth`'s, which --check confirms.
+"""
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +45,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--releases", type=int, default=None, help="independent releases from the one fitted model (default [synth] releases, else 1)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_synth)
+    deploy = sub.choices.get("deploy")
+    if deploy is not None:  # registered by p2pem.deploy.cli: a release scenario deploys its release instead of an EM
+        deploy.set_defaults(func=functools.partial(cmd_deploy_release, fallback=deploy.get_default("func")))
+        deploy.description = (deploy.description or "") + DEPLOY_RELEASE_HELP
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
@@ -133,3 +150,69 @@ def privacy_line(privacy: dict) -> str:
     if not privacy.get("differentially_private"):
         what += " -- NOT differentially private: " + privacy.get("note", "see release.json")
     return what
+
+
+# ---------------------------------------------------------------------------------- deploy
+
+
+def cmd_deploy_release(args: argparse.Namespace, *, fallback: Callable[[argparse.Namespace], int]) -> int:
+    """``p2pem deploy`` for a Bayesian-network release (``[synth] model`` privbayes or hmprivbayes,
+    or a kit whose roster names the release); any other scenario or kit goes to ``fallback``."""
+    from p2pem.deploy.kit import Kit, deploy_settings, prepare_kit
+    from p2pem.deploy.launcher import run_kit
+    from p2pem.deploy.roster import Roster
+    from p2pem.errors import ConfigError
+    from p2pem.scenario import load_scenario, parse_broker_address
+    from p2pem.synth.deployed import deploy_release, finish_release, is_release, release_kit, release_protocol
+
+    t0 = time.perf_counter()
+    broker = parse_broker_address(args.broker) if args.broker else None
+    if args.kit is not None and args.scenario is None:
+        kit = Kit.load(args.kit)
+        if Roster.load(kit.roster_path).task is None:
+            return fallback(args)
+        if kit.scenario_file is None or not kit.scenario_file.exists():
+            raise ConfigError(f"{kit.root}: the kit's scenario file {kit.scenario_file} is gone; the release document needs it")
+        scenario = load_scenario(kit.scenario_file)
+        if broker is not None:
+            kit = kit.set_broker(*broker)
+        release = finish_release(kit, run_kit(kit, start_broker=broker is None), scenario)
+    else:
+        if args.scenario is None or args.kit is not None:
+            return fallback(args)
+        scenario = load_scenario(args.scenario)
+        if not is_release(scenario):
+            return fallback(args)
+        if not args.out:
+            raise ConfigError("--out DIR is required with a SCENARIO")
+        overrides = {k: v for k, v in (("timeout", args.timeout), ("startup_timeout", args.startup_timeout)) if v is not None}
+        timeouts, _, configured = deploy_settings(scenario, overrides)
+        protocol = release_protocol(scenario, args.protocol)
+        if args.prepare_only:
+            from p2pem.deploy.broker import free_port
+
+            address = broker or configured or (args.listen, free_port(args.listen))
+            kit = prepare_kit(scenario, args.out, broker=address, protocol=protocol, run_id=args.run_id, seeded=args.insecure_reproducible_seed,
+                              timeouts=timeouts, tls=args.tls, sites=args.sites, task=release_kit(scenario, protocol),
+                              force=args.force)
+            print(f"prepared {kit.n_nodes} node kits of a {scenario.synth.get('model')} release for run {kit.run_id} in {kit.root}")
+            print(f"start them with: p2pem deploy --kit {kit.root}")
+            return 0
+        kit, release = deploy_release(scenario, args.out, protocol=protocol, broker=broker, listen=args.listen, run_id=args.run_id,
+                                      seeded=args.insecure_reproducible_seed, timeouts=timeouts, tls=args.tls, sites=args.sites,
+                                      force=args.force)
+    run = release["aggregations"]
+    print(f"run {kit.run_id}: {scenario.synth.get('model')} release of {release['training_rows']} rows over {release['n_nodes']} node "
+          f"processes, protocol {release['protocol']['name']}, {run['count']} aggregations, {run['messages']} messages; every node agreed")
+    print(f"  privacy: {privacy_line(release['privacy'])}")
+    if kit.seeded:
+        print("  INSECURE: node secrets and the shared seed from the scenario seed (--insecure-reproducible-seed); not private")
+    print(f"  wrote {kit.root / 'release.json'}, {kit.root / 'synthetic.csv'} and {kit.root / 'result.json'} in {time.perf_counter() - t0:.2f} s")
+    if args.check:
+        from p2pem.synth.deployed import release_differences
+        from p2pem.synth.run import synthesize
+
+        differences = release_differences(release, synthesize(scenario).release)
+        print("same release as `p2pem synth`" if not differences else f"differs from `p2pem synth` in: {', '.join(differences)}"
+              + ("" if kit.seeded else " (expected: fresh secrets and a joint seed; --insecure-reproducible-seed reproduces p2pem synth)"))
+    return 0

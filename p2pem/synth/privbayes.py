@@ -21,10 +21,9 @@ against each adversary); :func:`sample_release` draws rows from that document al
 
 from __future__ import annotations
 
-import math
 import time
-import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +31,7 @@ import networkx as nx
 import numpy as np
 
 from p2pem.bayesnet import BayesNetSettings, BayesNetTask, Conditional, Network, sample_networks
-from p2pem.bayesnet.privacy import REPORT_DELTA
+from p2pem.bayesnet.release import check_schema, release_body
 from p2pem.builders import build_graph, load_table_parts
 from p2pem.errors import ConfigError, DataError, ProtocolError
 from p2pem.protocols import Centralized, ProtocolSpec
@@ -43,10 +42,10 @@ from p2pem.simulate import Traffic, drive_messages, drive_vectorised
 from p2pem.synth.bayesconfig import parse_bayesnet
 from p2pem.synth.synthesizer import RELEASE_FORMAT, Progress
 from p2pem.streams import bayesnet_child, protocol_streams, scenario_streams
-from p2pem.tabular import Continuous, Schema, Table, discretize, domain_sizes, schema_from_dict, schema_to_toml, undiscretize
+from p2pem.tabular import Schema, Table, discretize, domain_sizes, schema_from_dict, undiscretize
 from p2pem.task import drive
 
-__all__ = ["AGGREGATIONS", "BayesNetRun", "BayesNetSynthesizer", "check_table", "fit_bayesnet", "release_document", "sample_release"]
+__all__ = ["AGGREGATIONS", "BayesNetRun", "BayesNetSynthesizer", "assemble_release", "fit_bayesnet", "release_document", "sample_release"]
 
 #: The protocols that can sum a release's counts (the private EM protocols add noise of their own).
 AGGREGATIONS = ("pdmm-sp", "secure-sum", "federated", "centralized")
@@ -78,30 +77,6 @@ class BayesNetRun:
     wall_s: float
     agreed: bool = True
     protocol_params: dict[str, Any] = field(default_factory=dict)
-
-
-def check_table(schema: Schema, settings: BayesNetSettings) -> tuple[int, ...]:
-    """The domain sizes of ``schema``'s columns under ``settings``, or a one-line ConfigError.
-
-    Refuses a schema that is not public (its ranges, hence the bins, were read off the data)
-    and an attribute with more values than ``settings.max_categories``.
-    """
-    where = schema.where or "the schema"
-    if not schema.public:
-        raise ConfigError(
-            f"{where} is not public (public = false: its ranges or categories were read off the data, so bins built on them "
-            "leak the rows); declare public ranges and categories and set public = true"
-        )
-    sizes = domain_sizes(schema, settings.n_bins)
-    for column, size in zip(schema.columns, sizes, strict=True):
-        if size > settings.max_categories:
-            what = "bins" if isinstance(column, Continuous) else "categories"
-            raise ConfigError(
-                f"{where}: column {column.name!r} has {size} {what}, more than max_categories = {settings.max_categories} "
-                "(merge categories in the schema or raise max_categories)"
-            )
-    settings.check_attributes(len(sizes))
-    return sizes
 
 
 def fit_bayesnet(
@@ -146,7 +121,7 @@ def fit_bayesnet(
     schema = parts[0].schema
     if any(p.schema != schema for p in parts):
         raise DataError("the nodes' rows do not share one schema")
-    sizes = check_table(schema, settings)
+    sizes = check_schema(schema, settings)
     if protocol.name not in AGGREGATIONS:
         raise ConfigError(
             f"protocol {protocol.name!r} cannot aggregate a Bayesian-network release (it adds noise of its own); choose one of "
@@ -190,79 +165,13 @@ def fit_bayesnet(
 # ------------------------------------------------------------------------------ release
 
 
-def privacy_block(run: BayesNetRun) -> dict[str, Any]:
-    """Epsilon against each adversary, and what it excludes (see :mod:`p2pem.bayesnet.privacy`).
-
-    ``epsilon_spent`` holds, per accountant (``basic``: pure epsilon; ``zcdp``, ``rdp`` at
-    ``report_delta``), the epsilon against an ``outsider`` (who sees only the release) and
-    against ``colluders`` (``colluders`` members pooling their views; None where no
-    guarantee holds), or against the ``curator`` of a central run (None: it holds the rows).
-    """
-    task = run.task
-    s = task.settings
-    outsider = task.ledger.epsilons()
-    central = run.protocol == "centralized"
-    excluded = [
-        "the public schema: column names, types, order, numeric ranges and category lists, and the bins built on them",
-        f"the number of training rows n = {task.n_rows} (neighbouring data sets differ in one row: bounded DP, as in PrivBayes)",
-        "the settings (model, epsilon, beta, theta, k, bins, clustering): public choices, not read off the rows by the release",
-    ]
-    if central:
-        against: dict[str, Any] = {"outsider": outsider, "curator": None}
-        excluded.append("the curator: it holds every row")
-        return _privacy(task, against, None, excluded)
-    t = task.n_nodes // 2 if s.tolerate is None else s.tolerate
-    if s.network is not None and s.noise == "shares":
-        # members see the row count (public) and noisy sums whose noise any n - t shares make
-        against = {"outsider": outsider, "colluders": task.ledger.shared_noise_epsilons(task.n_nodes - t, task.n_nodes - t)}
-        excluded.append(
-            f"more than {t} colluding members: subtracting their noise shares from the sums they see, they face less than the "
-            "calibrated noise (no guarantee)"
-        )
-    else:
-        against = {"outsider": outsider, "colluders": dict.fromkeys(outsider)}
-        seen = ("every count table the structure search aggregates, which include every table the conditionals are built from"
-                if s.network is None else "the conditionals' count tables (noise = 'central' adds the noise after the sum)")
-        excluded.append(
-            "the members of the aggregation (and whoever reads its output: the server of federated, eavesdroppers on pdmm-sp's "
-            f"primal broadcasts and secure-sum's last lap): they see the exact network sums of {seen}, and the shared seed; "
-            "epsilon holds against those who see only the release"
-        )
-        if s.noise == "shares":
-            excluded.append(
-                f"noise shares tolerating {t} colluders protect the released conditionals' noise, but the structure search "
-                "already showed the members the exact tables, so no epsilon is claimed against members (give a public network "
-                "for that)"
-            )
-    if run.protocol.startswith("pdmm-sp"):
-        excluded.append("pdmm-sp's round and message counts and the run's timing (data-dependent side channels)")
-    return _privacy(task, against, t, excluded)
-
-
-def _privacy(task: BayesNetTask, against: dict[str, Any], colluders: int | None, excluded: list[str]) -> dict[str, Any]:
-    s = task.settings
-    outsider = against["outsider"]
-    return {
-        "differentially_private": outsider["basic"] is not None,
-        "neighbours": "replace one row (n public)",
-        "accountant": "basic",
-        "mechanism": "exponential (structure), laplace (counts)",
-        "epsilon": None if math.isinf(s.epsilon) else s.epsilon,
-        "delta": 0.0,
-        "report_delta": REPORT_DELTA,
-        "colluders": colluders,
-        "epsilon_spent": against,
-        "ledger": task.ledger.to_list(),
-        "excluded": excluded,
-    }
-
-
 def release_document(run: BayesNetRun, schema: Schema, *, scenario: Scenario | None = None, seed: int | None = None) -> dict[str, Any]:
     """The release as a JSON-ready document: everything a sampler needs, and its provenance.
 
     It starts with the fields every synthetic-data release shares (``format``, ``version``,
     the ``scenario`` it came from, ``model``, ``schema``, ``training_rows``, ``n_nodes``,
-    ``protocol``, ``privacy``, ``public``), then the networks with their conditionals.
+    ``protocol``, ``privacy``, ``public``), then the networks with their conditionals
+    (:func:`p2pem.bayesnet.release.release_body`).
 
     Parameters
     ----------
@@ -274,54 +183,26 @@ def release_document(run: BayesNetRun, schema: Schema, *, scenario: Scenario | N
     seed : int, optional
         The seed to record without a scenario.
     """
-    task = run.task
-    names = schema.names
-    s = task.settings
-    networks = []
-    for net in task.networks:
-        networks.append(
-            {
-                "attributes": [names[a] for a in net.attributes],
-                "conditionals": [
-                    {"child": names[c.child], "parents": [names[p] for p in c.parents], "probabilities": c.probabilities.tolist()}
-                    for c in net.conditionals
-                ],
-            }
-        )
     header = output_header(RELEASE_FORMAT, scenario)
     if scenario is None:
         header["seed"] = seed
-    public = [
-        "the schema: column names, types, order, numeric ranges and category lists"
-        + ("" if schema.public else " -- NOT PUBLIC: the schema says it was read off the data"),
-        f"the bins: {s.n_bins} equal-width bins over each numeric column's public range",
-        f"the graph of {run.n_nodes} nodes and every node's row count" if run.n_nodes > 1 else "the number of training rows",
-        "the settings (model, epsilon, beta, theta, k, score, bins, noise, clustering)",
-    ]
-    if s.network is not None:
-        public.append("the network: given in the settings, not learned from the rows")
-    return {
-        **header,
-        "model": s.model,
-        "schema": tomllib.loads(schema_to_toml(schema)),
-        "training_rows": task.n_rows,
-        "n_nodes": run.n_nodes,
-        "protocol": {"name": run.protocol, "params": dict(run.protocol_params)},
-        "privacy": privacy_block(run),
-        "public": public,
-        "n_bins": s.n_bins,
-        "settings": s.to_dict(),
-        "clusters": [[names[a] for a in c] for c in task.clusters],
-        "networks": networks,
-        "selections": [
-            {"network": x.network, "step": x.step, "child": names[x.chosen.child], "parents": [names[p] for p in x.chosen.parents],
-             "candidates": x.n_candidates, "score": x.utility, "epsilon": x.epsilon}
-            for x in task.selections
-        ],
-        "aggregations": {"count": task.iteration, "rounds": list(run.traffic.rounds.values()), "messages": run.traffic.messages,
-                         "bytes": run.traffic.nbytes},
-        "wall_s": run.wall_s,
-    }
+    body = release_body(run.task, schema, protocol=run.protocol, n_nodes=run.n_nodes)
+    aggregations = {"count": run.task.iteration, "rounds": list(run.traffic.rounds.values()), "messages": run.traffic.messages,
+                    "bytes": run.traffic.nbytes}
+    return assemble_release(header, body, {"name": run.protocol, "params": dict(run.protocol_params)}, aggregations, run.wall_s)
+
+
+def assemble_release(header: Mapping[str, Any], body: Mapping[str, Any], protocol: Mapping[str, Any], aggregations: Mapping[str, Any],
+                     wall_s: float) -> dict[str, Any]:
+    """A release document from its parts, in the documented key order (``protocol`` after ``n_nodes``)."""
+    doc: dict[str, Any] = dict(header)
+    for key, value in body.items():
+        doc[key] = value
+        if key == "n_nodes":
+            doc["protocol"] = dict(protocol)
+    doc["aggregations"] = dict(aggregations)
+    doc["wall_s"] = wall_s
+    return doc
 
 
 def _release_networks(release: Mapping[str, Any], schema: Schema, n_bins: int) -> list[Network]:
@@ -364,6 +245,19 @@ def sample_release(release: Mapping[str, Any], n_rows: int, rng: np.random.Gener
 # ------------------------------------------------------------------------------ synthesizer
 
 
+@contextmanager
+def scenario_errors(scenario: Scenario) -> Iterator[None]:
+    """Prefix a ConfigError raised inside with the scenario file (a refused setting as ``[bayesnet] ...``)."""
+    where = str(scenario.path)
+    try:
+        yield
+    except ConfigError as exc:
+        message = str(exc)
+        if message.startswith("bayesnet: "):  # a setting the task refused
+            message = "[bayesnet] " + message.removeprefix("bayesnet: ")
+        raise ConfigError(message if message.startswith(where) else f"{where}: {message}") from None
+
+
 @dataclass(frozen=True)
 class BayesNetSynthesizer:
     """``privbayes`` and ``hmprivbayes``: a private Bayesian network fitted across the scenario's nodes.
@@ -388,24 +282,31 @@ class BayesNetSynthesizer:
             No ``[data] schema``, a bad ``[bayesnet]`` table, a protocol that cannot sum
             counts, a schema that is not public, too many categories.
         """
-        schema = scenario.data.schema
-        if schema is None:
-            raise ConfigError(f"{scenario.path}: the {self.name} synthesizer needs a [data] schema (a table of named, typed columns)")
-        where = str(scenario.path)
-        table = dict(scenario.bayesnet)
-        table.setdefault("n_bins", scenario.data.n_bins)
-        settings = parse_bayesnet(table, schema, self.name, where=where)
-        try:
-            check_table(schema, settings)  # before the rows are read
+        schema, settings = self.settings(scenario)
+        with scenario_errors(scenario):
             parts, _ = load_table_parts(scenario)
             graph = None if isinstance(protocol, Centralized) else build_graph(scenario)
             run = fit_bayesnet(parts, settings, protocol, graph=graph, seed=scenario.seed)
-        except ConfigError as exc:
-            message = str(exc)
-            if message.startswith("bayesnet: "):  # a setting the task refused
-                message = "[bayesnet] " + message.removeprefix("bayesnet: ")
-            raise ConfigError(message if message.startswith(where) else f"{where}: {message}") from None
         return release_document(run, schema, scenario=scenario)
+
+    def settings(self, scenario: Scenario) -> tuple[Schema, BayesNetSettings]:
+        """The scenario's public schema and ``[bayesnet]`` settings, checked before any row is read.
+
+        Raises
+        ------
+        ConfigError
+            No ``[data] schema``, a bad ``[bayesnet]`` table, a schema that is not public,
+            too many categories.
+        """
+        schema = scenario.data.schema
+        if schema is None:
+            raise ConfigError(f"{scenario.path}: the {self.name} synthesizer needs a [data] schema (a table of named, typed columns)")
+        table = dict(scenario.bayesnet)
+        table.setdefault("n_bins", scenario.data.n_bins)
+        settings = parse_bayesnet(table, schema, self.name, where=str(scenario.path))
+        with scenario_errors(scenario):
+            check_schema(schema, settings)
+        return schema, settings
 
     def sample(self, release: Mapping[str, Any], n_rows: int, rng: np.random.Generator) -> Table:
         """``n_rows`` rows drawn from the release alone (:func:`sample_release`).

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,29 @@ __all__ = ["RESULT_FORMAT", "ScenarioRun", "build_graph", "em_settings", "graph_
 #: Version 2: ``family`` (the model family, ``{"name": ..., **config}``), and each protocol's
 #: model under the family's parameter names (the Gaussian family's as in version 1).
 RESULT_FORMAT = ("p2pem-result", 2)
+
+
+@contextlib.contextmanager
+def progress_bar(desc: str, unit: str, *, enabled: bool = True) -> Iterator[Callable[[int, int], None] | None]:
+    """A ``(done, total)`` progress callback drawing a bar on stderr, closed on leaving; None when not ``enabled``.
+
+    No bar is drawn when stderr is not a terminal (logs, CI).
+    """
+    if not enabled:
+        yield None
+        return
+    from tqdm import tqdm  # here: start-up time (a node process never draws a progress bar)
+
+    bar = tqdm(desc=desc, unit=unit, file=sys.stderr, leave=False, dynamic_ncols=True, disable=None)
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    try:
+        yield update
+    finally:
+        bar.close()
 
 
 def graph_summary(g: nx.Graph) -> dict:

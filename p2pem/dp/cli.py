@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 
 from p2pem.errors import ConfigError
@@ -40,7 +39,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def cmd_tradeoff(args: argparse.Namespace) -> int:
     # here: start-up time (a node process and `p2pem --help` load only what their command needs)
     from p2pem.dp.tradeoff import run_tradeoff, summarize, tradeoff_figure
-    from p2pem.runner import atomic_output, write_json
+    from p2pem.runner import atomic_output, progress_bar, write_json
     from p2pem.scenario import TradeoffConfig, load_scenario
 
     workers = from_args(args)
@@ -49,27 +48,11 @@ def cmd_tradeoff(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     if args.seeds is not None:
         scenario = dataclasses.replace(scenario, tradeoff=dataclasses.replace(scenario.tradeoff or TradeoffConfig(), n_seeds=args.seeds))
-    progress = None
-    bar = None
-    if not args.quiet:
-        from tqdm import tqdm  # here: start-up time, as above
-
-        # disable=None: no bar when stderr is not a terminal (logs, CI)
-        bar = tqdm(desc="tradeoff", unit="run", file=sys.stderr, leave=False, dynamic_ncols=True, disable=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.total = total
-            bar.update(done - bar.n)
-
     t0 = time.perf_counter()
-    try:
-        with atomic_output(args.out) as tmp:
-            doc = run_tradeoff(scenario, workers=workers, progress=progress)
-            write_json(tmp / "tradeoff.json", doc)
-            tradeoff_figure(doc, tmp / "tradeoff.png")
-    finally:
-        if bar is not None:
-            bar.close()
+    with progress_bar("tradeoff", "run", enabled=not args.quiet) as progress, atomic_output(args.out) as tmp:
+        doc = run_tradeoff(scenario, workers=workers, progress=progress)
+        write_json(tmp / "tradeoff.json", doc)
+        tradeoff_figure(doc, tmp / "tradeoff.png")
     print(f"scenario {scenario.name}: {doc['n_train']} training rows, {doc['n_test']} held out, {doc['n_nodes']} nodes, {len(doc['runs'])} runs")
     print("medians over seeds:")
     header = (f"{'protocol':<24} {'family':<12} {'epsilon':>8} {'outsider':>9} {'colluders (t)':>14} {'held-out ll':>12} "

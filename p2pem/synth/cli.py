@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import sys
 import time
 from collections.abc import Callable
 
@@ -54,27 +53,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def cmd_synth(args: argparse.Namespace) -> int:
     # here: start-up time (a node process and `p2pem --help` load only what their command needs)
     from p2pem.scenario import load_scenario
+    from p2pem.runner import progress_bar
     from p2pem.synth.run import synthesize, write_synthesis
 
     scenario = load_scenario(args.scenario)
-    bar = None
-    progress = None
-    if not args.quiet:
-        from tqdm import tqdm  # here: start-up time, as above
-
-        # disable=None: no bar when stderr is not a terminal (logs, CI)
-        bar = tqdm(desc="fit", unit="EM it", file=sys.stderr, leave=False, dynamic_ncols=True, disable=None)
-
-        def progress(iteration: int, total: int) -> None:
-            bar.total = total
-            bar.update(iteration - bar.n)
-
     t0 = time.perf_counter()
-    try:
+    with progress_bar("fit", "EM it", enabled=not args.quiet) as progress:
         result = synthesize(scenario, rows=args.rows, releases=args.releases, progress=progress)
-    finally:
-        if bar is not None:
-            bar.close()
     release = result.release
     privacy = release["privacy"]
     what = privacy_line(privacy)

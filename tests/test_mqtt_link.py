@@ -490,7 +490,8 @@ def test_one_readiness_event_reads_every_waiting_packet_and_no_more():
     """paho reads one packet per ``loop_read``; the wrapper keeps calling it while the socket
     holds bytes (so a burst costs one event-loop turn), stops when nothing waits, when paho
     reports an error, and after READ_BURST packets."""
-    from p2pem.deploy.transports.mqtt import READ_BURST, _read_in_bursts
+    from p2pem.deploy.transports.reading import READ_BURST
+    from p2pem.deploy.transports.reading import read_in_bursts as _read_in_bursts
 
     a, b = socket.socketpair()
     a.setblocking(False)

@@ -139,7 +139,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             notes.append(f"{r.protocol}: {note}")
         print(f"{r.protocol:<{width}} {r.n_iter:>6} {ll} {err} {eps:>8} {cons} {r.messages:>10} {r.bytes / 1e6:>8.2f} {r.wall_s:>7.3f}")
         if r.unconverged_iterations:
-            print(f"  warning: {r.protocol} consensus hit max_iter in EM iterations {r.unconverged_iterations[:10]}")
+            print(f"  warning: {r.protocol} consensus stopped unsettled (max_iter, or a public stop round) in EM iterations {r.unconverged_iterations[:10]}")
     for note in notes:
         print(note)
     for r in result.runs:
@@ -150,6 +150,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             extra = f", momentum {rp['momentum']:.4g}" if rp.get("momentum") is not None else ""
             extra += f", deflation steps from round {rp['deflate_at']}" if rp.get("deflate_at") is not None else ""
             extra += f", {rp['special_rounds']} scheduled rounds" if rp.get("special_rounds") is not None else ""
+            extra += f", all nodes stop at round {rp['stop_round']}" if rp.get("stop_round") is not None else ""
             print(f"{r.protocol}: {what} (c {rp['c']:.4g}{extra})")
     print(f"wrote {args.out}/result.json and {args.out}/loglik.png in {time.perf_counter() - t0:.2f} s")
     args.json_summary = {

@@ -250,7 +250,9 @@ def test_sigkill_of_the_launcher_leaves_no_process_behind(tmp_path):
 
 
 def test_dropout_continue_with_a_killed_node_equals_the_simulation_of_that_schedule(tmp_path):
-    path = scenario_file(tmp_path, n_nodes=6, max_iter=3, timeout=1.5)
+    # enough EM iterations that the kill after the first M-step lands mid-run on a loaded machine
+    # too (with 3 the others could finish before it, leaving nobody to evict)
+    path = scenario_file(tmp_path, n_nodes=6, max_iter=20, timeout=1.5)
     path.write_text(path.read_text().replace("[deploy]", '[deploy]\non_dropout = "continue"', 1))
     kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True)
     roster = Roster.load(kit.roster_path)

@@ -99,3 +99,73 @@ def _paths(topo: Topology):
     g.add_edges_from((i, j) for i, nb in enumerate(topo.neighbours) for j in nb)
     lengths = dict(nx.all_pairs_shortest_path(g))
     return [[lengths[i][j] for j in range(topo.n_nodes)] for i in range(topo.n_nodes)]
+
+
+# ------------------------------------------------------------------ the public stop round
+
+
+def _aggregate(spec, topo, values, seed=3):
+    from p2pem.simulate import protocol_streams
+
+    return spec.aggregate(values, topo, protocol_streams(seed, topo.n_nodes), 1, record=True)
+
+
+@pytest.mark.parametrize("n", [12, 20, 60])
+def test_a_finite_time_schedule_stops_every_node_at_its_public_round_on_the_average(n):
+    """Up to 400 nodes the polynomial runs on the whole spectrum: one round after its last root
+    x is the average (to 1e-11 of the largest entry, a tenth of the stopping tolerance; 1e-14 to
+    1e-12 here), so every node stops there, announcing no counter and no stop round; the
+    counters' rule ("adaptive") gets the same average in more rounds."""
+    from p2pem.protocols.pdmm import PdmmSP
+
+    topo = Topology.from_graph(geometric_graph(n, seed=n))
+    values = np.random.default_rng(n).normal(size=(n, 7)) * np.logspace(0, 3, 7)
+    mean = values.mean(axis=0)
+    params = PdmmSP().resolved_params(topo)
+    assert params["accel"] == "polynomial" and params["stop_round"] == params["special_rounds"] + 1
+    fixed = _aggregate(PdmmSP(), topo, values)
+    adaptive = _aggregate(PdmmSP(stop="adaptive"), topo, values)
+    assert fixed.converged and adaptive.converged
+    assert fixed.rounds == params["stop_round"] < adaptive.rounds
+    for out in (fixed, adaptive):
+        assert np.max(np.abs(out.results - mean) / np.abs(mean).max()) < 1e-11
+    primals = [m for m in fixed.trace if m.kind == "primal"]
+    assert {m.meta for m in primals} == {(0, NEVER)} and max(m.round for m in primals) == params["stop_round"]
+    assert any(m.meta != (0, NEVER) for m in adaptive.trace if m.kind == "primal")
+
+
+def test_with_a_public_stop_round_a_member_can_announce_no_counter_stop_or_later_round():
+    """What an honest node sends is fixed by the graph: a counter, a stop round or a round past
+    the public one convicts the sender, and no stop proposal is ever plausible."""
+    from p2pem.messages import Message
+    from p2pem.protocols.base import NodeContext, ProtocolViolation
+    from p2pem.simulate import protocol_streams
+    from p2pem.protocols.pdmm import PdmmSP
+
+    topo = Topology.from_graph(geometric_graph(20, seed=20))
+    spec = PdmmSP()
+    stop = spec.resolved_params(topo)["stop_round"]
+    node = spec.node_aggregation(NodeContext(0, topo, protocol_streams(1, 20)[0]), 1)
+    node.start(np.ones(3))
+    j = topo.neighbours[0][0]
+
+    def primal(t, meta):
+        return Message(j, topo.neighbours[j], 1, t, "primal", np.ones(3), False, meta)
+
+    node.check(primal(stop, (0, NEVER)))
+    for t, meta in [(5, (1, NEVER)), (5, (0, 5 + topo.diameter - 1)), (stop + 1, (0, NEVER))]:
+        with pytest.raises(ProtocolViolation, match="public stop round"):
+            node.check(primal(t, meta))
+    assert node.check_proposal(j, stop - 1, stop - 1 + int(topo.eccentricity[j]))[0] == "form"
+
+
+def test_above_400_nodes_or_adaptive_or_tol_0_the_counters_decide():
+    from p2pem.protocols.pdmm import PdmmSP
+
+    small = Topology.from_graph(geometric_graph(30, seed=1))
+    assert PdmmSP(stop="adaptive").resolved_params(small)["stop_round"] is None
+    assert PdmmSP(tol=0.0, max_iter=200).resolved_params(small).get("stop_round") is None
+    large = Topology.from_graph(geometric_graph(450, seed=1))
+    assert PdmmSP().resolved_params(large).get("stop_round") is None
+    with pytest.raises(Exception, match="stop must be 'auto' or 'adaptive'"):
+        PdmmSP(stop="never")

@@ -405,10 +405,16 @@ def test_precision_floor_is_a_warning_not_a_silent_error():
 
     g = geometric_graph(10, seed=1)
     s = np.random.default_rng(6).normal(size=(10, 3))
+    topo = Topology.from_graph(g)
     with pytest.warns(PrecisionWarning, match="too large for float64"):
-        out = PdmmSP(perturbation_std=1e9).aggregate(s, Topology.from_graph(g), protocol_streams(0, 10), 1)
+        out = PdmmSP(perturbation_std=1e9, stop="adaptive").aggregate(s, topo, protocol_streams(0, 10), 1)
     assert out.converged  # the nodes agree ...
     assert np.max(np.abs(out.results - s.mean(0))) > 1e-9  # ... on a value float64 could not make exact
+    # at the public stop round of a finite-time schedule they are not settled: reported, not hidden
+    with pytest.warns(PrecisionWarning, match="too large for float64"):
+        fixed = PdmmSP(perturbation_std=1e9).aggregate(s, topo, protocol_streams(0, 10), 1)
+    assert fixed.rounds == PdmmSP().resolved_params(topo)["stop_round"] < out.rounds
+    assert not fixed.converged
 
 
 def test_protocol_streams_do_not_depend_on_reuse():

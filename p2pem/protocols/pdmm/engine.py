@@ -37,7 +37,7 @@ def aggregate(spec: Options, values, topology: Topology, rngs, iteration: int, *
     xp, sparse = namespace(spec.device)
     t_ = topology
     n, p = values.shape
-    prm = per_topology(t_, ("steps", spec.accel, spec.accelerated, spec.c, spec.momentum, spec.theta, spec.stop_tol), lambda: step_params(spec, t_))
+    prm = per_topology(t_, ("steps", spec.accel, spec.accelerated, spec.c, spec.momentum, spec.theta, spec.stop_tol, spec.stop), lambda: step_params(spec, t_))
     theta = spec.theta
     trace: list[Message] | None = [] if record else None
     worst = int(np.argmin(np.max(np.abs(values), axis=1))) if n else 0
@@ -61,7 +61,8 @@ def aggregate(spec: Options, values, topology: Topology, rngs, iteration: int, *
     denom, two_cd, w, degree = dev(prm.denom), dev(prm.two_cd), dev(prm.w), dev(prm.degree)
     two_c = prm.two_c
     ecc = t_.eccentricity if on_host else xp.asarray(t_.eccentricity)
-    rule = StopRule(ecc, tol=spec.stop_tol, max_iter=spec.max_iter, settle_after=prm.settle_after, n_nodes=n, xp=xp)
+    rule = StopRule(ecc, tol=spec.stop_tol, max_iter=spec.max_iter, settle_after=prm.settle_after, n_nodes=n, xp=xp,
+                    fixed_stop=prm.fixed_stop)
     x_prev = None
     # on NumPy the round runs in preallocated buffers (same operations, same bits): x goes
     # into `spare`, sums_update writes the new u and v over nb_sum and the old u

@@ -49,7 +49,8 @@ class PdmmNode(Aggregation):
             self.prm = step_params(spec, ctx.topology, i)
             self.denom = self.prm.denom
             ecc = int(ctx.topology.eccentricity[i])
-            self.rule = StopRule(ecc, tol=spec.stop_tol, max_iter=spec.max_iter, settle_after=self.prm.settle_after)
+            self.rule = StopRule(ecc, tol=spec.stop_tol, max_iter=spec.max_iter, settle_after=self.prm.settle_after,
+                                 fixed_stop=self.prm.fixed_stop)
         self.u: np.ndarray | None = None  # sum_j B_{i|j} z_{i|j}   (synchronous mode)
         self.v: np.ndarray | None = None  # sum_j B_{i|j} z_{j|i}
         # set by start() and the dual-inits before any primal is handled (the state machine's order)
@@ -155,6 +156,10 @@ class PdmmNode(Aggregation):
             if self.spec.asynchronous:
                 if not 0 <= g <= t - 1 or stop_at not in (0, 1):
                     raise bad("meta", f"settled counter {g} outside 0..{t - 1} or stop flag {stop_at} not 0 or 1")
+            elif self.prm.fixed_stop is not None:
+                if t > self.prm.fixed_stop or (g, stop_at) != (0, NEVER):
+                    raise bad("meta", f"round {t}, settled counter {g}, stop round {stop_at}: with the public stop round "
+                                      f"{self.prm.fixed_stop} a node sends rounds up to it, counter 0 and no stop round")
             else:
                 # g rides one round late and counts settled rounds, which start after settle_after
                 g_max = max(0, t - 1 - self.prm.settle_after) if self.prm.schedule is not None else t - 1
@@ -262,6 +267,8 @@ class PdmmNode(Aggregation):
         """
         if self.spec.asynchronous:
             return ("form", "asynchronous pdmm-sp makes no stop proposals")
+        if self.prm.fixed_stop is not None:
+            return ("form", f"the stop round is public ({self.prm.fixed_stop}): nobody proposes one")
         topo = self.ctx.topology
         if not 0 <= origin < topo.n_nodes:
             return ("form", f"node {origin} is not in this aggregation")

@@ -44,13 +44,16 @@ class Schedule:
 
     ``deflate_at`` is the round of the first special step (x(deflate_at) is its result).
     No node counts as settled before round ``end`` + 1 (the stopping rule starts after the
-    last special round).
+    last special round).  ``exact``: the polynomial is below its target on every eigenvalue
+    of L_g, all of them known (a finite-time polynomial), so x(``end``) is the average to
+    that target and rounding, whatever the inputs.
     """
 
     deflate_at: int
     denom: tuple[float, ...]
     scale: tuple[float, ...]
     local: tuple[float, ...]
+    exact: bool = False
 
     @property
     def end(self) -> int:
@@ -73,7 +76,7 @@ def heavy_ball(lo: float, hi: float) -> tuple[float, float]:
     return beta, 4.0 / (math.sqrt(hi) + math.sqrt(lo)) ** 2
 
 
-def schedule_from_steps(steps: Sequence[tuple[float, float]], beta: float, alpha: float, first: int) -> Schedule:
+def schedule_from_steps(steps: Sequence[tuple[float, float]], beta: float, alpha: float, first: int, exact: bool = False) -> Schedule:
     """The dual-sum coefficients of the steps (m_k, b_k), k = 2 .. len(steps) + 1, then heavy
     ball (beta, alpha) for ever (module docstring); ``first`` becomes ``deflate_at``."""
     end = len(steps) + 1
@@ -91,6 +94,7 @@ def schedule_from_steps(steps: Sequence[tuple[float, float]], beta: float, alpha
         tuple(big_n[t] for t in rounds),
         tuple(step(t + 1)[1] * big_n[t + 1] / 2.0 for t in rounds),
         tuple(big_n[t] + big_n[t + 1] - 2.0 for t in rounds),
+        exact,
     )
 
 
@@ -149,21 +153,22 @@ def spectrum_points(low: np.ndarray, top: float, lmax: float, n_grid: int) -> np
     return np.concatenate([np.asarray(low, dtype=float), grid])
 
 
-def leja_schedule(points: np.ndarray, lam2: float, lmax: float, target: float, max_rounds: int) -> Schedule | None:
+def leja_schedule(points: np.ndarray, lam2: float, lmax: float, target: float, max_rounds: int, exact: bool = False) -> Schedule | None:
     """The polynomial with :func:`leja_roots` on ``points`` as steps x <- x - L_g x / r, then heavy
     ball on [``lam2``, ``lmax``]; None when it would take more than ``max_rounds`` special rounds.
 
     Round 2's step only turns the first broadcast into the second (x(2) also carries the
     second dual sum, an independent start), so the roots act on x(2) from round 3 on; the
     heavy ball after them damps whatever rounding left behind.  Roots are rounded to 12
-    significant digits: public numbers every node derives itself.
+    significant digits: public numbers every node derives itself.  ``exact``: ``points`` are
+    all the eigenvalues of L_g (:attr:`Schedule.exact`).
     """
     roots = leja_roots(points, target, max_rounds - 2)
     if roots is None:
         return None
     beta, alpha = heavy_ball(lam2, lmax)
     steps = [(0.0, alpha)] + [(0.0, 1.0 / round_significant(r, 12)) for r in roots] + [(0.0, alpha)]
-    return schedule_from_steps(steps, beta, alpha, 3)
+    return schedule_from_steps(steps, beta, alpha, 3, exact)
 
 
 def rounds_to(beta: float, target: float) -> float:

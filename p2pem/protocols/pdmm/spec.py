@@ -11,11 +11,13 @@ from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, Pro
 import p2pem.protocols.pdmm.engine as engine
 from p2pem.protocols.pdmm.node import PdmmNode
 from p2pem.protocols.pdmm.schedules import Schedule
+from p2pem.protocols.pdmm.spectra import DENSE_NODES
 from p2pem.protocols.pdmm.steps import (
     DEFLATE_NODES,
     POLYNOMIAL_NODES,
     auto_c,
     deflation_schedule,
+    fixed_stop,
     heavy_ball_params,
     polynomial_schedule,
     polynomial_target,
@@ -70,6 +72,11 @@ class PdmmSP(ProtocolSpec):
         CPU to about 1e-12 relative, summation order differs), "array-api-strict" (a test
         device: the portable code path on the strict reference namespace).  The
         message-level engine and deployments always run on the CPU.
+    stop : {"auto", "adaptive"}
+        "auto" (default): where the schedule is a finite-time polynomial (the whole public
+        spectrum, up to 400 nodes, ``steps.fixed_stop``) every node stops at its public
+        round, one after the polynomial's last root; elsewhere, and with "adaptive", the
+        nodes' settled counters decide (``stopping``).
     """
 
     mode: Literal["sync", "async"] = "sync"
@@ -82,6 +89,7 @@ class PdmmSP(ProtocolSpec):
     accel: Literal["auto", "polynomial", "deflated", "heavy-ball", "none"] = "auto"
     momentum: Union[float, str] = "auto"
     device: Literal["cpu", "cuda", "array-api-strict"] = "cpu"
+    stop: Literal["auto", "adaptive"] = "auto"
     name: str = field(init=False, default="pdmm-sp")
     exact: bool = field(init=False, default=False)
 
@@ -116,6 +124,8 @@ class PdmmSP(ProtocolSpec):
             raise ConfigError(f"pdmm-sp: momentum must be a number in [0, 1) or 'auto', got {self.momentum!r}")
         if self.device not in ("cpu", "cuda", "array-api-strict"):
             raise ConfigError(f"pdmm-sp: device must be 'cpu', 'cuda' or 'array-api-strict', got {self.device!r}")
+        if self.stop not in ("auto", "adaptive"):
+            raise ConfigError(f"pdmm-sp: stop must be 'auto' or 'adaptive', got {self.stop!r}")
 
     @property
     def asynchronous(self) -> bool:
@@ -159,7 +169,9 @@ class PdmmSP(ProtocolSpec):
         return deflation_schedule(topology) if kind == "deflated" else None
 
     def _polynomial(self, topology: Topology) -> Schedule | None:
-        return polynomial_schedule(topology, polynomial_target(self.stop_tol))
+        # a public stop round needs the whole spectrum (up to DENSE_NODES) and tol > 0 (steps.fixed_stop)
+        fixed = self.stop == "auto" and self.stop_tol > 0 and topology.n_nodes <= DENSE_NODES
+        return polynomial_schedule(topology, polynomial_target(self.stop_tol, fixed))
 
     @property
     def stop_tol(self) -> float:
@@ -228,7 +240,8 @@ class PdmmSP(ProtocolSpec):
     def resolved_params(self, topology: Topology) -> dict:
         """The iteration that ran (``accel``: "polynomial", "deflated", "heavy-ball" or "none")
         and its step size ``c`` and ``momentum`` (heavy ball's beta; with a schedule those of
-        the rounds after its special ones, and ``special_rounds``, how many there are; for
+        the rounds after its special ones, ``special_rounds``, how many there are, and
+        ``stop_round``, the public round every node stops at, or None; for
         deflation also ``deflate_at``, the round of the first deflation step)."""
         kind = self.iteration(topology)
         if kind == "none":
@@ -237,7 +250,8 @@ class PdmmSP(ProtocolSpec):
         if sched is None:
             c, beta = self.step_parameters(topology)
             return {"accel": "heavy-ball", "c": c, "momentum": beta}
-        out = {"accel": kind, "c": sched.scale[-1], "momentum": sched.beta, "special_rounds": sched.end}
+        out = {"accel": kind, "c": sched.scale[-1], "momentum": sched.beta, "special_rounds": sched.end,
+               "stop_round": fixed_stop(self, sched)}
         return out | ({"deflate_at": sched.deflate_at} if kind == "deflated" else {})
 
     def node_aggregation(self, ctx: NodeContext, iteration: int) -> Aggregation:

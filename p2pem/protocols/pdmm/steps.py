@@ -66,6 +66,8 @@ class Options(Protocol):
     @property
     def stop_tol(self) -> float: ...
     @property
+    def stop(self) -> str: ...
+    @property
     def accelerated(self) -> bool: ...
     def step_size(self, topology: Topology) -> float: ...
     def step_parameters(self, topology: Topology) -> tuple[float, float]: ...
@@ -128,6 +130,13 @@ POLYNOMIAL_MAX_ROUNDS = 2500
 #: themselves settled soon after its last root.
 TARGET_PER_TOL = 1e-3
 
+#: The same factor where the nodes stop at a public round right after the polynomial
+#: (``fixed_stop``): no heavy-ball round follows it, so it reduces the error by as much as the
+#: counters' extra rounds would have.  On geometric graphs of 20-300 nodes one to three roots
+#: more, and the average to about 1e-14 of the largest input instead of 1e-13-1e-12 (1e-12
+#: where float64 rounding of the initial duals limits both; ``tests/test_pdmm_stopping.py``).
+TARGET_PER_TOL_FIXED = 1e-5
+
 
 def deflation_schedule(topology: Topology) -> Schedule:
     """Heavy ball on [lambda_5, lambda_max] with the three lowest modes removed (public, cached;
@@ -144,9 +153,10 @@ def deflation_schedule(topology: Topology) -> Schedule:
     return per_topology(topology, "deflation", compute)
 
 
-def polynomial_target(tol: float) -> float:
-    """The error reduction the Leja polynomial is built for, at stopping tolerance ``tol``."""
-    return min(1e-3, max(TARGET_PER_TOL * tol, 1e-15))
+def polynomial_target(tol: float, fixed: bool = False) -> float:
+    """The error reduction the Leja polynomial is built for, at stopping tolerance ``tol``
+    (``fixed``: for a public stop round right after it, ``TARGET_PER_TOL_FIXED``)."""
+    return min(1e-3, max((TARGET_PER_TOL_FIXED if fixed else TARGET_PER_TOL) * tol, 1e-15))
 
 
 def polynomial_schedule(topology: Topology, target: float) -> Schedule | None:
@@ -175,7 +185,7 @@ def polynomial_schedule(topology: Topology, target: float) -> Schedule | None:
             # the grid does not depend on the target, so smaller targets only add roots after the same ones
             n_grid = max(256, int(GRID_PER_ROUND * rounds_to(beta, 1e-15)))
             points = spectrum_points(low[:N_EXACT], float(low[N_EXACT]), lmax, n_grid)
-        return leja_schedule(points, lam2, lmax, target, math.floor(hb_rounds))
+        return leja_schedule(points, lam2, lmax, target, math.floor(hb_rounds), exact=n <= DENSE_NODES)
 
     return per_topology(topology, ("polynomial", target), compute)
 
@@ -201,7 +211,9 @@ class StepParams:
 
     ``weights`` 2 c_ij per directed edge (None: plain PDMM, all c_ij equal to ``c``), ``denom``
     the primal's divisor, ``two_c``, ``two_cd`` and ``w`` as ``updates.sums_update`` takes them,
-    ``degree`` the divisor of the (weighted) neighbour sum in ``updates.settled``.
+    ``degree`` the divisor of the (weighted) neighbour sum in ``updates.settled``;
+    ``fixed_stop`` the public round every node stops at (None: the stopping rule's counters
+    decide, ``stopping``).
     """
 
     c: float
@@ -213,6 +225,7 @@ class StepParams:
     w: object
     degree: object
     schedule: Schedule | None = None
+    fixed_stop: int | None = None
 
     @property
     def settle_after(self) -> int:
@@ -227,6 +240,20 @@ class StepParams:
         n_t, c_t, k_t = self.schedule.at(t)
         degree: Any = self.degree  # a float (one node) or an (n, 1) array (all nodes)
         return n_t, c_t, k_t, k_t - c_t * degree
+
+
+def fixed_stop(spec: Options, schedule: Schedule) -> int | None:
+    """The public stop round of ``stop = "auto"``: one round after an exact schedule's last
+    special round (``Schedule.exact``), where every node's x is the average to the schedule's
+    target; None (the counters decide) for other schedules, ``stop = "adaptive"`` or ``tol = 0``.
+
+    The round after the last root is the first a node can check itself settled in (its own
+    change and its neighbours' disagreement within ``tol``); a node that is not records the
+    aggregation as unconverged, as one stopped by ``max_iter``.
+    """
+    if spec.stop != "auto" or spec.stop_tol <= 0 or not schedule.exact:
+        return None
+    return schedule.end + 1
 
 
 def step_params(spec: Options, topology: Topology, node: int | None = None) -> StepParams:
@@ -257,7 +284,7 @@ def step_params(spec: Options, topology: Topology, node: int | None = None) -> S
             wdeg2 = float(neighbour_sum(weights[:, None])[0])
         if sched is not None:
             n_t, c_t, k_t = sched.at(sched.end)
-            return StepParams(c_t, None, weights, n_t, c_t, k_t, k_t - c_t * wdeg2, wdeg2, sched)
+            return StepParams(c_t, None, weights, n_t, c_t, k_t, k_t - c_t * wdeg2, wdeg2, sched, fixed_stop(spec, sched))
         k = 2.0 * (1.0 + beta) / (1.0 - beta)
         return StepParams(c, beta, weights, 2.0 / (1.0 - beta), 1.0, k, k - wdeg2, wdeg2)
     c = spec.step_size(topology)

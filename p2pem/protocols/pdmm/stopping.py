@@ -15,6 +15,12 @@ lets the central nodes decide first: the overhead after the last node settles fa
 about 2D rounds to about twice the radius.  No node counts as settled up to round
 ``settle_after`` (a schedule's special rounds).
 
+With a finite-time schedule (every eigenvalue of the public Laplacian known, ``steps.fixed_stop``)
+the stop round is public instead: every node stops one round after the schedule's last
+special round, no counter or stop round rides on the broadcasts (both stay 0 and ``NEVER``),
+and a node that is not settled there records the aggregation as unconverged.  Its end then
+depends on the graph alone, not on the data, and nobody can propose another.
+
 Asynchronous mode counts the same way on each activation, against the neighbours' last
 broadcasts (settled when close to each of them), waits for the diameter bound D (a round is
 one activation, so eccentricities do not bound the spread) and floods a stop flag instead of
@@ -120,8 +126,10 @@ class StopRule:
         None until then, and always for a batch.
     """
 
-    def __init__(self, wait, *, tol: float, max_iter: int, settle_after: int = 1, n_nodes: int | None = None, xp=np) -> None:
+    def __init__(self, wait, *, tol: float, max_iter: int, settle_after: int = 1, n_nodes: int | None = None, xp=np,
+                 fixed_stop: int | None = None) -> None:
         self.wait, self.tol, self.max_iter, self.settle_after, self.xp = wait, tol, max_iter, settle_after, xp
+        self.fixed_stop = fixed_stop
         self.ops: Any
         self.zero: Any  # a node's int, or all nodes' integer array
         self.stop_at: Any
@@ -146,6 +154,8 @@ class StopRule:
         when their answer matters (a batch skips the reductions, with the same result).
         """
         ops = self.ops
+        if self.fixed_stop is not None:
+            return self._advance_fixed(t, x, x_prev, nb_sum, degree)
         stop = min_stop(self.stop_at) if self.flooding else self.stop_at
         g_new = self.zero
         ok = False
@@ -172,6 +182,17 @@ class StopRule:
             return True
         self.g, self.stop_at = g_new, stop
         return False
+
+    def _advance_fixed(self, t: int, x, x_prev, nb_sum, degree) -> bool:
+        """Round t with a public stop round: no counters (g stays 0, no stop round is
+        announced); at the stop round (or ``max_iter``) converged where every node of this
+        rule is settled."""
+        end = min(self.fixed_stop, self.max_iter)
+        if t < end:
+            return False
+        ok = t > self.settle_after and t >= self.fixed_stop and self.ops.all(settled(x, x_prev, nb_sum, degree, self.tol, self.xp))
+        self.done, self.converged = True, bool(ok)
+        return True
 
     def count(self, ok, g_min):
         """g(t) = 1 + min(g_i(t-1), min_j g_j(t-1)) where settled, else 0 (``g_min`` is the min)."""

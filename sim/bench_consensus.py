@@ -390,7 +390,7 @@ def part_d(args) -> dict:
         mean = values.mean(axis=0)
         lam2 = metropolis_extremes(topo)[0]
         lam5 = float(low_eigenvalues(topo, 4)[3])
-        pred = predicted_rounds(topo, polynomial_target(PdmmSP().stop_tol))
+        pred = predicted_rounds(topo, polynomial_target(PdmmSP().stop_tol, True))  # the default's (public stop round)
         runs = {}
         for accel in accels:
             if accel == "polynomial" and pred["polynomial"] is None:

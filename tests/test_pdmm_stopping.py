@@ -110,12 +110,13 @@ def _aggregate(spec, topo, values, seed=3):
     return spec.aggregate(values, topo, protocol_streams(seed, topo.n_nodes), 1, record=True)
 
 
-@pytest.mark.parametrize("n", [12, 20, 60])
-def test_a_finite_time_schedule_stops_every_node_at_its_public_round_on_the_average(n):
-    """Up to 400 nodes the polynomial runs on the whole spectrum: one round after its last root
-    x is the average (to 1e-11 of the largest entry, a tenth of the stopping tolerance; 1e-14 to
-    1e-12 here), so every node stops there, announcing no counter and no stop round; the
-    counters' rule ("adaptive") gets the same average in more rounds."""
+@pytest.mark.parametrize("n", [12, 20, 60, 450])
+def test_a_bounded_polynomial_stops_every_node_at_its_public_round_on_the_average(n):
+    """Up to 400 nodes the polynomial runs on the whole spectrum, above on the lowest
+    eigenvalues and a grid checked 8 times finer: one round after its last root x is the
+    average (to 1e-11 of the largest entry, a tenth of the stopping tolerance), so every node
+    stops there, announcing no counter and no stop round; the counters' rule ("adaptive") gets
+    the same average in more rounds."""
     from p2pem.protocols.pdmm import PdmmSP
 
     topo = Topology.from_graph(geometric_graph(n, seed=n))
@@ -159,13 +160,18 @@ def test_with_a_public_stop_round_a_member_can_announce_no_counter_stop_or_later
     assert node.check_proposal(j, stop - 1, stop - 1 + int(topo.eccentricity[j]))[0] == "form"
 
 
-def test_above_400_nodes_or_adaptive_or_tol_0_the_counters_decide():
-    from p2pem.protocols.pdmm import PdmmSP
+def test_adaptive_tol_0_or_a_polynomial_not_checked_below_target_leaves_the_stop_to_the_counters(monkeypatch):
+    from p2pem.protocols.pdmm import PdmmSP, schedules
 
     small = Topology.from_graph(geometric_graph(30, seed=1))
     assert PdmmSP(stop="adaptive").resolved_params(small)["stop_round"] is None
     assert PdmmSP(tol=0.0, max_iter=200).resolved_params(small).get("stop_round") is None
-    large = Topology.from_graph(geometric_graph(450, seed=1))
-    assert PdmmSP().resolved_params(large).get("stop_round") is None
     with pytest.raises(Exception, match="stop must be 'auto' or 'adaptive'"):
         PdmmSP(stop="never")
+    large = Topology.from_graph(geometric_graph(450, seed=1))
+    assert PdmmSP().resolved_params(large)["stop_round"] is not None
+    # where the finer grid finds the polynomial above its target, the counters decide
+    monkeypatch.setattr(schedules, "BOUND_SLACK", 1e-6)
+    again = Topology.from_graph(geometric_graph(450, seed=1))
+    assert PdmmSP().resolved_params(again)["stop_round"] is None
+    assert PdmmSP().aggregate(np.ones((450, 2)), again, np.random.default_rng(0).spawn(450), 1).converged

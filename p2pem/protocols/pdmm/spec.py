@@ -11,7 +11,6 @@ from p2pem.protocols.base import AggregateOutcome, Aggregation, NodeContext, Pro
 import p2pem.protocols.pdmm.engine as engine
 from p2pem.protocols.pdmm.node import PdmmNode
 from p2pem.protocols.pdmm.schedules import Schedule
-from p2pem.protocols.pdmm.spectra import DENSE_NODES
 from p2pem.protocols.pdmm.steps import (
     DEFLATE_NODES,
     POLYNOMIAL_NODES,
@@ -73,10 +72,10 @@ class PdmmSP(ProtocolSpec):
         device: the portable code path on the strict reference namespace).  The
         message-level engine and deployments always run on the CPU.
     stop : {"auto", "adaptive"}
-        "auto" (default): where the schedule is a finite-time polynomial (the whole public
-        spectrum, up to 400 nodes, ``steps.fixed_stop``) every node stops at its public
-        round, one after the polynomial's last root; elsewhere, and with "adaptive", the
-        nodes' settled counters decide (``stopping``).
+        "auto" (default): where the Leja polynomial runs (3 to 100 000 nodes) and is known to
+        be below its target on the whole public spectrum (``steps.fixed_stop``), every node
+        stops at its public round, one after the polynomial's last root; elsewhere, and with
+        "adaptive", the nodes' settled counters decide (``stopping``).
     """
 
     mode: Literal["sync", "async"] = "sync"
@@ -169,9 +168,8 @@ class PdmmSP(ProtocolSpec):
         return deflation_schedule(topology) if kind == "deflated" else None
 
     def _polynomial(self, topology: Topology) -> Schedule | None:
-        # a public stop round needs the whole spectrum (up to DENSE_NODES) and tol > 0 (steps.fixed_stop)
-        fixed = self.stop == "auto" and self.stop_tol > 0 and topology.n_nodes <= DENSE_NODES
-        return polynomial_schedule(topology, polynomial_target(self.stop_tol, fixed))
+        # the polynomial of a public stop round reduces the error further (steps.fixed_stop)
+        return polynomial_schedule(topology, polynomial_target(self.stop_tol, self.stop == "auto" and self.stop_tol > 0))
 
     @property
     def stop_tol(self) -> float:

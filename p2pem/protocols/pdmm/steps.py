@@ -23,6 +23,7 @@ import numpy as np
 from p2pem.gmm import round_significant
 from p2pem.protocols.base import Topology
 from p2pem.protocols.pdmm.schedules import (
+    CHECK_REFINE,
     GRID_PER_ROUND,
     Schedule,
     deflated_heavy_ball,
@@ -131,11 +132,11 @@ POLYNOMIAL_MAX_ROUNDS = 2500
 TARGET_PER_TOL = 1e-3
 
 #: The same factor where the nodes stop at a public round right after the polynomial
-#: (``fixed_stop``): no heavy-ball round follows it, so it reduces the error by as much as the
-#: counters' extra rounds would have.  On geometric graphs of 20-300 nodes one to three roots
-#: more, and the average to about 1e-14 of the largest input instead of 1e-13-1e-12 (1e-12
-#: where float64 rounding of the initial duals limits both; ``tests/test_pdmm_stopping.py``).
-TARGET_PER_TOL_FIXED = 1e-5
+#: (``fixed_stop``): no heavy-ball round follows it, so it reduces the error by about as much
+#: as the counters' extra rounds would have: one to three roots more, the average to about
+#: 1e-13 of the largest input on geometric graphs of 20-300 nodes and 1e-11 of each entry at
+#: 10^3 and 10^4 (``tests/test_pdmm_stopping.py``, ``sim/bench_consensus.py --part c``).
+TARGET_PER_TOL_FIXED = 1e-4
 
 
 def deflation_schedule(topology: Topology) -> Schedule:
@@ -185,7 +186,10 @@ def polynomial_schedule(topology: Topology, target: float) -> Schedule | None:
             # the grid does not depend on the target, so smaller targets only add roots after the same ones
             n_grid = max(256, int(GRID_PER_ROUND * rounds_to(beta, 1e-15)))
             points = spectrum_points(low[:N_EXACT], float(low[N_EXACT]), lmax, n_grid)
-        return leja_schedule(points, lam2, lmax, target, math.floor(hb_rounds), exact=n <= DENSE_NODES)
+            # the rest of the spectrum lies in [lambda_{N_EXACT+2}, lambda_max]: check it finer
+            check = spectrum_points(np.empty(0), float(low[N_EXACT]), lmax, CHECK_REFINE * n_grid)
+            return leja_schedule(points, lam2, lmax, target, math.floor(hb_rounds), check)
+        return leja_schedule(points, lam2, lmax, target, math.floor(hb_rounds))
 
     return per_topology(topology, ("polynomial", target), compute)
 
@@ -243,15 +247,16 @@ class StepParams:
 
 
 def fixed_stop(spec: Options, schedule: Schedule) -> int | None:
-    """The public stop round of ``stop = "auto"``: one round after an exact schedule's last
-    special round (``Schedule.exact``), where every node's x is the average to the schedule's
-    target; None (the counters decide) for other schedules, ``stop = "adaptive"`` or ``tol = 0``.
+    """The public stop round of ``stop = "auto"``: one round after the last special round of a
+    polynomial known to be below its target on the whole spectrum (``Schedule.bounded``),
+    where every node's x is the average to that reduction; None (the counters decide) for
+    other schedules, ``stop = "adaptive"`` or ``tol = 0``.
 
     The round after the last root is the first a node can check itself settled in (its own
     change and its neighbours' disagreement within ``tol``); a node that is not records the
     aggregation as unconverged, as one stopped by ``max_iter``.
     """
-    if spec.stop != "auto" or spec.stop_tol <= 0 or not schedule.exact:
+    if spec.stop != "auto" or spec.stop_tol <= 0 or not schedule.bounded:
         return None
     return schedule.end + 1
 

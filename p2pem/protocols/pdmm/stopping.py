@@ -15,8 +15,8 @@ lets the central nodes decide first: the overhead after the last node settles fa
 about 2D rounds to about twice the radius.  No node counts as settled up to round
 ``settle_after`` (a schedule's special rounds).
 
-With a finite-time schedule (every eigenvalue of the public Laplacian known, ``steps.fixed_stop``)
-the stop round is public instead: every node stops one round after the schedule's last
+With a Leja polynomial known to be below its target on the whole public spectrum
+(``steps.fixed_stop``) the stop round is public instead: every node stops one round after the schedule's last
 special round, no counter or stop round rides on the broadcasts (both stay 0 and ``NEVER``),
 and a node that is not settled there records the aggregation as unconverged.  Its end then
 depends on the graph alone, not on the data, and nobody can propose another.
@@ -155,7 +155,7 @@ class StopRule:
         """
         ops = self.ops
         if self.fixed_stop is not None:
-            return self._advance_fixed(t, x, x_prev, nb_sum, degree)
+            return self._advance_fixed(self.fixed_stop, t, x, x_prev, nb_sum, degree)
         stop = min_stop(self.stop_at) if self.flooding else self.stop_at
         g_new = self.zero
         ok = False
@@ -183,14 +183,13 @@ class StopRule:
         self.g, self.stop_at = g_new, stop
         return False
 
-    def _advance_fixed(self, t: int, x, x_prev, nb_sum, degree) -> bool:
+    def _advance_fixed(self, fixed: int, t: int, x, x_prev, nb_sum, degree) -> bool:
         """Round t with a public stop round: no counters (g stays 0, no stop round is
         announced); at the stop round (or ``max_iter``) converged where every node of this
         rule is settled."""
-        end = min(self.fixed_stop, self.max_iter)
-        if t < end:
+        if t < min(fixed, self.max_iter):
             return False
-        ok = t > self.settle_after and t >= self.fixed_stop and self.ops.all(settled(x, x_prev, nb_sum, degree, self.tol, self.xp))
+        ok = t > self.settle_after and t >= fixed and self.ops.all(settled(x, x_prev, nb_sum, degree, self.tol, self.xp))
         self.done, self.converged = True, bool(ok)
         return True
 

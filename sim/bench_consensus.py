@@ -31,7 +31,8 @@ by shift-invert, every node waiting the diameter bound to stop: emulated by sett
 eccentricity bound to D), plain PDMM (``accel = "none"``) with the new stopping rule, heavy
 ball (``accel = "heavy-ball"``), deflated heavy ball (``accel = "deflated"``, the default before
 issue 24) and the default (the Leja polynomial from 3 to 100 000 nodes where it is predicted to
-pay, :func:`p2pem.protocols.pdmm.polynomial_schedule`), with rounds / D.  Against, on the same
+pay, :func:`p2pem.protocols.pdmm.polynomial_schedule`, every node stopping at the public round
+after its last root), with rounds / D.  Against, on the same
 graph and measured in the same run:
 
 * the diameter D: no rule can stop before information has crossed the graph;
@@ -347,7 +348,8 @@ def part_c(args) -> dict:
     print("before: the default before issue 10 (plain PDMM, c = 1/sqrt(lambda_2 lambda_max) by shift-invert, every "
           "node waiting the diameter bound D to stop); plain PDMM: accel = 'none'; heavy ball: accel = 'heavy-ball'; "
           "deflated: accel = 'deflated' (the default before issue 24); default: PdmmSP() (the Leja polynomial from 3 to "
-          "100 000 nodes where it pays); all with the eccentricity stopping rule; "
+          "100 000 nodes where it pays, every node stopping at its public round one after the last root); the others "
+          "with the eccentricity stopping rule; "
           "err: max relative error of the result vs the true mean.  Chebyshev: rounds of Chebyshev-accelerated gossip "
           "on the Metropolis Laplacian (interval [lambda_2, lambda_max]) to the heavy-ball run's error, from PDMM's "
           "perturbed first broadcast (same start) and from the data (no perturbation: not private); ratio: heavy-ball "

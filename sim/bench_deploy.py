@@ -254,17 +254,35 @@ def _scenario_copy(args, tmp: Path) -> Path:
     return out
 
 
+def _code_env(pythonpath: str | None) -> dict[str, str]:
+    """The environment of a process that imports p2pem from ``pythonpath`` (default: this tree)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath or str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _imported_from(pythonpath: str | None, cwd: Path) -> str:
+    """Where ``python -m`` with that environment, started in ``cwd``, imports p2pem from."""
+    import subprocess
+
+    cmd = [sys.executable, "-c", "import p2pem; print(p2pem.__file__)"]
+    return subprocess.run(cmd, env=_code_env(pythonpath), cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+
+
 def _deploy_cli(scenario: Path, out: Path, protocol: str, pythonpath: str | None = None) -> dict:
-    """``p2pem deploy`` as its own process (with ``pythonpath`` first on the path); its result.json."""
+    """``p2pem deploy`` as its own process importing p2pem from ``pythonpath`` (default: this
+    tree); its result.json.
+
+    It starts in ``out``'s parent folder, not here: ``python -m`` puts its working folder
+    first on the path, so started in a checkout it (and the node processes it launches)
+    would import that checkout's p2pem whatever ``PYTHONPATH`` says.
+    """
     import json
     import subprocess
 
-    env = dict(os.environ)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "p2pem", "deploy", str(scenario), "--out", str(out), "-q", "--insecure-reproducible-seed", "--protocol", protocol]
     t0 = time.perf_counter()
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    run = subprocess.run(cmd, env=_code_env(pythonpath), cwd=out.parent, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if run.returncode != 0:
         raise SystemExit(f"deploy --protocol {protocol} failed: {run.stderr.strip().splitlines()[-1] if run.stderr.strip() else run.returncode}")
@@ -310,6 +328,10 @@ def _extra(args) -> int:
             print_table(["protocol", "processes", "messages", "payload MB", "envelopes", "wire MB", "deliveries", "wall s", "consensus s"], rows)
             report["protocols"] = table
         if args.baseline:
+            here, there = _imported_from(None, Path(tmp)), _imported_from(str(Path(args.baseline).resolve()), Path(tmp))
+            print(f"this tree's deployment imports {here}, the baseline's {there}")
+            if here == there:
+                raise SystemExit("both sides would run the same code: give --baseline another checkout")
             walls: dict[str, list[float]] = {"this tree": [], "baseline": []}
             cpus: dict[str, list[float]] = {"this tree": [], "baseline": []}
             for r in range(args.repeat):

@@ -476,8 +476,7 @@ class MqttLink(Inbox):
         payload = message.payload
         if not isinstance(payload, bytes):
             payload = b"" if payload is None else bytes(payload) if isinstance(payload, bytearray) else str(payload).encode()
-        self._inbox.append(Incoming(message.topic.value, payload))
-        self._wake()
+        self._accept_raw(message.topic.value, payload)
 
     async def _pump_messages(self, client: aiomqtt.Client) -> None:
         """Watch the connection: aiomqtt's message iterator raises when it is lost.

@@ -122,9 +122,9 @@ class PacketReader:
             if end > n:
                 return _OK, pos
             if command & _PUBLISH_MASK == _PUBLISH_QOS0:
-                if length < 2 or i + 2 + ((buf[i] << 8) | buf[i + 1]) > end:
+                start = i + 2 + ((buf[i] << 8) | buf[i + 1]) if length >= 2 else end + 1  # the payload's, after the topic
+                if start > end:
                     return int(c._loop_rc_handle(_PROTOCOL)), n  # type: ignore[attr-defined]
-                start = i + 2 + ((buf[i] << 8) | buf[i + 1])
                 self.fast += 1
                 sink(buf[i + 2 : start].decode("utf-8", "replace"), buf[start:end])
             else:

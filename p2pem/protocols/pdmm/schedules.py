@@ -5,7 +5,7 @@ Metropolis Laplacian L_g is the primal of pdmm-sp's dual-sum iteration (``update
 edge weights c_t g_ij, node-local term w_t = K_t - 2 c_t sum_j g_ij) with primal divisor N_t,
 where N_{k-1} = 2 + m_k N_k (backwards from heavy ball's 2 / (1 - beta)), c_{k-1} = b_k N_k / 2
 and K_t = N_t + N_{t+1} - 2 (:func:`schedule_from_steps`).  The same K_t in both dual sums keeps
-sum_i (u_i + v_i) = 0, and N_{t+1} + N_t - K_t = 2 makes the bounded average the fixed point; the
+sum_i (u_i + v_i) = 0, and N_{t+1} + N_t - K_t = 2 makes the exact average the fixed point; the
 per-edge duals follow PDMM's update with c_ij = c_t g_ij, so their H-perp part never converges,
 and every x_i(t), t >= 3, is a function of earlier broadcasts: what a node reveals is that of
 plain heavy ball.  So any polynomial in L_g may be run, with its roots as steps, and the
@@ -14,7 +14,7 @@ eigenvalues of L_g are public (the graph is).  Two such schedules:
 * :func:`deflation_schedule`: heavy ball on [lambda_5, lambda_max] with three steps
   x <- x - L_g x / lambda_j (j = 2, 3, 4) removing the modes it does not damp;
 * :func:`leja_schedule`: a polynomial with roots chosen greedily on the known spectrum (the
-  lowest eigenvalues boundedly, the rest of [lambda_2, lambda_max] on a grid), each where the
+  lowest eigenvalues exactly, the rest of [lambda_2, lambda_max] on a grid), each where the
   polynomial built so far is largest (discrete Leja points, Edrei 1939, Leja 1957): roots at the
   isolated low eigenvalues, then a Chebyshev-like distribution on the bulk, in an order whose
   partial products stay small (Reichel 1990), until the polynomial is below the target
@@ -116,7 +116,7 @@ def deflated_heavy_ball(roots: Sequence[float], lo: float, lmax: float) -> Sched
     return schedule_from_steps(steps, beta, alpha, at)
 
 
-#: The polynomial's grid on the part of the spectrum not computed boundedly: this many points per
+#: The polynomial's grid on the part of the spectrum not computed exactly: this many points per
 #: round heavy ball would need (a polynomial of degree k varies on a scale of 1/k of the interval).
 GRID_PER_ROUND = 8
 
@@ -144,7 +144,7 @@ def leja_roots(points: np.ndarray, target: float, max_roots: int) -> list[float]
 
 
 def spectrum_points(low: np.ndarray, top: float, lmax: float, n_grid: int) -> np.ndarray:
-    """The boundedly known eigenvalues ``low`` and, where the spectrum is not known boundedly, an
+    """The exactly known eigenvalues ``low`` and, where the spectrum is not known exactly, an
     ``n_grid``-point grid on [``top``, ``lmax``], dense towards both ends like Chebyshev points
     (u -> 3u^2 - 2u^3 of a uniform u: arithmetic only, the same bits on every host)."""
     if n_grid == 0:

@@ -20,6 +20,7 @@ from p2pem.protocols.pdmm.steps import (
     heavy_ball_params,
     polynomial_schedule,
     polynomial_target,
+    stops_publicly,
 )
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ class PdmmSP(ProtocolSpec):
 
     def _polynomial(self, topology: Topology) -> Schedule | None:
         # the polynomial of a public stop round reduces the error further (steps.fixed_stop)
-        return polynomial_schedule(topology, polynomial_target(self.stop_tol, self.stop == "auto" and self.stop_tol > 0))
+        return polynomial_schedule(topology, polynomial_target(self.stop_tol, stops_publicly(self)))
 
     @property
     def stop_tol(self) -> float:

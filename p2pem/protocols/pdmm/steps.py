@@ -133,9 +133,9 @@ TARGET_PER_TOL = 1e-3
 
 #: The same factor where the nodes stop at a public round right after the polynomial
 #: (``fixed_stop``): no heavy-ball round follows it, so it reduces the error by about as much
-#: as the counters' extra rounds would have: one to three roots more, the average to about
-#: 1e-13 of the largest input on geometric graphs of 20-300 nodes and 1e-11 of each entry at
-#: 10^3 and 10^4 (``tests/test_pdmm_stopping.py``, ``sim/bench_consensus.py --part c``).
+#: as the counters' extra rounds would have: the average to within 1e-11 of the largest input
+#: (``tests/test_pdmm_stopping.py``) and about 1e-12 of each entry at 10^3 and 10^4 nodes
+#: (``sim/bench_consensus.py --part c``).
 TARGET_PER_TOL_FIXED = 1e-4
 
 
@@ -246,6 +246,11 @@ class StepParams:
         return n_t, c_t, k_t, k_t - c_t * degree
 
 
+def stops_publicly(spec: Options) -> bool:
+    """Whether ``spec`` stops at a public round where its schedule allows (``stop = "auto"``, tol > 0)."""
+    return spec.stop == "auto" and spec.stop_tol > 0
+
+
 def fixed_stop(spec: Options, schedule: Schedule) -> int | None:
     """The public stop round of ``stop = "auto"``: one round after the last special round of a
     polynomial known to be below its target on the whole spectrum (``Schedule.bounded``),
@@ -256,7 +261,7 @@ def fixed_stop(spec: Options, schedule: Schedule) -> int | None:
     change and its neighbours' disagreement within ``tol``); a node that is not records the
     aggregation as unconverged, as one stopped by ``max_iter``.
     """
-    if spec.stop != "auto" or spec.stop_tol <= 0 or not schedule.bounded:
+    if not (stops_publicly(spec) and schedule.bounded):
         return None
     return schedule.end + 1
 

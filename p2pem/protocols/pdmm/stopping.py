@@ -16,9 +16,10 @@ about 2D rounds to about twice the radius.  No node counts as settled up to roun
 ``settle_after`` (a schedule's special rounds).
 
 With a Leja polynomial known to be below its target on the whole public spectrum
-(``steps.fixed_stop``) the stop round is public instead: every node stops one round after the schedule's last
-special round, no counter or stop round rides on the broadcasts (both stay 0 and ``NEVER``),
-and a node that is not settled there records the aggregation as unconverged.  Its end then
+(``steps.fixed_stop``) the stop round is public instead: every node stops one round after
+the schedule's last special round, no counter or stop round rides on the broadcasts (both
+stay 0 and ``NEVER``), and a node that is not settled there records the aggregation as
+unconverged.  Its end then
 depends on the graph alone, not on the data, and nobody can propose another.
 
 Asynchronous mode counts the same way on each activation, against the neighbours' last

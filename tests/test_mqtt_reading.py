@@ -153,6 +153,31 @@ def test_a_garbled_stream_or_a_closed_socket_ends_the_connection_as_paho_would(d
         b.close()
 
 
+def test_a_garbled_packet_for_paho_s_handler_ends_the_connection_as_paho_s_reader_does():
+    """A QoS 1 PUBLISH whose topic runs past its end: paho's handler raises MalformedPacket,
+    which its reader turns into a protocol error; so must the link's reader (not raise)."""
+    garbled = _packet_bytes(0x32, b"\x00\x09ab\x00\x01")
+    codes = {}
+    for who in ("paho", "reader"):
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        client = paho.Client(paho.CallbackAPIVersion.VERSION2)
+        client._sock = a
+        lost: list[int] = []
+        client._loop_rc_handle = lambda rc, lost=lost: lost.append(int(rc)) or rc
+        if who == "reader":
+            reading.install(client, lambda topic, payload: None)
+        try:
+            b.sendall(garbled)
+            codes[who] = (int(client._packet_read()), lost) if who == "paho" else (0, lost)
+            if who == "reader":
+                client.loop_read()
+        finally:
+            a.close()
+            b.close()
+    assert codes["paho"] == (2, []) and codes["reader"][1] == [2]
+
+
 def test_a_client_without_the_expected_internals_keeps_its_reader_in_bursts():
     class Other:
         def __init__(self) -> None:

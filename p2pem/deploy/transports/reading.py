@@ -18,7 +18,7 @@ paho's reader would have, and an error code from it ends the call the way paho's
 next readiness event (its remaining bytes raise one).  TLS sockets and MQTT 5 keep
 paho's reader, called again while the socket holds bytes (:func:`read_in_bursts`).
 
-The module imports neither paho nor aiomqtt: it drives the paho client it is given through
+The module imports only paho's ``MalformedPacket``: it drives the paho client it is given through
 the attributes paho 2.x has (``_sock``, ``_in_packet``, ``_packet_handle``,
 ``_loop_rc_handle``, ``_msgtime_mutex``, ``_last_bytes_received``, ``_protocol``);
 :func:`install` checks they exist and otherwise leaves paho's reader in place.
@@ -30,6 +30,8 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+
+from paho.mqtt.client import MalformedPacket
 
 #: Most bytes one ``recv`` takes from the socket (about 140 envelopes of a 20-node run).
 RECV_BYTES = 1 << 16
@@ -146,9 +148,7 @@ class PacketReader:
         self.handed += 1
         try:
             rc = int(c._packet_handle())  # type: ignore[attr-defined]
-        except Exception as exc:  # paho raises MalformedPacket (a ValueError) for a garbled packet
-            if not isinstance(exc, ValueError):
-                raise
+        except MalformedPacket:  # a garbled packet: paho's reader logs it and returns a protocol error
             rc = _PROTOCOL
         finally:
             c._in_packet = _fresh_in_packet()  # type: ignore[attr-defined]

@@ -1,7 +1,10 @@
 """What a differentially private EM run releases, how sensitive it is, and the noise it adds.
 
-Neighbouring data sets differ by adding or removing one row (unbounded DP), the relation of
-Park et al. (AISTATS 2017) and of dp-accounting's ``ADD_OR_REMOVE_ONE``.  The data domain is
+The sensitivities below are stated for adding or removing one row, the relation of Park et al.
+(AISTATS 2017) and of dp-accounting's ``ADD_OR_REMOVE_ONE``.  p2pem's neighbouring relation is
+replace-one with n public (:mod:`p2pem.dp.publication`: row counts are published), under which
+a release moves by at most twice as much; the calibration doubles them
+(:func:`p2pem.dp.protocols.replace_one`).  The data domain is
 public: every feature lies in ``[-bound, bound]`` (the user states ``bound``; rows are clipped
 to it before anything is computed).
 

@@ -20,6 +20,7 @@ A run of an exact protocol adds no noise and is saved as it is (it is not privat
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -30,6 +31,7 @@ import numpy as np
 
 from p2pem.builders import build_graph, build_protocols, em_settings, load_data, prepare_rows, split_indices
 from p2pem.data import Preprocessing, fit_preprocessing, load_table
+from p2pem.dp.mechanisms import FLOAT_SAMPLER, HARDENED_SAMPLER, hardened_noise
 from p2pem.dp.guarantees import add_excluded, preprocessing_excluded
 from p2pem.dp.publication import INSECURE_FLAG, Publication
 from p2pem.errors import ConfigError, DataError, P2pemError
@@ -97,6 +99,7 @@ def saved_from_result(result: str | os.PathLike[str], protocol: str | None = Non
     raw, feature_names, pre, owners, graph = _rebuild(scenario, doc, file)
     if private and fresh_noise:
         run = _fresh_run(scenario, index, graph)
+        run["protocol_params"]["privacy"]["sampler"] = HARDENED_SAMPLER if build_protocols(scenario)[index].name == "dp-central" else FLOAT_SAMPLER
     if private:
         _mark_publication(run["protocol_params"]["privacy"], Publication.insecure(scenario.seed) if insecure else Publication.secure())
 
@@ -139,7 +142,8 @@ def _fresh_run(scenario: Scenario, index: int, graph: Any) -> dict[str, Any]:
     """Protocol ``index`` of ``scenario`` run again on the same rows and graph, its noise from OS entropy (as result.json holds a run)."""
     spec = build_protocols(scenario)[index]
     seed = scenario_streams(Publication.secure().seed())["protocol"]  # recorded nowhere
-    outcome = run_protocol(load_data(scenario), graph, spec, em_settings(scenario), seed=seed)
+    with hardened_noise() if spec.name == "dp-central" else contextlib.nullcontext():  # one party draws it: OpenDP's samplers
+        outcome = run_protocol(load_data(scenario), graph, spec, em_settings(scenario), seed=seed)
     data = scenario.data
     add_excluded(outcome.protocol_params, preprocessing_excluded(data.standardize, data.pca, None if data.public is not None else "all rows"))
     return outcome.to_json()

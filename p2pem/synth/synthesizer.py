@@ -137,15 +137,20 @@ def run_seed(publication: Publication | None) -> int:
     return (publication or Publication.secure()).seed()
 
 
-def publish(release: dict[str, Any], publication: Publication | None, public: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+def publish(release: dict[str, Any], publication: Publication | None, public: tuple[str, ...] | list[str] = (), *,
+            sampler: str | None = None) -> dict[str, Any]:
     """Complete a release document's privacy blocks for publication (module docstring), in place; returns it.
 
     ``release["privacy"]`` becomes :meth:`Publication.privacy_block` of itself with the public
-    fields :data:`HEADER_PUBLIC` plus ``public``; the protocol's own block
-    (``protocol.params.privacy``, a simulation's by default) is marked a release too.
+    fields :data:`HEADER_PUBLIC` plus ``public`` and, for a private release, ``sampler``: how
+    its noise was sampled (:data:`p2pem.dp.mechanisms.HARDENED_SAMPLER` or ``FLOAT_SAMPLER``);
+    the protocol's own block (``protocol.params.privacy``, a simulation's by default) is marked
+    a release too.
     """
     pub = publication or Publication.secure()
     release["privacy"] = pub.privacy_block(release["privacy"], (*HEADER_PUBLIC, *public))
+    if sampler is not None and "epsilon" in release["privacy"]:
+        release["privacy"]["sampler"] = sampler
     inner = release.get("protocol", {}).get("params", {}).get("privacy")
     if isinstance(inner, dict):
         inner.pop("note", None)

@@ -170,7 +170,8 @@ def test_gaussian_zcdp_scales_follow_bun_and_steinke(problem):
     rho = root**2
     assert rho + 2 * math.sqrt(rho * L) == pytest.approx(eps)
     shares = np.array([0.04, 0.16, 0.70]) / 0.90 / T  # public init: the 10 % are spread over the rest
-    l2 = [1.0, math.sqrt(d) * bound, bound**2 * math.sqrt(d * (d + 1) / 2)]
+    # replace-one neighbours (n public): twice the add-or-remove sensitivities
+    l2 = [2 * v for v in (1.0, math.sqrt(d) * bound, bound**2 * math.sqrt(d * (d + 1) / 2))]
     sigma = [sens / math.sqrt(2 * f * rho) for sens, f in zip(l2, shares, strict=True)]
     expected = np.concatenate([np.full(2, sigma[0]), np.full(4, sigma[1]), np.full(6, sigma[2]), [0, 0]])
     np.testing.assert_allclose(spec.plan.em_scale, expected, rtol=1e-12)

@@ -124,6 +124,7 @@ def test_a_private_release_states_its_budget(tmp_path):
     assert privacy["differentially_private"] is True and privacy["epsilon"] == 2.0
     assert (privacy["release"], privacy["noise"]) == (True, "os-entropy") and privacy["neighbours"].startswith("replace-one")
     assert "parameters" not in privacy["public"] and {"training_rows", "n_nodes"} <= set(privacy["public"])
+    assert privacy["sampler"].startswith("opendp")  # one aggregator draws the noise: OpenDP's exact samplers
     assert privacy["epsilon_spent"]["colluders"]["rdp"] == pytest.approx(2.0, rel=1e-6)  # the configured budget holds
     assert privacy["colluders"] == 9 and privacy["epsilon_against"]["aggregator"] is None  # all other nodes; not the aggregator
     assert any("bound" in item for item in privacy["excluded"])

@@ -18,8 +18,8 @@ releases m runs' worth.
 Wu 2021's Table 2 compares DP fits by AIC and BIC) a run releases no log-likelihood, so each
 fit pays for one more release: the network's total log-likelihood of the final (public,
 noisy) model, every row's log-density clipped to the public range ``loglik_range`` (per row,
-nats), with Laplace noise of scale max(|lo|, |hi|) / ``loglik_epsilon`` (adding or removing a
-row moves the clipped sum by at most that).  Every fit of the sweep sees the same rows, so
+nats), with Laplace noise of scale (hi - lo) / ``loglik_epsilon`` (replacing a row, p2pem's
+neighbouring relation, moves the clipped sum by at most hi - lo).  Every fit of the sweep sees the same rows, so
 the budgets add up (sequential composition): the document's ``privacy`` block gives each
 fit's epsilon and delta, the log-likelihood's, the number of fits and the totals, and lists
 as public the row count (n of BIC) and the clipping range.  The information criteria and the
@@ -160,7 +160,7 @@ class PrivateLoglik:
 
     @property
     def scale(self) -> float:
-        return max(abs(self.low), abs(self.high)) / self.epsilon
+        return (self.high - self.low) / self.epsilon  # replace-one: a row's clipped term moves by at most hi - lo
 
 
 def _fit(parts, graph, spec, base: EMSettings, scenario_seed: int, private: PrivateLoglik | None, task) -> dict[str, Any] | None:  # noqa: ANN001

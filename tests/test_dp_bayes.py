@@ -90,8 +90,8 @@ def test_dp_classifier_at_n500_eps01_is_no_worse_than_the_majority_class() -> No
     """Fig. 1's mixture, n = 500, epsilon = 0.1 (where the models are noise: Xi et al. print > 0.3
     error below epsilon 0.1 and p2pem's models gave 0.64 at chance 0.5 before): the classifier
     falls back to the DP majority class, whose error is the majority rate.  Over the noise it fails
-    only if the usability rule passes or the combined count release ranks the classes wrongly; the
-    union bound below puts that at <= 1e-3, and 20 noise seeds all succeed."""
+    only if the usability rule passes or the combined count release ranks the classes wrongly; that
+    probability, integrated below, is <= 1e-3, and 20 noise seeds all succeed."""
     rng = np.random.default_rng(11)
     X, y = _fig1(500, rng)
     Xt, yt = _fig1(5000, rng)
@@ -106,18 +106,27 @@ def test_dp_classifier_at_n500_eps01_is_no_worse_than_the_majority_class() -> No
         assert model.fallback == 0 and model.models == ()
         assert model.error(Xt, yt) == majority_rate
     # the failure probability: the rule passes only if both classes' noisy counts reach the size at
-    # which a mean's noise is half the bound (far beyond 500 here), and the
-    # majority is lost only if L1 - L2 of the combined releases exceeds the gap, which needs one
-    # release's difference beyond half the gap over its weight
+    # which a mean's noise is half the bound (far beyond 500 here), and the majority is lost only if
+    # D = w X1 + (1 - w) X2 exceeds the gap, X_i the difference of two Laplace(b_i) (class counts of
+    # L1 sensitivity 2 under replace-one), w the inverse-variance weight: integrated numerically
+    from scipy import integrate
+
     eps, share = 0.1, 0.2
-    b1, b2 = 1 / (eps * share), 1 / (eps * (1 - share))
+    b1, b2 = 2 / (eps * share), 2 / (eps * (1 - share))
     w = (1 / b1**2) / (1 / b1**2 + 1 / b2**2)
     gap = float(np.sum(y == 0) - np.sum(y == 1))
     bound_spec, _, _ = dataclasses.replace(spec, epsilon=eps * (1 - share)).bind(settings[0], parts[0], seed=0)
     sum_std = math.sqrt(2) * float(bound_spec.plan.em_scale[1])
     needed = math.sqrt(5) * sum_std / 0.5  # the count at which the rule passes
     p_rule = 0.5 * math.exp(-(needed - np.sum(y == 0)) / b1)
-    p_rank = _laplace_difference_tail(gap / (2 * w), b1) + _laplace_difference_tail(gap / (2 * (1 - w)), b2)
+
+    def density(x: float, b: float) -> float:  # of L1 - L2, L1, L2 ~ Laplace(0, b)
+        return (1 + abs(x) / b) * math.exp(-abs(x) / b) / (4 * b)
+
+    def tail(t: float, b: float) -> float:
+        return _laplace_difference_tail(t, b) if t >= 0 else 1 - _laplace_difference_tail(-t, b)
+
+    p_rank = integrate.quad(lambda x: density(x, b1) * tail((gap - w * x) / (1 - w), b2), -50 * b1, 50 * b1, points=[0], limit=400)[0]
     assert needed > 4 * 500 and p_rule + p_rank <= 1e-3
 
 

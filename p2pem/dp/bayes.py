@@ -10,7 +10,8 @@ DBSec 2017): each class c gets its own model p(x | c) and a row is assigned to
   repaired by its eigenvalue heuristic, the class sizes public.
 * :func:`fit_bayes` is p2pem's: each class model is a mixture fitted by any protocol (private
   or not) to the class's rows spread over the network.  A private protocol's budget epsilon
-  is split: ``count_share`` of it releases the class counts (Laplace, sensitivity 1, noise
+  is split: ``count_share`` of it releases the class counts (Laplace; L1 sensitivity 2 under
+  p2pem's replace-one neighbours, a replaced row can leave one class for another; noise
   added as the protocol adds it: the aggregator's one draw for ``dp-central``, every node's
   share for ``dp-distributed``), the rest fits the class models (parallel composition over
   the disjoint classes, McSherry, SIGMOD 2009; sequential with the counts).  The noisy
@@ -46,6 +47,10 @@ from p2pem.gmm import FloatArray, GMMParams, e_step
 from p2pem.protocols import ProtocolSpec
 from p2pem.simulate import RunResult, run_protocol
 from p2pem.streams import child
+
+
+#: L1 sensitivity of the class counts under replace-one neighbours (one class loses a row, another gains it)
+COUNT_SENSITIVITY = 2.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,7 +165,7 @@ def fit_bayes(
     plan = bound_spec.plan
     assert plan is not None
     central = isinstance(protocol, DPCentral)
-    b1 = 1.0 / (protocol.epsilon * count_share)
+    b1 = COUNT_SENSITIVITY / (protocol.epsilon * count_share)
     counts1 = _noisy_counts(exact, b1, plan.shares, plan.n_nodes, central, np.random.default_rng(child(seed, n_classes)))
     # the noise std of one component's mean at the noisy count: the first-moment block's
     # per-coordinate std (the released sum's: n_nodes / shares of a share's variance when distributed)
@@ -169,9 +174,9 @@ def fit_bayes(
     spread = 1.0 if central else math.sqrt(plan.n_nodes / plan.shares)
     sum_std = float(mechanisms.noise_std(plan.em_scale[k : k + 1], plan.mechanism)[0]) * spread
     usable = all(math.sqrt(d) * sum_std / max(c / s.n_components, 1.0) <= max_mean_noise * plan.bound for c, s in zip(counts1, settings, strict=True))
-    excluded = (f"the class counts: released with Laplace noise from {count_share:g} of epsilon (sensitivity 1)",)
+    excluded = (f"the class counts: released with Laplace noise from {count_share:g} of epsilon (L1 sensitivity {COUNT_SENSITIVITY:g})",)
     if not usable:
-        b2 = 1.0 / (protocol.epsilon * (1.0 - count_share))
+        b2 = COUNT_SENSITIVITY / (protocol.epsilon * (1.0 - count_share))
         counts2 = _noisy_counts(exact, b2, plan.shares, plan.n_nodes, central, np.random.default_rng(child(seed, n_classes + 1)))
         w1, w2 = 1.0 / b1**2, 1.0 / b2**2
         combined = (w1 * counts1 + w2 * counts2) / (w1 + w2)

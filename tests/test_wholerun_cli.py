@@ -66,7 +66,7 @@ def test_whole_run_errors_are_one_line_and_leave_nothing(tmp_path: Path, capsys:
 
 def test_whole_run_refuses_monte_carlo_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["leakage", str(SCENARIOS / "fig1_wholerun.toml"), "--whole-run", "--runs", "1000", "--out", str(tmp_path / "o")]) == 2
-    assert "--runs and --iterations apply to the Monte Carlo analysis" in capsys.readouterr().err
+    assert "--runs and --rounds apply to the Monte Carlo analysis" in capsys.readouterr().err
 
 
 def test_whole_run_with_a_public_init_has_no_initialisation_to_see(tmp_path: Path) -> None:

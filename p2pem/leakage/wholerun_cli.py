@@ -57,8 +57,8 @@ def cmd_whole_run(args: argparse.Namespace) -> int:
     from p2pem.runner import atomic_output, write_json
     from p2pem.scenario import load_scenario
 
-    if args.runs is not None or args.iterations is not None:
-        raise ConfigError("--runs and --iterations apply to the Monte Carlo analysis, not to --whole-run")
+    if args.runs is not None or args.rounds is not None or args.old_rounds is not None:
+        raise ConfigError("--runs and --rounds apply to the Monte Carlo analysis, not to --whole-run")
     scenario = load_scenario(args.scenario)
     config = parse_whole_run(scenario)
     graph = build_graph(scenario)

@@ -64,6 +64,7 @@ declares public, and what the run reveals besides the noisy sums: its timing and
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -126,7 +127,7 @@ def epsilon_left(
 
 
 #: How many connected node sets :func:`smallest_honest_group` examines before it settles for a bound.
-PLACEMENT_BUDGET = 200_000
+PLACEMENT_BUDGET = 50_000
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,10 @@ class Placement:
     group: tuple[int, ...]
     placed: tuple[int, ...]
     exact: bool = True
+
+
+#: Placements found, by (adjacency digest, colluders, budget): a sweep's runs share their graph.
+_PLACEMENTS: dict[tuple[bytes, int, int], Placement] = {}
 
 
 def ring_neighbours(ring: Sequence[int]) -> list[tuple[int, ...]]:
@@ -196,7 +201,15 @@ def smallest_honest_group(neighbours: Sequence[Sequence[int]], colluders: int, *
     t = int(colluders)
     if not 0 <= t < n:
         raise ValueError(f"colluders must be in 0..{n - 1}, got {colluders}")
-    adj = [frozenset(nb) for nb in neighbours]
+    digest = hashlib.sha256(repr([sorted(nb) for nb in neighbours]).encode()).digest()
+    key = (digest, t, budget)
+    if key not in _PLACEMENTS:
+        _PLACEMENTS[key] = _search([frozenset(nb) for nb in neighbours], t, budget)
+    return _PLACEMENTS[key]
+
+
+def _search(adj: list[frozenset[int]], t: int, budget: int) -> Placement:
+    n = len(adj)
     seen = 0
     for size in range(1, n - t):
         for s in _connected_sets(adj, size):

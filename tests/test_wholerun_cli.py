@@ -40,8 +40,13 @@ def test_whole_run_writes_versioned_json_and_figure(tmp_path: Path, capsys: pyte
         assert all(g["max_reduction_error"] < 1e-9 for g in d["groups"])
         if d["protocol"] == "pdmm-sp":
             assert d["rank_check"]["matches_groups"]
+    # the pdmm-sp schedule and stop round the whole run used, as a real run does
+    pdmm = next(p for p in data["protocols"] if p["protocol"] == "pdmm-sp")
+    assert pdmm["schedule"]["stop"] == "public round" and pdmm["max_rounds"] == pdmm["schedule"]["stop_round"]
+    assert next(p for p in data["protocols"] if p["protocol"] == "federated")["schedule"] is None
     printed = capsys.readouterr().out
     assert "whole_run.json" in printed and "exact reduction" in printed
+    assert f"public stop round {pdmm['schedule']['stop_round']}" in printed
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """Benchmark: the leakage analysis of the paper's Fig. 1 example, all three protocols.
 
-Runs ``scenarios/fig1.toml`` as ``p2pem leakage`` would (10^4 Monte Carlo runs, 20 iterations,
-federated, secure-sum and pdmm-sp against the corrupt nodes 2 and 4), without writing files,
+Runs ``scenarios/fig1.toml`` as ``p2pem leakage`` would (10^4 Monte Carlo runs of one aggregation,
+pdmm-sp with a real run's schedule to its public stop round, which it prints; federated,
+secure-sum and pdmm-sp against the corrupt nodes 2 and 4), without writing files,
 and prints the wall time of every stage, the cost of the Monte Carlo batch calls and traces,
 and the leakage per protocol and honest node next to the exact value and the closed form, and
 the run-time estimate the command prints before it starts against the measured wall time.

@@ -223,7 +223,7 @@ def _print_tables(report: LeakageReport) -> None:
           f"(NMI = estimate / ceiling).  exact: from the view's linear structure; floor: what any exact protocol discloses{assumption}")
     if report.iteration_runs:
         width = max(len(r.label) for r in report.iteration_runs) + 2
-        print(f"leakage of ONE aggregation after its last round analysed ({SCOPE_SHORT})")
+        print(f"leakage of ONE aggregation after round {max(r.rounds[-1] for r in report.iteration_runs)} ({SCOPE_SHORT})")
         for p in report.protocols:
             if p.analysed.schedule is not None:
                 print(f"  {p.label}: {p.analysed.describe()}")

@@ -113,6 +113,11 @@ def prepare_protocols(scenario: Scenario, cfg: LeakageConfig, graph: nx.Graph, *
             if topology.ring is not None:
                 arcs[kind] = [list(g) for g in disclosed_groups(run_spec, topology, graph, adversary) or []]
         out.append(ProtocolRun(spec, label, topology, disclosures, arcs, analysed))
+    # protocols without rounds are drawn along pdmm-sp's rounds (their one value at every round)
+    longest = max((p.analysed.rounds for p in out if p.analysed.schedule is not None), default=None)
+    if longest is not None:
+        out = [p if p.analysed.schedule is not None else dataclasses.replace(p, analysed=dataclasses.replace(p.analysed, rounds=longest))
+               for p in out]
     return out
 
 

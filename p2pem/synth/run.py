@@ -10,6 +10,7 @@ all into one folder atomically.  Everything is deterministic for a scenario seed
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from p2pem.synth.report import report_figure, synth_report
 from p2pem.synth.synthesizer import Progress
 from p2pem.tabular import Table, write_csv
 
-__all__ = ["Synthesis", "release_file_names", "sample_release", "synthesize", "write_synthesis"]
+__all__ = ["Synthesis", "json_ready", "release_file_names", "sample_release", "synthesize", "write_synthesis"]
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,26 @@ def release_file_names(n_releases: int) -> list[str]:
     return ["synthetic.csv"] + [f"synthetic-{r}.csv" for r in range(2, n_releases + 1)]
 
 
+def json_ready(document: Any) -> Any:
+    """``document`` with every infinite or NaN float replaced by None (JSON null).
+
+    JSON has no infinity: a setting of ``"inf"`` (no noise) leaves infinite budgets and
+    scales in a document, which JSON records as null ("unbounded"), the convention of the
+    privacy blocks.  Every synthesizer's documents pass through here before they are written.
+    """
+    if isinstance(document, float):
+        return document if math.isfinite(document) else None
+    if isinstance(document, dict):
+        return {k: json_ready(v) for k, v in document.items()}
+    if isinstance(document, (list, tuple)):
+        return [json_ready(v) for v in document]
+    return document
+
+
 def write_synthesis(out: str | os.PathLike[str], synthesis: Synthesis, *, title: str) -> list[Path]:
     """Write the releases (CSV with a header row, the schema's column names, order and types),
-    ``release.json`` and, with a report, ``report.json`` and ``report.png``, all or nothing.
+    ``release.json`` and, with a report, ``report.json`` and ``report.png``, all or nothing
+    (infinite numbers as null, :func:`json_ready`).
 
     Returns the files written (their final paths).
     """
@@ -132,10 +150,10 @@ def write_synthesis(out: str | os.PathLike[str], synthesis: Synthesis, *, title:
     with atomic_output(out) as tmp:
         for name, table in zip(names, synthesis.tables, strict=True):
             write_csv(table, tmp / name)
-        write_json(tmp / "release.json", synthesis.release)
+        write_json(tmp / "release.json", json_ready(synthesis.release))
         names.append("release.json")
         if synthesis.report is not None:
-            write_json(tmp / "report.json", synthesis.report)
+            write_json(tmp / "report.json", json_ready(synthesis.report))
             report_figure(synthesis.report, tmp / "report.png", title=title)
             names += ["report.json", "report.png"]
     return [Path(out) / name for name in names]

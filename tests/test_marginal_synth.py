@@ -155,10 +155,10 @@ def test_every_measurement_and_selection_is_accounted_as_dp_accounting_composes_
     accountant = dpa.rdp.RdpAccountant([1 + x / 10 for x in range(1, 100)] + list(range(12, 400)))
     for e in ledger.entries:
         if e["mechanism"] == "gaussian":
-            assert e["rho"] == pytest.approx(0.5 / e["sigma"] ** 2)
-            accountant.compose(dpa.GaussianDpEvent(e["sigma"]))  # count tables: L2 sensitivity 1
+            assert e["rho"] == pytest.approx(1.0 / e["sigma"] ** 2)  # replace one row: L2 sensitivity sqrt(2)
+            accountant.compose(dpa.GaussianDpEvent(e["sigma"] / math.sqrt(2.0)))
         else:  # the exponential mechanism is epsilon^2 / 8-zCDP: the RDP curve of a Gaussian of multiplier 2 / epsilon
-            assert e["rho"] == pytest.approx(e["epsilon"] ** 2 / 8)
+            assert e["rho"] == pytest.approx(e["epsilon"] ** 2 / 8) and e["sensitivity"] >= 2.0
             accountant.compose(dpa.GaussianDpEvent(2.0 / e["epsilon"]))
     assert accountant.get_epsilon(s.delta) <= s.epsilon
     assert ledger.epsilon(s.delta) == pytest.approx(s.epsilon, rel=1e-9)  # Bun & Steinke's conversion, inverted by the budget
@@ -187,7 +187,7 @@ def test_mst_over_pdmm_sp_writes_a_valid_release_that_says_what_members_see(ais,
     out = tmp_path / "out"
     code, stdout, err = run_cli(capsys, scenario(ais, tmp_path), "--out", out)
     assert code == 0, err
-    release = json.loads((out / "release.json").read_text())
+    release = json.loads((out / "release" / "release.json").read_text())
     jsonschema.validate(release, load_output_schema("p2pem-synth-release"), cls=jsonschema.Draft202012Validator)
     privacy = release["privacy"]
     assert release["model"] == "mst" and privacy["differentially_private"] and privacy["accountant"] == "zcdp"
@@ -207,7 +207,7 @@ def test_epsilon_inf_writes_a_release_that_says_it_is_not_private(ais, tmp_path,
     out = tmp_path / "out"
     code, _, err = run_cli(capsys, path, "--out", out)
     assert code == 0, err
-    release = json.loads((out / "release.json").read_text())
+    release = json.loads((out / "release" / "release.json").read_text())
     assert release["privacy"]["differentially_private"] is False
 
 

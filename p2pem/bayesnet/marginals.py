@@ -16,10 +16,11 @@ their sums; :class:`MarginalTask` turns the requests into aggregations (a
 deployment).  A request whose tables are already known (exact counts aggregated before,
 noise added centrally) costs no aggregation.
 
-Accounting is zero-concentrated DP (Bun & Steinke, TCC 2016), as in both papers:
-neighbouring data sets differ by adding or removing one row, so every count table has L2
-sensitivity 1 and a Gaussian measurement of scale sigma costs ``1 / (2 sigma^2)``; an
-exponential-mechanism selection at epsilon_t with sensitivity Delta costs ``epsilon_t^2 / 8``
+Accounting is zero-concentrated DP (Bun & Steinke, TCC 2016), as in both papers, under
+p2pem's neighbouring relation: data sets differ by *replacing* one row (n public; the papers
+add or remove one), so a count table changes in two cells by one -- L2 sensitivity sqrt(2) --
+and a Gaussian measurement of scale sigma costs ``2 / (2 sigma^2)``; an L1 error score changes
+by at most 2, and an exponential-mechanism selection at epsilon_t costs ``epsilon_t^2 / 8``
 (Cesar & Rogers, "Bounding, concentrating, and truncating: unifying privacy loss composition
 for data analytics", ALT 2021).  ``rho`` comes from the (epsilon, delta) budget by Bun &
 Steinke's Prop. 1.3 (:mod:`p2pem.dp.accounting`); :class:`Ledger` records every
@@ -78,6 +79,11 @@ METHODS = ("mst", "aim")
 NOISE = ("central", "shares")
 #: MST's selection: on the exact pair tables (exponential mechanism) or on noisy ones (paid measurements).
 SELECTIONS = ("exact", "noisy")
+
+#: L2 sensitivity of a count table when one row is replaced (one cell down, one up).
+L2_SENSITIVITY = math.sqrt(2.0)
+#: Sensitivity of an L1 error score ``|x - x_hat|_1`` of a count table (x_hat public) under replacement.
+SCORE_SENSITIVITY = 2.0
 
 # keys of the shared streams and of a node's private ones
 _NOISE, _SELECT = 0, 1
@@ -182,9 +188,9 @@ class Ledger:
     entries: list[dict[str, Any]] = field(default_factory=list)
 
     def gaussian(self, what: str, attrs: AttrSet, sigma: float) -> None:
-        """A Gaussian measurement of one count table (L2 sensitivity 1): rho = 1 / (2 sigma^2)."""
-        rho = 0.0 if sigma == 0 else 0.5 / sigma**2
-        self.entries.append({"what": what, "attrs": list(attrs), "mechanism": "gaussian", "sensitivity": 1.0, "sigma": sigma,
+        """A Gaussian measurement of one count table (L2 sensitivity sqrt 2): rho = Delta^2 / (2 sigma^2)."""
+        rho = 0.0 if sigma == 0 else 0.5 * L2_SENSITIVITY**2 / sigma**2
+        self.entries.append({"what": what, "attrs": list(attrs), "mechanism": "gaussian", "sensitivity": L2_SENSITIVITY, "sigma": sigma,
                              "rho": rho if sigma > 0 else math.inf})
 
     def exponential(self, what: str, epsilon: float, sensitivity: float, n_candidates: int, chosen: AttrSet) -> None:
@@ -315,7 +321,7 @@ def mst(sizes: Sequence[int], settings: MarginalSettings, ledger: Ledger, select
     if d < 2:
         raise DataError("marginals: MST needs at least 2 columns")
     oneway = tuple((j,) for j in range(d))
-    sigma1 = 0.0 if math.isinf(rho) else math.sqrt(d / (2.0 * rho / 3.0))  # each of the d tables at rho / (3 d)
+    sigma1 = 0.0 if math.isinf(rho) else L2_SENSITIVITY * math.sqrt(d / (2.0 * rho / 3.0))  # each of the d tables at rho / (3 d)
     got = yield Request(oneway, sigma1)
     measurements = [Measurement(s, got[s], sigma1) for s in oneway]
     for s in oneway:
@@ -328,7 +334,7 @@ def mst(sizes: Sequence[int], settings: MarginalSettings, ledger: Ledger, select
         n_select = d - 1 - len(settings.public_pairs)
         eps = math.inf if math.isinf(rho) or n_select == 0 else math.sqrt(8.0 * (rho / 3.0) / n_select)
     else:
-        sigma_p = 0.0 if math.isinf(rho) else math.sqrt(len(pairs) / (2.0 * rho / 3.0))
+        sigma_p = 0.0 if math.isinf(rho) else L2_SENSITIVITY * math.sqrt(len(pairs) / (2.0 * rho / 3.0))
         noisy = yield Request(tuple(pairs), sigma_p)
         for p in pairs:
             ledger.gaussian("pair marginal for the selection (not used in the model)", p, sigma_p)
@@ -336,7 +342,7 @@ def mst(sizes: Sequence[int], settings: MarginalSettings, ledger: Ledger, select
         scores = {p: _l1_error(noisy[p], model, p) - bias * table_size(p, sizes) for p in pairs}
         eps = math.inf
     tree = _spanning_tree(d, pairs, scores, eps, ledger, select_rng, exponential=settings.selection == "exact", given=settings.public_pairs)
-    sigma2 = 0.0 if math.isinf(rho) else math.sqrt((d - 1) / (2.0 * rho / 3.0))
+    sigma2 = 0.0 if math.isinf(rho) else L2_SENSITIVITY * math.sqrt((d - 1) / (2.0 * rho / 3.0))
     got = yield Request(tuple(tree), sigma2)
     for p in tree:
         measurements.append(Measurement(p, got[p], sigma2))
@@ -347,7 +353,7 @@ def mst(sizes: Sequence[int], settings: MarginalSettings, ledger: Ledger, select
 def _spanning_tree(d: int, pairs: list[AttrSet], scores: dict[AttrSet, float], eps: float, ledger: Ledger,
                    select_rng: Callable[[int], np.random.Generator], *, exponential: bool, given: Sequence[AttrSet] = ()) -> list[AttrSet]:
     """Kruskal's maximum spanning tree from the ``given`` edges; each further edge by the exponential mechanism
-    (sensitivity 1) or by its score."""
+    (:data:`SCORE_SENSITIVITY`) or by its score."""
     component = list(range(d))
 
     def find(a: int) -> int:
@@ -366,8 +372,8 @@ def _spanning_tree(d: int, pairs: list[AttrSet], scores: dict[AttrSet, float], e
         candidates = [p for p in pairs if find(p[0]) != find(p[1])]
         utilities = np.array([scores[p] for p in candidates])
         if exponential:
-            i = exponential_mechanism(utilities, eps, 1.0, select_rng(t))
-            ledger.exponential("MST edge (L1 error of the 1-way model)", eps, 1.0, len(candidates), candidates[i])
+            i = exponential_mechanism(utilities, eps, SCORE_SENSITIVITY, select_rng(t))
+            ledger.exponential("MST edge (L1 error of the 1-way model)", eps, SCORE_SENSITIVITY, len(candidates), candidates[i])
         else:
             i = int(np.argmax(utilities))
         a, b = candidates[i]
@@ -397,7 +403,7 @@ def aim(sizes: Sequence[int], settings: MarginalSettings, ledger: Ledger, select
     if math.isinf(rho):
         sigma, eps = 0.0, math.inf
     else:
-        sigma, eps = math.sqrt(rounds / (2.0 * 0.9 * rho)), math.sqrt(8.0 * 0.1 * rho / rounds)
+        sigma, eps = L2_SENSITIVITY * math.sqrt(rounds / (2.0 * 0.9 * rho)), math.sqrt(8.0 * 0.1 * rho / rounds)
     initial = oneway + tuple(settings.public_pairs)
     got = yield Request(initial, sigma)
     measurements = [Measurement(s, got[s], sigma) for s in initial]
@@ -411,20 +417,20 @@ def aim(sizes: Sequence[int], settings: MarginalSettings, ledger: Ledger, select
     domain = _domain(sizes)
     t = 0
     while True:
-        if not math.isinf(rho) and rho - used < 2.0 * (0.5 / sigma**2 + eps**2 / 8.0):
+        if not math.isinf(rho) and rho - used < 2.0 * (0.5 * L2_SENSITIVITY**2 / sigma**2 + eps**2 / 8.0):
             remaining = rho - used  # one last round spends what is left
-            sigma, eps = math.sqrt(1.0 / (2.0 * 0.9 * remaining)), math.sqrt(8.0 * 0.1 * remaining)
+            sigma, eps = L2_SENSITIVITY * math.sqrt(1.0 / (2.0 * 0.9 * remaining)), math.sqrt(8.0 * 0.1 * remaining)
             last = True
         else:
             last = t + 1 >= rounds
-        planned = used + (0.5 / sigma**2 + eps**2 / 8.0 if sigma > 0 else 0.0)
+        planned = used + (0.5 * L2_SENSITIVITY**2 / sigma**2 + eps**2 / 8.0 if sigma > 0 else 0.0)
         limit = settings.max_model_size * (1.0 if math.isinf(rho) else planned / rho)
         free = {s for cl in model.cliques for r in range(1, len(cl) + 1) for s in itertools.combinations(sorted(int(a) for a in cl), r)}
         small = [c for c in candidates if c in free
                  or mbi.junction_tree.hypothetical_model_size(domain, [*model.cliques, tuple(str(a) for a in c)]) <= limit]
         bias = math.sqrt(2.0 / math.pi) * sigma
         errors = np.array([weights[c] * (_l1_error(answers[c], model, c) - bias * table_size(c, sizes)) for c in small])
-        sensitivity = max(abs(weights[c]) for c in small)
+        sensitivity = SCORE_SENSITIVITY * max(abs(weights[c]) for c in small)
         i = exponential_mechanism(errors, eps, sensitivity, select_rng(t))
         chosen = small[i]
         ledger.exponential("AIM round (weighted L1 error of the current model)", eps, sensitivity, len(small), chosen)

@@ -33,10 +33,18 @@ from p2pem.simulate import Traffic
 from p2pem.streams import bayesnet_child
 from p2pem.synth.marginalconfig import parse_marginals
 from p2pem.synth.privbayes import AGGREGATIONS, IntArray, _release_networks, drive_counts, scenario_errors
-from p2pem.synth.synthesizer import Progress, release_header, release_schema
+from p2pem.dp.mechanisms import FLOAT_SAMPLER
+from p2pem.dp.publication import Publication
+from p2pem.synth.synthesizer import Progress, publish, release_header, release_schema, run_seed
 from p2pem.tabular import Continuous, Schema, Table, discretize, domain_sizes, undiscretize
 
-__all__ = ["MarginalRun", "MarginalSynthesizer", "check_marginal_schema", "fit_marginals", "marginal_release", "members_view"]
+#: An MST or AIM release's fields declared public besides the header's: the bins and settings (public
+#: choices) and how the run went (aggregations, wall time: side channels the privacy block names).  The
+#: measurements' attribute sets are the selections' outcomes and their scales follow from the settings;
+#: the networks are Private-PGM's estimate from the noisy marginals: post-processing.
+RELEASE_PUBLIC = ("n_bins", "settings", "aggregations", "wall_s")
+
+__all__ = ["RELEASE_PUBLIC", "MarginalRun", "MarginalSynthesizer", "check_marginal_schema", "fit_marginals", "marginal_release", "members_view"]
 
 
 @dataclass
@@ -196,7 +204,6 @@ def marginal_release(run: MarginalRun, schema: Schema, *, scenario: Scenario) ->
     if not private:
         header["privacy"]["note"] = "epsilon = inf: the marginals were measured without noise (not differentially private)"
     header["privacy"].update({
-        "neighbours": "add or remove one row",
         "rho": None if not private else s.rho,
         "rho_spent": None if not private else task.ledger.rho,
         "members_see": view,
@@ -246,14 +253,22 @@ class MarginalSynthesizer:
 
     name: str = "mst"
 
-    def fit(self, scenario: Scenario, protocol: ProtocolSpec, *, progress: Progress | None = None) -> dict[str, Any]:
-        """Fit the scenario's MST or AIM model with ``protocol``; the release document (:func:`marginal_release`)."""
+    def fit(self, scenario: Scenario, protocol: ProtocolSpec, *, progress: Progress | None = None,
+            publication: Publication | None = None) -> dict[str, Any]:
+        """Fit the scenario's MST or AIM model with ``protocol``; the release document (:func:`marginal_release`).
+
+        The shared seed (central noise, selections), the nodes' secrets (noise shares) and the
+        protocol's randomness come from ``publication`` (None: OS entropy); the scenario seed
+        only spreads the rows over the nodes.
+        """
         schema, settings = self.settings(scenario)
+        seed = run_seed(publication)
         with scenario_errors(scenario):
             parts, _ = load_table_parts(scenario)
             graph = None if isinstance(protocol, Centralized) else build_graph(scenario)
-            run = fit_marginals(parts, settings, protocol, graph=graph, seed=scenario.seed, shared=bayesnet_child(scenario.seed, 0))
-        return marginal_release(run, schema, scenario=scenario)
+            run = fit_marginals(parts, settings, protocol, graph=graph, seed=seed, shared=bayesnet_child(seed, 0))
+        # the noise comes from the seed the nodes share (every node repeats the draw): numpy's sampler
+        return publish(marginal_release(run, schema, scenario=scenario), publication, RELEASE_PUBLIC, sampler=FLOAT_SAMPLER)
 
     def settings(self, scenario: Scenario) -> tuple[Schema, MarginalSettings]:
         """The scenario's public schema and ``[marginals]`` settings, checked before any row is read."""

@@ -70,7 +70,7 @@ def fig3(quick: bool) -> dict:
     scenario = load_scenario(ROOT / "scenarios" / "fig1.toml")
     config = parse_leakage(scenario)
     if quick:
-        config = dataclasses.replace(config, runs=1000, iterations=10)
+        config = dataclasses.replace(config, runs=1000, rounds=10)
     report = run_plan(plan_analysis(scenario, config))
     out: dict = {"runs": report.config.runs if hasattr(report, "config") else config.runs, "ceiling_bits": float(report.ceiling_bits), "nodes": {}}
     for r in report.iteration_runs:

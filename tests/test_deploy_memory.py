@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from p2pem.deploy.clock import run_virtual
 from p2pem.deploy.codec import Codec
-from p2pem.deploy.control import Signer, abort_message, make_abort
+from p2pem.deploy.control import Signer, abort_message, make_abort, payload_digest, signature_words, statement_limit
 from p2pem.deploy.crypto import Identity
 from p2pem.deploy.failures import Reason
 from p2pem.deploy.config import NodeConfig, Timeouts
@@ -154,12 +154,17 @@ def exact(report: dict, sim) -> bool:
     return float(np.max(np.abs(model(report) - ref)) / np.max(np.abs(ref))) <= 1e-9
 
 
-def assert_honest_outcome(results, sim, culprit: int | None) -> None:
-    """Exact model, or a non-zero exit with a result.json naming the culprit; never a split."""
+def assert_honest_outcome(results, sim, culprit: int | None, *, unattributable: bool = False) -> None:
+    """Exact model, or a non-zero exit with a result.json naming the culprit; never a split,
+    and no honest node convicted.  ``unattributable``: an attack that leaves honest nodes only
+    evidence (a perturbed broadcast, withheld messages) may also end with a failure that names
+    nobody on proof (``attributable`` false) without naming the culprit."""
     finished = []
     for i, (code, rep) in enumerate(results):
         if i == culprit:
             continue
+        # a node is a culprit only on proof: no honest node is ever convicted
+        assert set(rep.get("culprits", [])) <= ({culprit} if culprit is not None else set()), (i, rep["error"], rep.get("culprits"))
         if code == 0:
             assert rep["status"] == "finished" and rep["error"] is None
             assert exact(rep, sim), f"node {i} exited 0 with a model that is not the simulation's"
@@ -170,6 +175,8 @@ def assert_honest_outcome(results, sim, culprit: int | None) -> None:
             told_model = rep["reason"] == "aborted" and "its model failed on the network average" in rep["error"]
             if rep["culprits"] == [] and (rep["reason"] == "model" or told_model):
                 continue  # a model error names nobody (issue 22): it is not a protocol violation
+            if unattributable and not rep["attributable"]:
+                continue
             if culprit is not None:
                 assert f"node {culprit}" in rep["error"] or f"nodes {culprit}," in rep["error"] or re.search(rf"nodes [\d, ]*\b{culprit}\b", rep["error"]), rep["error"]
 
@@ -292,6 +299,51 @@ class Statements(Insider):
         return out + ([(topic, payload)] if self.keep else [])
 
 
+class Withhold:
+    """Node INSIDER's broker path: its protocol messages from EM iteration 1 on reach the others
+    ``lag`` seconds late, while its own (unmodified) runtime and watchdog go on."""
+
+    def __init__(self, kit, lag: float) -> None:
+        roster = Roster.load(kit.roster_path)
+        self.prefix = f"p2pem/{roster.run_id}/from/{INSIDER}/"
+        self.observer = Codec(roster.run_id, roster.public_keys())
+        self.lag = lag
+        self.fired = False
+
+    def __call__(self, topic: str, payload: bytes):
+        if topic.startswith(self.prefix) and self.observer.parse(payload).iteration >= 1:
+            self.fired = True
+            return [(topic, payload, self.lag)]
+        return [(topic, payload, 0.0)]
+
+
+class TwoFinals(Insider):
+    """Node INSIDER publishes its own signed final and ``k`` more, each validly signed with
+    another result: one slot, several signed values."""
+
+    def __init__(self, kit, k: int) -> None:
+        super().__init__(kit, 1, "final", lambda m: m)
+        self.signer = Signer(Identity.load(kit.node_dir(INSIDER) / "node.key"), self.roster.public_keys(), self.roster.run_id, LAUNCH)
+        self.k = k
+
+    def __call__(self, topic, payload):
+        if not topic.startswith(f"p2pem/{self.roster.run_id}/from/{INSIDER}/") or self.fired:
+            return None
+        env = self.observer.parse(payload)
+        if env.kind != "final" or env.round != INSIDER:  # its own final, not a relay
+            return None
+        self.fired = True
+        msg = self.receiver[env.receivers[0]].decode(payload)
+        n_iter, origin, iteration = msg.meta[:3]
+        out = [(topic, payload)]
+        for j in range(1, self.k + 1):
+            result = np.asarray(msg.payload) * (1 + j * 1e-3)
+            sig = self.signer.sign("final", (origin, n_iter, iteration), payload_digest(result))
+            other = Message(INSIDER, msg.receivers, msg.iteration, msg.round, "final", result, False, (n_iter, origin, iteration, *signature_words(sig)))
+            out.append((topic_for(self.roster.run_id, other), self.codec.encode(other)))
+        return out
+
+
 def early_stop(ins: Statements, m: Message) -> list[Message]:
     """A validly signed stop proposal as if the insider's counter had triggered a round ago,
     and the insider's primal announcing it: the others' counters contradict it."""
@@ -334,7 +386,14 @@ def abort_naming(how: str):
 @st.composite
 def attacks(draw, sent):
     """One insider: a rewrite of its nth message of some kind, or statements it signs itself."""
-    what = draw(st.sampled_from(["rewrite", "early-stop", "inflate", "vote", "abort"]), label="attack")
+    what = draw(st.sampled_from(["rewrite", "early-stop", "inflate", "vote", "abort", "withhold", "perturb", "finals", "flood"]), label="attack")
+    # the third red team's shapes (issue 32): each may stop the run, none may convict an honest node
+    if what == "withhold":
+        lag = draw(st.sampled_from([2.5, 4.5]), label="lag (timeout 2 s)")
+        return f"withhold {lag} s", "stop", lambda kit: Withhold(kit, lag), True
+    if what == "finals":
+        k = draw(st.integers(1, 3), label="extra signed finals")
+        return f"{k} extra finals", "stop", lambda kit: TwoFinals(kit, k), True
     if what == "rewrite":
         kind = draw(st.sampled_from(["primal", "dual-init", "hello", "final", "bye", "stop"]), label="kind")
         rewrite, change = draw(rewrites(), label="rewrite")
@@ -349,6 +408,14 @@ def attacks(draw, sent):
         return what, "stop", lambda kit: Statements(kit, nth, early_stop, keep=False), False
     if what == "inflate":
         return what, "stop", lambda kit: Statements(kit, nth, inflated, keep=False), False
+    if what == "perturb":
+        scale = draw(st.sampled_from([1 + 1e-6, 1 + 1e-4, 1 + 1e-2]), label="scale")
+        return f"perturb x{scale}", "stop", lambda kit: Insider(kit, nth, "primal", lambda m: replace_payload(m, np.asarray(m.payload) * scale)), False
+    if what == "flood":
+        def flood(ins: Statements, m: Message) -> list[Message]:
+            n_edges = sum(map(len, ins.roster.neighbours)) // 2
+            return vote_against(0)(ins, m) * (statement_limit(ins.roster.n_nodes, n_edges) + 5)
+        return what, "continue", lambda kit: Statements(kit, nth, flood), True
     if what == "vote":
         on_dropout = draw(st.sampled_from(["stop", "continue"]), label="on_dropout")
         victim_at = draw(st.integers(0, 5), label="victim")
@@ -363,15 +430,18 @@ def attacks(draw, sent):
 def test_insider_never_splits_or_silently_corrupts_the_outcome(kit, honest, tmp_path_factory, data):
     """Every generated run has the insider act (the nth message it rewrites is one it sends in
     every run: an honest run sends as many, and the run is honest until then), and ends with
-    every honest node exact or failed naming the insider, never split."""
+    every honest node exact or failed naming the insider, never split, and no honest node
+    convicted (a culprit only on proof, see :func:`assert_honest_outcome`)."""
     kit, sim = kit
     _, sent = honest
     name, on_dropout, make, detected = data.draw(attacks(sent))
     insider = make(kit)
     faults = Faults(np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="fault seed")), duplicate=0.05, delay=0.05, max_delay=0.002, rewrite=insider)
+    if isinstance(insider, Withhold):  # its own broker path, not a rewrite
+        faults = insider
     results = run_in_memory(kit, tmp_path_factory.mktemp("run"), faults, on_dropout=on_dropout)
     assert insider.fired, f"the insider never acted ({name})"
-    assert_honest_outcome(results, sim, INSIDER)
+    assert_honest_outcome(results, sim, INSIDER, unattributable=name.startswith(("withhold", "perturb")))
     if detected:  # what no honest node sends is noticed (a control message may be rewritten harmlessly)
         assert any(code != 0 for i, (code, _) in enumerate(results) if i != INSIDER), f"{name} went unnoticed"
 
@@ -455,7 +525,8 @@ def test_dropout_stop_is_the_default(kit, tmp_path):
         if i != 2:
             assert code != 0 and "node 2" in rep["error"] and not rep["dropped"]
             # the same facts as fields: who noticed the silence, who was told
-            assert (rep["reason"], rep["culprits"]) in (("silent", [2]), ("aborted", [2])), rep
+            assert rep["culprits"] == [] and not rep["attributable"], rep  # a silence is evidence, never proof
+            assert (rep["reason"] == "silent" and rep["suspects"] == [2]) or (rep["reason"] == "aborted" and 2 in rep["suspects"]), rep
     assert any(rep["reason"] == "silent" for i, (_, rep) in enumerate(results) if i != 2)
 
 

@@ -393,7 +393,8 @@ def attacks(draw, sent):
         return f"withhold {lag} s", "stop", lambda kit: Withhold(kit, lag), True
     if what == "finals":
         k = draw(st.integers(1, 3), label="extra signed finals")
-        return f"{k} extra finals", "stop", lambda kit: TwoFinals(kit, k), True
+        # convicts its signer, unless every node agreed on its first final before the others came
+        return f"{k} extra finals", "stop", lambda kit: TwoFinals(kit, k), False
     if what == "rewrite":
         kind = draw(st.sampled_from(["primal", "dual-init", "hello", "final", "bye", "stop"]), label="kind")
         rewrite, change = draw(rewrites(), label="rewrite")

@@ -16,6 +16,7 @@ neighbour that sees it grow knows the node may have missed messages.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
@@ -148,7 +149,7 @@ class Outbox:
             task = loop.create_task(self.link.publish(topic, envelope), name=f"publish {topic}")
             self._inflight[task] = self.epoch
             mark = marks[k] if k < len(marks) else None
-            task.add_done_callback(self._published if mark is None else lambda t, mark=mark: self._published(t, mark))
+            task.add_done_callback(self._published if mark is None else functools.partial(self._published, mark=mark))
 
     def _published(self, task: asyncio.Task[None], mark: tuple[tuple[int, ...], tuple[int, int]] | None = None) -> None:
         epoch = self._inflight.pop(task, self.epoch)

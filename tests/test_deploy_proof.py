@@ -298,3 +298,76 @@ def test_every_node_may_publish_and_read_only_the_exact_topics_of_its_edges():
     ]
     nodes = text.split("user admin")[0].split("\n", 1)[1]  # past the header comment
     assert "#" not in nodes and "+" not in nodes
+
+
+# ----------------------------------------------------------------------------- two sites over a real bridge
+
+
+@pytest.mark.mqtt
+@pytest.mark.skipif(__import__("p2pem.deploy.broker", fromlist=["x"]).find_mosquitto() is None, reason="mosquitto is not installed")
+def test_a_members_aliased_retained_or_oversized_packet_cannot_partition_the_sites(tmp_path):
+    """Before, a member's retained MQTT v5 packet with a topic alias grew past the packet limit
+    when the bridge (MQTT 3.1.1) forwarded it with its full topic: the bridge reconnected every
+    ~2 s for the rest of the run.  The kit's brokers take no aliases (the member is
+    disconnected), and a retained packet near the limit crosses the bridge like any other: the
+    sites stay joined."""
+    import time
+
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    from p2pem.deploy.broker import free_port
+    from p2pem.deploy.kit import MAX_PACKET_SIZE, prepare_kit, start_bridge_broker, start_kit_broker
+    from p2pem.scenario import load_scenario
+    from test_deploy import Capture, scenario_file
+
+    path = scenario_file(tmp_path, n_nodes=4, max_iter=1)
+    kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True, sites=2)
+    member = INSIDER  # odd nodes connect to the second site
+    password = (kit.node_dir(member) / "broker.password").read_text().strip()
+    mine = f"p2pem/{kit.run_id}/from/{member}/all"
+    first = start_kit_broker(kit)
+    second = start_bridge_broker(kit)
+    try:
+        with Capture(first.host, first.port, "observer", kit.credentials()["observer"]) as site1:
+            time.sleep(1.0)  # the bridge connects
+            gone = []
+            client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"member-{kit.run_id}", protocol=mqtt.MQTTv5)
+            client.username_pw_set(f"node{member}", password)
+            client.on_disconnect = lambda c, u, flags, rc, props=None: gone.append(str(rc))
+            client.connect(second.host, second.port)
+            client.loop_start()
+            try:
+                time.sleep(0.3)
+                alias = Properties(PacketTypes.PUBLISH)
+                alias.TopicAlias = 1
+                client.publish(mine, b"x" * (MAX_PACKET_SIZE - 4096), qos=1, retain=True, properties=alias)
+                for _ in range(100):
+                    if gone:
+                        break
+                    time.sleep(0.05)
+                assert gone, "the broker accepted a topic alias"
+            finally:
+                client.loop_stop()
+            # a retained packet near the limit, with its full topic: forwarded like any other
+            big = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"member2-{kit.run_id}", protocol=mqtt.MQTTv311)
+            big.username_pw_set(f"node{member}", password)
+            big.connect(second.host, second.port)
+            big.loop_start()
+            try:
+                big.publish(mine, b"y" * (MAX_PACKET_SIZE - 4096), qos=1, retain=True).wait_for_publish(10)
+                big.publish(mine, b"after", qos=1).wait_for_publish(10)
+            finally:
+                big.loop_stop()
+            for _ in range(200):
+                if any(p == b"after" for _, p in site1.items):
+                    break
+                time.sleep(0.05)
+            assert any(p == b"after" for _, p in site1.items), "the sites were cut apart"
+            assert any(len(p) == MAX_PACKET_SIZE - 4096 for _, p in site1.items)
+        bridge_log = (kit.bridge_dir / "mosquitto.log").read_text()
+        assert bridge_log.count("Connecting bridge (step 1)") == 1, bridge_log[-2000:]  # never reconnected
+    finally:
+        second.stop()
+        first.stop()

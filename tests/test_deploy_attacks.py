@@ -192,9 +192,12 @@ def test_a_plausible_abort_is_relayed_as_its_origins_claim(five, tmp_path):
     kit, sim = five
     insider = Statements(kit, 6, abort_naming("frame"))
     results = run_in_memory(kit, tmp_path, Faults(np.random.default_rng(0), rewrite=insider))
+    framed = Roster.load(kit.roster_path).neighbours[INSIDER][0]
     for i, (code, rep) in enumerate(results):
         if i != INSIDER:
             assert code != 0 and f"node {INSIDER} reports that" in rep["error"], rep["error"]
+            # its word, not proof: before, the framed neighbour was listed as the culprit
+            assert rep["culprits"] == [] and not rep["attributable"] and {INSIDER, framed} <= set(rep["suspects"]), rep
 
 
 # ----------------------------------------------------------------------------- one model

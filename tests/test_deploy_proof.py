@@ -155,6 +155,17 @@ def test_the_statement_budget_counts_per_sender_and_per_iteration():
 # ----------------------------------------------------------------------------- evictions
 
 
+def test_a_failure_without_witnesses_says_so():
+    """Before, an unseconded vote stopped the run printing an empty witness list ("nodes )")."""
+    from p2pem.deploy.failures import NodeFailure, Reason, nodes_text
+
+    assert (nodes_text([]), nodes_text([3]), nodes_text([4, 1, 4])) == ("no node", "node 3", "nodes 1, 4")
+    failure = NodeFailure(Reason.SILENT, 2, "x", (5,))
+    assert (failure.culprits, failure.suspects, failure.attributable) == ((), (5,), False)
+    proof = NodeFailure(Reason.VIOLATION, 2, "x", (5,))
+    assert (proof.culprits, proof.suspects, proof.attributable) == ((5,), (), True)
+
+
 def test_two_colluding_witnesses_cannot_evict_an_honest_node(tmp_path):
     """The member and a second key holder both sign that an alive, honest node fell silent:
     before, the victim was evicted and the launcher reported success 8.3e-2 off the model.

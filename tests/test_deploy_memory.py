@@ -154,11 +154,13 @@ def exact(report: dict, sim) -> bool:
     return float(np.max(np.abs(model(report) - ref)) / np.max(np.abs(ref))) <= 1e-9
 
 
-def assert_honest_outcome(results, sim, culprit: int | None, *, unattributable: bool = False) -> None:
+def assert_honest_outcome(results, sim, culprit: int | None, *, unattributable: bool = False, lie: bool = False) -> None:
     """Exact model, or a non-zero exit with a result.json naming the culprit; never a split,
     and no honest node convicted.  ``unattributable``: an attack that leaves honest nodes only
     evidence (a perturbed broadcast, withheld messages) may also end with a failure that names
-    nobody on proof (``attributable`` false) without naming the culprit."""
+    nobody on proof (``attributable`` false) without naming the culprit.  ``lie``: the member's
+    change acts as a lie about its own statistics (a perturbed broadcast with the same bytes for
+    every neighbour): the nodes that finish hold one model, not necessarily the simulation's."""
     finished = []
     for i, (code, rep) in enumerate(results):
         if i == culprit:
@@ -167,7 +169,7 @@ def assert_honest_outcome(results, sim, culprit: int | None, *, unattributable: 
         assert set(rep.get("culprits", [])) <= ({culprit} if culprit is not None else set()), (i, rep["error"], rep.get("culprits"))
         if code == 0:
             assert rep["status"] == "finished" and rep["error"] is None
-            assert exact(rep, sim), f"node {i} exited 0 with a model that is not the simulation's"
+            assert lie or exact(rep, sim), f"node {i} exited 0 with a model that is not the simulation's"
             finished.append(i)
         else:
             assert rep["status"] == "failed" and rep["error"], f"node {i} exited {code} without a reason"
@@ -179,6 +181,9 @@ def assert_honest_outcome(results, sim, culprit: int | None, *, unattributable: 
                 continue
             if culprit is not None:
                 assert f"node {culprit}" in rep["error"] or f"nodes {culprit}," in rep["error"] or re.search(rf"nodes [\d, ]*\b{culprit}\b", rep["error"]), rep["error"]
+    if lie and finished:  # one model among the honest nodes that finished, at the agreement tolerance
+        first = model(results[finished[0]][1])
+        assert all(np.max(np.abs(model(results[i][1]) - first)) <= 1e-8 * np.max(np.abs(first)) for i in finished), "two models"
 
 
 def test_honest_run_in_memory_equals_simulate(kit, honest):
@@ -442,7 +447,7 @@ def test_insider_never_splits_or_silently_corrupts_the_outcome(kit, honest, tmp_
         faults = insider
     results = run_in_memory(kit, tmp_path_factory.mktemp("run"), faults, on_dropout=on_dropout)
     assert insider.fired, f"the insider never acted ({name})"
-    assert_honest_outcome(results, sim, INSIDER, unattributable=name.startswith(("withhold", "perturb")))
+    assert_honest_outcome(results, sim, INSIDER, unattributable=name.startswith(("withhold", "perturb")), lie=name.startswith("perturb"))
     if detected:  # what no honest node sends is noticed (a control message may be rewritten harmlessly)
         assert any(code != 0 for i, (code, _) in enumerate(results) if i != INSIDER), f"{name} went unnoticed"
 

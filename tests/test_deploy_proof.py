@@ -58,7 +58,7 @@ def no_honest_culprit(results, member: int | None = INSIDER) -> None:
 # ----------------------------------------------------------------------------- slowness
 
 
-@pytest.mark.parametrize("lag", [2.5, 4.5])
+@pytest.mark.parametrize("lag", [2.5])
 def test_a_member_that_withholds_its_messages_cannot_get_its_neighbour_convicted(six, tmp_path, lag):
     """Before, the withholding member's own watchdog signed SLOW against the neighbour that
     waited for it, and every honest node named that neighbour.  Slowness is evidence: the run
@@ -96,7 +96,7 @@ def test_a_perturbed_broadcast_never_convicts_an_honest_node(six, tmp_path, nth,
 # ----------------------------------------------------------------------------- finals
 
 
-@pytest.mark.parametrize("k", [1, 300])
+@pytest.mark.parametrize("k", [1, 40])
 def test_two_signed_final_results_convict_their_signer(six, tmp_path, k):
     """A second signed final (or a flood of them: before, ~3 s of CPU and honest nodes named
     honest nodes silent) is two signed values for one slot: proof, naming the member."""

@@ -315,7 +315,6 @@ def test_every_node_may_publish_and_read_only_the_exact_topics_of_its_edges():
 
 
 @pytest.mark.mqtt
-@pytest.mark.skipif(__import__("p2pem.deploy.broker", fromlist=["x"]).find_mosquitto() is None, reason="mosquitto is not installed")
 def test_a_members_aliased_retained_or_oversized_packet_cannot_partition_the_sites(tmp_path):
     """Before, a member's retained MQTT v5 packet with a topic alias grew past the packet limit
     when the bridge (MQTT 3.1.1) forwarded it with its full topic: the bridge reconnected every
@@ -328,11 +327,15 @@ def test_a_members_aliased_retained_or_oversized_packet_cannot_partition_the_sit
     from paho.mqtt.packettypes import PacketTypes
     from paho.mqtt.properties import Properties
 
-    from p2pem.deploy.broker import free_port
+    from conftest import unavailable
+
+    from p2pem.deploy.broker import find_mosquitto, free_port
     from p2pem.deploy.kit import MAX_PACKET_SIZE, prepare_kit, start_bridge_broker, start_kit_broker
     from p2pem.scenario import load_scenario
     from test_deploy import Capture, scenario_file
 
+    if find_mosquitto() is None:
+        unavailable("mosquitto is not installed (apt-get install mosquitto); the bridge test needs two real brokers")
     path = scenario_file(tmp_path, n_nodes=4, max_iter=1)
     kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=("127.0.0.1", free_port()), seeded=True, sites=2)
     member = INSIDER  # odd nodes connect to the second site

@@ -141,6 +141,57 @@ def run_in_memory(
     return [(codes[i], json.loads((out / f"result{i}.json").read_text(), parse_constant=_no_nan)) for i in range(kit.n_nodes)]
 
 
+def run_with_restart(kit, out, victim: int, after: int, *, timeout: float = 2.0):
+    """Every node in memory; ``victim``'s link dies as it publishes its ``after``-th envelope and
+    a new process of it starts at once with the same key, config and launch nonce (a
+    crash-restart).  Returns the exit codes (the new process's last), every node's first
+    result.json and the new process's (None when the run ended before the restart)."""
+    out.mkdir(parents=True, exist_ok=True)
+    roster = Roster.load(kit.roster_path)
+    broker = MemoryBroker()
+    prefix, passed = f"p2pem/{roster.run_id}/from/{victim}/", Counter()
+    links, restarted = {}, asyncio.Event()
+
+    def config_of(i, name):
+        config = NodeConfig.load(kit.config_path(i))
+        return replace(config, result=out / name, timeouts=Timeouts(timeout=timeout, startup_timeout=10.0, heartbeat=timeout / 4))
+
+    def link_of(i, name):
+        return broker.link(subscriptions_for(roster.run_id, i, peers_for(roster, i)), name=name)
+
+    def reaper(topic, payload):
+        if topic.startswith(prefix) and not restarted.is_set():
+            passed[victim] += 1
+            if passed[victim] == after:
+                links[victim].kill()
+                restarted.set()
+        return [(topic, payload, 0.0)]
+
+    broker.intercept = reaper
+    runtimes = {}
+    for i in range(kit.n_nodes):
+        links[i] = link_of(i, f"node{i}")
+        runtimes[i] = NodeRuntime(config_of(i, f"result{i}.json"), link=links[i], launch=LAUNCH)
+
+    async def second():
+        await restarted.wait()
+        runtime = NodeRuntime(config_of(victim, "restarted.json"), link=link_of(victim, "again"), launch=LAUNCH)
+        return await run_reported(runtime)
+
+    async def main():
+        again = asyncio.create_task(second())
+        codes = await asyncio.gather(*(run_reported(rt) for rt in runtimes.values()))
+        if not restarted.is_set():  # the run ended before the victim published that many
+            again.cancel()
+            return codes
+        return [*codes, await again]
+
+    codes = run_virtual(main())
+    reports = [json.loads((out / f"result{i}.json").read_text(), parse_constant=_no_nan) for i in range(kit.n_nodes)]
+    again = json.loads((out / "restarted.json").read_text(), parse_constant=_no_nan) if restarted.is_set() else None
+    return codes, reports, again
+
+
 def _no_nan(token: str):
     raise AssertionError(f"result.json holds {token}, which is not JSON")
 
@@ -391,8 +442,11 @@ def abort_naming(how: str):
 @st.composite
 def attacks(draw, sent):
     """One insider: a rewrite of its nth message of some kind, or statements it signs itself."""
-    what = draw(st.sampled_from(["rewrite", "early-stop", "inflate", "vote", "abort", "withhold", "perturb", "finals", "flood"]), label="attack")
+    what = draw(st.sampled_from(["rewrite", "early-stop", "inflate", "vote", "abort", "withhold", "perturb", "finals", "flood", "restart"]), label="attack")
     # the third red team's shapes (issue 32): each may stop the run, none may convict an honest node
+    if what == "restart":  # INSIDER crashes and a new process of it starts, same key and nonce
+        after = draw(st.integers(5, sum(sent.values())), label=f"after its nth of {sum(sent.values())} envelopes")
+        return f"restart after {after}", "stop", after, False
     if what == "withhold":
         lag = draw(st.sampled_from([2.5, 4.5]), label="lag (timeout 2 s)")
         return f"withhold {lag} s", "stop", lambda kit: Withhold(kit, lag), True
@@ -421,7 +475,8 @@ def attacks(draw, sent):
         def flood(ins: Statements, m: Message) -> list[Message]:
             n_edges = sum(map(len, ins.roster.neighbours)) // 2
             return vote_against(0)(ins, m) * (statement_limit(ins.roster.n_nodes, n_edges) + 5)
-        return what, "continue", lambda kit: Statements(kit, nth, flood), True
+        # convicts its sender (test_deploy_proof.py); here only: never an honest node
+        return what, "continue", lambda kit: Statements(kit, nth, flood), False
     if what == "vote":
         on_dropout = draw(st.sampled_from(["stop", "continue"]), label="on_dropout")
         victim_at = draw(st.integers(0, 5), label="victim")
@@ -441,6 +496,12 @@ def test_insider_never_splits_or_silently_corrupts_the_outcome(kit, honest, tmp_
     kit, sim = kit
     _, sent = honest
     name, on_dropout, make, detected = data.draw(attacks(sent))
+    if name.startswith("restart"):  # nobody misbehaves: nobody may be convicted, not even the restarted node
+        codes, reports, again = run_with_restart(kit, tmp_path_factory.mktemp("run"), INSIDER, after=make)
+        results = [(codes[i], reports[i]) for i in range(kit.n_nodes)]
+        assert_honest_outcome(results, sim, None, unattributable=True)
+        assert again is None or again["culprits"] == [], again["error"]
+        return
     insider = make(kit)
     faults = Faults(np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="fault seed")), duplicate=0.05, delay=0.05, max_delay=0.002, rewrite=insider)
     if isinstance(insider, Withhold):  # its own broker path, not a rewrite

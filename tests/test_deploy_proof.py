@@ -11,31 +11,24 @@ test_deploy_memory.py); the launcher's verdict is checked on the same result fil
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections import Counter
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from p2pem.deploy.bootstrap import peers_for
 from p2pem.deploy.broker import acl_rules
-from p2pem.deploy.clock import run_virtual
-from p2pem.deploy.config import NodeConfig, Timeouts
 from p2pem.deploy.control import StatementBudget, statement_limit
 from p2pem.deploy.eviction import colluders, quorum
-from p2pem.deploy.process import run_reported
 from p2pem.deploy.results import collect_results
 from p2pem.deploy.roster import Roster
-from p2pem.deploy.runtime import NodeRuntime
 from p2pem.deploy.supervise import DeploymentFailed
-from p2pem.deploy.transports.base import subscriptions_for, topic_for
-from p2pem.deploy.transports.memory import Faults, MemoryBroker
+from p2pem.deploy.transports.base import topic_for
+from p2pem.deploy.transports.memory import Faults
 from p2pem.messages import Message
 from p2pem.protocols.base import ProtocolViolation
 from test_deploy_attacks import kit_for
-from test_deploy_memory import INSIDER, LAUNCH, Insider, Statements, TwoFinals, Withhold, assert_honest_outcome, exact, run_in_memory, vote_against
+from test_deploy_memory import INSIDER, LAUNCH, Insider, Statements, TwoFinals, Withhold, assert_honest_outcome, exact, run_in_memory, run_with_restart, vote_against
 
 
 @pytest.fixture(scope="module")
@@ -228,50 +221,6 @@ def test_the_launcher_refuses_an_eviction_below_the_quorum_and_prints_its_witnes
 
 
 # ----------------------------------------------------------------------------- restarts
-
-
-def run_with_restart(kit, out, victim: int, after: int, *, timeout: float = 2.0):
-    """Every node in memory; ``victim``'s link dies as it publishes its ``after``-th envelope and
-    a new process of it starts at once with the same key, config and launch nonce."""
-    out.mkdir(parents=True, exist_ok=True)
-    roster = Roster.load(kit.roster_path)
-    broker = MemoryBroker()
-    prefix, passed = f"p2pem/{roster.run_id}/from/{victim}/", Counter()
-    links, restarted = {}, asyncio.Event()
-
-    def config_of(i, name):
-        config = NodeConfig.load(kit.config_path(i))
-        return replace(config, result=out / name, timeouts=Timeouts(timeout=timeout, startup_timeout=10.0, heartbeat=timeout / 4))
-
-    def link_of(i, name):
-        return broker.link(subscriptions_for(roster.run_id, i, peers_for(roster, i)), name=name)
-
-    def reaper(topic, payload):
-        if topic.startswith(prefix) and not restarted.is_set():
-            passed[victim] += 1
-            if passed[victim] == after:
-                links[victim].kill()
-                restarted.set()
-        return [(topic, payload, 0.0)]
-
-    broker.intercept = reaper
-    runtimes = {}
-    for i in range(kit.n_nodes):
-        links[i] = link_of(i, f"node{i}")
-        runtimes[i] = NodeRuntime(config_of(i, f"result{i}.json"), link=links[i], launch=LAUNCH)
-
-    async def second():
-        await restarted.wait()
-        runtime = NodeRuntime(config_of(victim, "restarted.json"), link=link_of(victim, "again"), launch=LAUNCH)
-        return await run_reported(runtime)
-
-    async def main():
-        return await asyncio.gather(*(run_reported(rt) for rt in runtimes.values()), second())
-
-    codes = run_virtual(main())
-    reports = [json.loads((out / f"result{i}.json").read_text()) for i in range(kit.n_nodes)]
-    again = json.loads((out / "restarted.json").read_text())
-    return codes, reports, again
 
 
 def test_a_restarted_node_is_reported_as_restarted_and_convicts_nobody(six, tmp_path):

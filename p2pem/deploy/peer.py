@@ -50,8 +50,10 @@ __all__ = ["ABORT_PUBLISH_S", "Peer"]
 #: Seconds an abort may take to reach the broker before the peer stops anyway.
 ABORT_PUBLISH_S = 2.0
 #: Checks a neighbour's message fails when it is ahead of this party: proof, unless this party
-#: may be a restarted process that starts again from the beginning (:meth:`Peer.fresh_incarnation`).
-_AHEAD = frozenset({"window", "ahead"})
+#: may be a restarted process that starts again from the beginning (:meth:`Peer.fresh_incarnation`;
+#: the price: in the first round of a run such a message, or a stop proposal this party cannot
+#: place yet, is only evidence against its sender).
+_AHEAD = frozenset({"window", "ahead", "state", "stop"})
 #: Control messages that carry a signed statement (each costs a signature check): budgeted per sender.
 _STATEMENTS = frozenset({FINAL, STOP, DROP, ABORT})
 

@@ -327,7 +327,8 @@ class NodeRuntime(Peer):
         its aggregation began); a model error (the task failed on the network average) names
         nobody; any other refusal by the state machine of an authenticated, fresh, well-formed
         ``msg`` (e.g. two rounds ahead) is a violation by its sender, as honest peers never
-        send one.
+        send one, unless this node may be a restarted process (:meth:`fresh_incarnation`):
+        then it is evidence only.
         """
         if isinstance(exc, ProtocolViolation):
             return self.violated(exc)
@@ -336,6 +337,8 @@ class NodeRuntime(Peer):
             return NodeFailure(Reason.MODEL, self.node_id, f"{detail} (in {self.where()}; nobody in particular is to blame)")
         if msg is None:
             return NodeFailure(Reason.PROTOCOL, self.node_id, f"in {self.where()}: {exc}")
+        if self.fresh_incarnation():  # this node may be a restarted process, behind its honest neighbours
+            return self._behind(msg.sender, str(exc))
         return NodeFailure(Reason.VIOLATION, self.node_id, f"in {self.where()}, after a {msg.kind} message from node {msg.sender}: {exc}", (msg.sender,))
 
     def _stop_contradicted(self, exc: StopContradicted) -> NodeFailure:

@@ -191,7 +191,7 @@ def release_body(task: BayesNetTask, schema: Schema, *, protocol: str, n_nodes: 
         "networks": networks,
         "selections": [
             {"network": x.network, "step": x.step, "child": names[x.chosen.child], "parents": [names[p] for p in x.chosen.parents],
-             "candidates": x.n_candidates, "epsilon": x.epsilon}  # no score: the exact utility of the rows
+             "candidates": x.n_candidates, "epsilon": None if math.isinf(x.epsilon) else x.epsilon}  # no score: the exact utility of the rows
             for x in task.selections
         ],
     }

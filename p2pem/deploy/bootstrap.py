@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections import Counter
 
 import numpy as np
@@ -309,7 +310,11 @@ class Handshake:
         # a burst of a few dozen, then one per tick (answers, reconnections) and one per heartbeat
         self.capacity, self.rate = 30.0, 2.0 / tick + 1.0
         self.heard: dict[int, int] = {}
-        self._seq = 0
+        # Sequence numbers start at the wall clock's microseconds, so a restarted process (the
+        # same key and launch nonce: a supervisor's crash-restart) sends hellos newer than its
+        # previous incarnation's instead of ones its neighbours drop as stale, and they learn
+        # that it restarted (its status says it starts again, see Peer._incarnation).
+        self._seq = time.time_ns() // 1000
         self._seen: dict[int, int] = {}
         self._buckets: dict[int, TokenBucket] = {}
         self.hello_due = False

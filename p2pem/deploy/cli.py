@@ -39,9 +39,11 @@ equals `p2pem simulate` up to the consensus error; --insecure-reproducible-seed 
 from the scenario seed instead (bit-identical to simulate, NOT private: whoever has the
 scenario file undoes the privacy noise).  Every message is validated; a node that breaks the
 protocol is named and the run stops; no node reports success before every node showed it the
-same signed final model.  With `on_dropout = "continue"` in the scenario's [deploy] table the
-run goes on without a node that at least two of its neighbours signed fell silent (each
-eviction is printed with its witnesses).  Every protocol but centralized deploys (federated and
+same signed final model.  A node is named a culprit only on proof (a statement it signed
+that no honest node makes); a silence, a slow link or a different final model stops the run
+as unattributable, naming the suspects.  With `on_dropout = "continue"` in the scenario's
+[deploy] table the run goes on without a node that a quorum of its neighbours (more than
+`tolerate`, or all of them) signed fell silent (each eviction is printed with its witnesses).  Every protocol but centralized deploys (federated and
 dp-central with a server process beside the nodes).  --tls makes a CA and a broker certificate
 and runs the broker with TLS; --sites 2 runs two brokers joined by a Mosquitto bridge, as two
 sites would.  Ctrl-C, or killing this launcher, stops every node process and the broker.

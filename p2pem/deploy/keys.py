@@ -13,7 +13,7 @@ the only importer of ``cryptography``; this module only lays their files out.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,9 @@ from p2pem.files import atomic_write
 __all__ = ["public_path", "public_toml", "write_broker_auth"]
 
 
-def write_broker_auth(directory: Path, run_id: str, parties: int | Sequence[int], *, bridge: bool = False) -> dict[str, str]:
+def write_broker_auth(
+    directory: Path, run_id: str, parties: int | Sequence[int], *, bridge: bool = False, peers: Mapping[int, Sequence[int]] | None = None
+) -> dict[str, str]:
     """Write the broker's hashed password file, ACL and the plain per-user passwords.
 
     Files in ``directory`` (all mode 0600): ``passwords`` (Mosquitto password file, hashed),
@@ -37,6 +39,9 @@ def write_broker_auth(directory: Path, run_id: str, parties: int | Sequence[int]
         The node count (nodes ``0..n-1``), or the ids (the server is -1).
     bridge : bool
         Also a ``bridge`` user, for a second site's broker bridged to this one.
+    peers : mapping of int to sequence of int, optional
+        Whom each party exchanges messages with: the ACL then grants exact topics only
+        (:func:`~p2pem.deploy.broker.acl_rules`).
 
     Returns
     -------
@@ -52,7 +57,7 @@ def write_broker_auth(directory: Path, run_id: str, parties: int | Sequence[int]
     if bridge:
         users["bridge"] = secrets.token_urlsafe(18)
     write_password_file(directory / "passwords", users)
-    atomic_write(directory / "acl", acl_rules(run_id, ids, bridge="bridge" if bridge else None), mode=0o600)
+    atomic_write(directory / "acl", acl_rules(run_id, ids, bridge="bridge" if bridge else None, peers=peers), mode=0o600)
     for i in ids:
         atomic_write(directory / f"{username_for(i)}.password", users[username_for(i)] + "\n", mode=0o600)
     header = "broker users for monitoring (admin may publish, observer may only read); keep secret"

@@ -360,7 +360,8 @@ def prepare_kit(
     for line in cut_warnings(roster.neighbours):
         log.warning("roster of run %s: %s", run_id, line)
     parties = list(range(n)) + ([SERVER] if has_server else [])
-    users = write_broker_auth(broker_dir, run_id, parties, bridge=sites == 2)
+    peers = {i: tuple(range(n)) if i == SERVER else (*roster.neighbours[i], *((SERVER,) if has_server else ())) for i in parties}
+    users = write_broker_auth(broker_dir, run_id, parties, bridge=sites == 2, peers=peers)
     host, port = broker
     bridge_port = free_port(host) if sites == 2 else None
     tls_files = write_tls_files(broker_dir, [host]) if tls else None

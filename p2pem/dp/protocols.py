@@ -138,7 +138,7 @@ class DPProtocol(ProtocolSpec):
         records the one used).
     weight_floor, smoothing : float
         Weight post-processing, :func:`p2pem.dp.postprocess.clip_weights`.
-    covariance_repair : {"eigclamp", "diagshift", "xi"}
+    covariance_repair : {"eigclamp", "diagshift", "xi", "shrink"}
     eig_floor : float
         Smallest eigenvalue a repaired covariance keeps (Park et al.: 1e-3).
     """
@@ -151,7 +151,7 @@ class DPProtocol(ProtocolSpec):
     split: Union[str, None] = None
     weight_floor: float = 1e-3
     smoothing: float = 0.0
-    covariance_repair: Literal["eigclamp", "diagshift", "xi"] = "eigclamp"
+    covariance_repair: Literal["eigclamp", "diagshift", "xi", "shrink"] = "eigclamp"
     eig_floor: float = 1e-3
     #: the run's calibrated noise, set by :meth:`bind` (a bound spec is a new instance)
     plan: Union[NoisePlan, None] = field(default=None, repr=False, compare=False, metadata={"bound": True})

@@ -16,6 +16,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -87,8 +88,9 @@ def aggregate(spec: Options, values, topology: Topology, rngs, iteration: int, *
             if prm.schedule is not None:
                 denom, two_c, two_cd, _ = prm.at(t)
                 w = two_cd - two_c * degree  # as prm.at computes it, on the device
-            if split:
-                blocks.run(pool, partial(_primal_rows, s_dev, u, denom, spare))  # type: ignore[union-attr]
+            x: Any
+            if split and blocks is not None:
+                blocks.run(pool, partial(_primal_rows, s_dev, u, denom, spare))
                 x = spare
             elif inplace:
                 x = np.divide(np.subtract(s_dev, u, out=spare), denom, out=spare)
@@ -102,8 +104,8 @@ def aggregate(spec: Options, values, topology: Topology, rngs, iteration: int, *
             if rule.advance(t, x, x_prev, nb_sum, degree, nb_min, nb_min):
                 break
             spare = v if x_prev is None else x_prev  # free after this round (trace rows are copies)
-            if split:
-                blocks.run(pool, partial(_update_rows, u, v, x, nb_sum, two_c, two_cd, w))  # type: ignore[union-attr]
+            if split and blocks is not None:
+                blocks.run(pool, partial(_update_rows, u, v, x, nb_sum, two_c, two_cd, w))
                 u, v = nb_sum, u  # where _update_rows wrote them, as sums_update in place does
             else:
                 u, v = sums_update(u, v, x, nb_sum, two_c, two_cd, theta, w, inplace=inplace)

@@ -55,6 +55,7 @@ docs: $(STAMP)
 benchmarks: $(STAMP)
 	for b in sim/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 	$(BIN)/python sim/bench_parkinsons.py --markdown docs/generated/bench_parkinsons.md  # the docs' table
+	$(BIN)/python sim/bench_rounds.py --json docs/generated/bench_rounds.json --markdown docs/generated/bench_rounds.md
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -81,6 +81,7 @@ def aggregate(spec: Options, values, topology: Topology, rngs, iteration: int, *
     # with blocks, each elementwise step runs block by block on the pool's threads (rows are
     # independent: the same bits), the product as RowBlocks describes
     split = inplace and blocks is not None
+    x: Any = None
     t = 0
     with ThreadPoolExecutor(len(blocks) - 1, thread_name_prefix="pdmm-sp") if blocks is not None else nullcontext() as pool:
         while True:
@@ -88,7 +89,6 @@ def aggregate(spec: Options, values, topology: Topology, rngs, iteration: int, *
             if prm.schedule is not None:
                 denom, two_c, two_cd, _ = prm.at(t)
                 w = two_cd - two_c * degree  # as prm.at computes it, on the device
-            x: Any
             if split and blocks is not None:
                 blocks.run(pool, partial(_primal_rows, s_dev, u, denom, spare))
                 x = spare

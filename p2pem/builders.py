@@ -30,7 +30,7 @@ from p2pem.tabular import Table, read_table
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "build_graph", "build_protocols", "em_settings", "load_data", "load_table_parts", "load_tables", "prepare_rows", "row_nodes", "split_indices",
+    "build_graph", "build_protocols", "em_settings", "feature_columns", "load_data", "load_table_parts", "load_tables", "prepare_rows", "row_nodes", "split_indices",
     "split_prepared", "split_table", "validate_protocol", "with_public_box",
 ]
 
@@ -131,6 +131,30 @@ def prepare_rows(
         where = "'data.public': " if cfg.public is not None else ""
         raise DataError(f"{scenario.path}: {where}{exc}") from exc
     return X, labels
+
+
+def feature_columns(scenario: Scenario) -> tuple[int, tuple[str, ...] | None]:
+    """The public width of the rows the model sees, and their column names where they have them.
+
+    What a deployment's roster records so that every node can check its own data file before
+    it goes online: CSV data that is read, and at most standardised, keeps its column names
+    (the kept columns, the node column left out); a projection (``pca``), a schema's
+    encoding or synthetic data gives the width alone (names ``None``).
+
+    Raises
+    ------
+    DataError
+        The data file cannot be read.
+    """
+    cfg = scenario.data
+    projected = cfg.pca is not None or (cfg.public is not None and cfg.public.components is not None)
+    if cfg.source == "csv" and cfg.encoding is None and not projected:
+        assert cfg.path is not None
+        drop = cfg.drop_columns if cfg.node_column is None else (*cfg.drop_columns, cfg.node_column)
+        X, names = load_table(cfg.path, columns=cfg.columns, drop_columns=drop, header=cfg.header)
+        return int(X.shape[1]), tuple(names)
+    X, _ = prepare_rows(scenario)
+    return int(X.shape[1]), None
 
 
 def load_tables(scenario: Scenario) -> tuple[Table, Table | None]:

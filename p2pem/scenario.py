@@ -445,6 +445,21 @@ class Scenario:
         """The independent random streams of this scenario, see :func:`p2pem.streams.scenario_streams`."""
         return scenario_streams(self.seed)
 
+    @property
+    def parties(self) -> tuple[Any, ...] | None:
+        """The parties' own ids (site names) of nodes ``0..n-1``: the data's node column, else
+        the edge file's node names; None when the nodes are only numbered.  Every output
+        about the scenario writes this one mapping (``parties``: node ``i`` is ``parties[i]``)."""
+        return self.data.node_ids or self.graph.node_ids
+
+    def node_index(self, name: Any) -> int | None:
+        """Node id of party ``name`` (compared as text, as a file writes it), or None."""
+        parties = self.parties
+        if parties is None:
+            return None
+        text = [str(p) for p in parties]
+        return text.index(str(name)) if str(name) in text else None
+
 
 # ---------------------------------------------------------------------------- loading
 

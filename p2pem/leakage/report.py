@@ -210,9 +210,12 @@ class LeakageReport:
         return seen
 
     def leakage_json(self) -> dict:
-        """leakage.json: ``{"format", "version", "scenario", "runs": [...]}``."""
+        """leakage.json: ``{"format", "version", "scenario", "parties", "runs": [...]}`` (``parties``: node ``i``
+        is ``parties[i]``, None when the nodes are only numbered)."""
         fmt, version = LEAKAGE_FORMAT
-        return {"format": fmt, "version": version, "scenario": self.scenario.name, "runs": [r.to_json() for r in self.runs]}
+        parties = self.scenario.parties
+        return {"format": fmt, "version": version, "scenario": self.scenario.name, "parties": None if parties is None else list(parties),
+                "runs": [r.to_json() for r in self.runs]}
 
     def summary_json(self, *, extra_timings: dict[str, float] | None = None, wall_s: float | None = None) -> dict:
         """summary.json: settings, inputs, protocols (parameters, secure-sum's ring and arcs) and the

@@ -107,6 +107,22 @@ def _int_list(where: str, key: str, value: Any, lo: int, hi: int | None) -> tupl
     return tuple(sorted(value))
 
 
+def _by_name(scenario: Scenario, key: str, values: Any) -> Any:
+    """A list of node ids whose text entries are parties' names, as node ids (others unchanged)."""
+    if not isinstance(values, list):
+        return values
+    out = []
+    for v in values:
+        if isinstance(v, str):
+            i = scenario.node_index(v)
+            if i is None:
+                raise ConfigError(f"{scenario.path}: '{key}' holds {v!r}, not a party of the scenario (parties: "
+                                  f"{', '.join(repr(str(p)) for p in (scenario.parties or ())[:12]) or 'none named'})")
+            v = i
+        out.append(v)
+    return out
+
+
 def parse_whole_run(scenario: Scenario) -> WholeRunConfig:
     """Validate ``scenario.leakage["whole_run"]`` (all keys optional) into a WholeRunConfig.
 
@@ -133,9 +149,9 @@ def parse_whole_run(scenario: Scenario) -> WholeRunConfig:
         sets = raw["corrupt_sets"]
         if not isinstance(sets, list) or not sets:
             _fail(where, "corrupt_sets", f"must be a non-empty array of arrays of node ids, got {sets!r}")
-        corrupt = tuple(_int_list(where, "corrupt_sets", s, 0, n - 1) for s in sets)
+        corrupt = tuple(_int_list(where, "corrupt_sets", _by_name(scenario, "leakage.whole_run.corrupt_sets", s), 0, n - 1) for s in sets)
     elif leak.get("corrupt"):
-        base = leak["corrupt"]
+        base = _by_name(scenario, "leakage.corrupt", leak["corrupt"])
         if not (isinstance(base, list) and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n for v in base)):
             raise ConfigError(f"{where}: 'leakage.corrupt' must be an array of node ids 0..{n - 1}, got {base!r}")
         corrupt = (tuple(sorted(set(base))),)
@@ -224,12 +240,15 @@ class WholeRunReport:
     family: dict = field(default_factory=lambda: {"name": "gaussian"})
     #: None when the attack ran; else why not
     attack_skipped: str | None = None
+    #: the parties' names of nodes 0..n-1 (the scenario's), None when the nodes are only numbered
+    parties: list | None = None
 
     def to_json(self) -> dict:
         return {
             "format": WHOLE_RUN_FORMAT,
             "version": WHOLE_RUN_VERSION,
             "scenario": self.scenario,
+            "parties": self.parties,
             "family": self.family,
             "attack": "run" if self.attack_skipped is None else f"not run: {self.attack_skipped}",
             "n_nodes": self.n_nodes,
@@ -351,7 +370,8 @@ def analyse_whole_run(
         raise ConfigError(f"{scenario.path}: no synchronous network protocol to analyse")
     n = len(parts)
     report = WholeRunReport(scenario.name, config, n, int(sum(len(p) for p in parts)), int(parts[0].shape[1]), settings.n_components,
-                            family=settings.family.describe(), attack_skipped=None if settings.family.name == "gaussian" else ATTACK_GAUSSIAN_ONLY)
+                            family=settings.family.describe(), attack_skipped=None if settings.family.name == "gaussian" else ATTACK_GAUSSIAN_ONLY,
+                            parties=None if scenario.parties is None else list(scenario.parties))
     attack_ss = scenario.streams()["montecarlo"].spawn(2)[1]
     rank_on = config.rank_check if config.rank_check is not None else n <= RANK_CHECK_NODES
     for p_index, spec in enumerate(specs):

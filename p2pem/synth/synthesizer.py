@@ -94,7 +94,7 @@ def release_header(model: str, scenario: Scenario, schema: Schema, *, training_r
         "public": [
             "the schema: column names, types, order, numeric ranges and category lists"
             + ("" if schema.public else " -- NOT PUBLIC: the schema says it was read off the data"),
-            f"the graph of {scenario.graph.n_nodes} nodes and every node's row count",
+            f"the graph of {scenario.graph.n_nodes} nodes, the parties' names ('parties', when they have names) and every node's row count",
             "the scenario seed (initialisation, protocol randomness, sampling)",
             *public,
         ],

@@ -23,7 +23,9 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
                                    #   false: no header row, columns named "0", "1", ...
     node_column = "site"           # csv, optional: the party of each row (ids of any
                                    #   kind; nodes 0..n-1 in sorted id order, see
-                                   #   p2pem.data.relabel_ids); not a feature; no split
+                                   #   p2pem.data.relabel_ids); not a feature; no split;
+                                   #   with a schema too (not a schema column): each
+                                   #   party's rows are exactly its own
     standardize = true             # optional, default false
     pca = 2                        # optional: keep that many principal components
     [data.public]                  # optional: public preprocessing constants (standardize = true)
@@ -121,7 +123,7 @@ from typing import Any
 import numpy as np
 
 from p2pem.data import SPLITS, Preprocessing, parse_ids, read_text_column, relabel_ids
-from p2pem.errors import ConfigError, GraphError
+from p2pem.errors import ConfigError, DataError, GraphError
 from p2pem.families import GAUSSIAN, MixtureFamily, make_family
 from p2pem.families.encoding import TableEncoding
 from p2pem.families.toml import parse_family
@@ -131,7 +133,7 @@ from p2pem.registry import PROTOCOLS as _REGISTRY
 from p2pem.registry import make_protocol
 from p2pem.streams import STREAMS as _STREAMS
 from p2pem.streams import scenario_streams
-from p2pem.tabular import DEFAULT_BINS, Schema, load_schema, schema_from_dict
+from p2pem.tabular import DEFAULT_BINS, Schema, load_schema, read_table_parties, schema_from_dict
 from p2pem.tomltable import REQUIRED, Table, is_int, read_toml, show
 
 __all__ = [
@@ -554,7 +556,7 @@ _SCHEMA_ONLY = ("test", "test_fraction", "binned", "n_bins", "atoms")
 _CSV_ONLY = ("path", "columns", "drop_columns", "header", "node_column", "schema", *_SCHEMA_ONLY)
 _SYNTHETIC_ONLY = ("n_samples", "n_features", "n_components", "separation")
 #: [data] keys of float tables that a schema replaces (it names the columns; the encoding scales them)
-_NOT_WITH_SCHEMA = ("columns", "drop_columns", "standardize", "pca", "header", "node_column")
+_NOT_WITH_SCHEMA = ("columns", "drop_columns", "standardize", "pca", "header")
 
 
 def _parse_data(sec: Table, folder: Path) -> DataConfig:
@@ -649,8 +651,19 @@ def _parse_schema_data(sec: Table, folder: Path, common: dict[str, Any], path: P
     if sec.has("atoms"):
         table = sec.section("atoms", None)
         atoms = [(name, tuple(table.number_array(name, ndim=1).tolist())) for name in table.table]
+    node_column = sec.string("node_column", default=None)
+    node_ids = None
+    if node_column is not None:
+        # the party of every row, read beside the schema's columns (it is not one of them)
+        if sec.has("split"):
+            sec.fail(f"{sec.key('split')!r} is not used with {sec.key('node_column')!r} (the column assigns every row to its node)")
+        try:
+            node_ids = relabel_ids(parse_ids(read_table_parties(path, schema, node_column)[1]))[1]
+        except DataError as exc:
+            sec.fail(f"{sec.key('node_column')!r}: {exc}")
     data = DataConfig(
-        **common, path=path, schema=schema, test=test, test_fraction=test_fraction, binned=tuple(binned), n_bins=n_bins, atoms=tuple(atoms)
+        **common, path=path, schema=schema, test=test, test_fraction=test_fraction, binned=tuple(binned), n_bins=n_bins, atoms=tuple(atoms),
+        node_column=node_column, node_ids=node_ids,
     )
     try:
         data.encoding  # noqa: B018  (validates the binned names and atoms against the schema)

@@ -340,6 +340,46 @@ def test_keys_new_show_and_roster(tmp_path, capsys):
     assert "no public key for node(s) 3" in capsys.readouterr().err
 
 
+def test_keys_default_names_fingerprints_and_tls(tmp_path, capsys, monkeypatch):
+    """Every host's `keys new --node-id I` writes nodeI.key/.pub (distinct names for the
+    coordinator); `keys roster` prints each node's fingerprint and `keys show` prints the same
+    for a .pub file or the roster (no complaint about a public file's mode); `keys tls` makes a
+    broker certificate that names the broker's address and verifies against its CA."""
+    import ssl
+
+    monkeypatch.chdir(tmp_path)
+    for i in range(4):
+        assert main(["keys", "new", "--node-id", str(i)]) == 0
+    printed = capsys.readouterr().out
+    fingerprints = [Identity.load(tmp_path / f"node{i}.key").public.fingerprint for i in range(4)]
+    assert all(f'fingerprint = "{f}"' in printed for f in fingerprints) and (tmp_path / "node3.pub").exists()
+    assert main(["keys", "new"]) == 2 and "give --node-id I" in capsys.readouterr().err
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(
+        'seed = 3\n[data]\nsource = "synthetic"\nn_samples = 40\n[graph]\nkind = "edges"\n'
+        "edges = [[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]]\n[em]\nn_components = 2\nmax_iter = 4\n"
+        '[[protocols]]\nname = "pdmm-sp"\n'
+    )
+    assert main(["keys", "roster", str(scenario), "--public", *(f"node{i}.pub" for i in range(4)), "--out", "roster.toml"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"node {i}: {f}" in out for i, f in enumerate(fingerprints))
+    (tmp_path / "roster.toml").chmod(0o644)
+    assert main(["keys", "show", "roster.toml"]) == 0
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("node ")] == [f"node {i}: {f}" for i, f in enumerate(fingerprints)]
+    assert main(["keys", "show", "node2.pub"]) == 0 and f'fingerprint = "{fingerprints[2]}"' in capsys.readouterr().out
+    assert main(["keys", "tls", "--host", "10.20.0.7", "--host", "broker.example.org", "--out", "tls"]) == 0
+    assert sorted(p.name for p in (tmp_path / "tls").iterdir()) == ["ca.crt", "server.crt", "server.key"]
+    assert (tmp_path / "tls" / "server.key").stat().st_mode & 0o077 == 0
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate((tmp_path / "tls" / "server.crt").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(a) for a in names.get_values_for_type(x509.IPAddress)] == ["10.20.0.7"]
+    assert names.get_values_for_type(x509.DNSName) == ["broker.example.org"]
+    context = ssl.create_default_context(cafile=str(tmp_path / "tls" / "ca.crt"))
+    context.load_verify_locations(cafile=str(tmp_path / "tls" / "ca.crt"))  # the CA a node trusts loads
+
+
 def test_keys_roster_warns_about_cut_vertices_and_lonely_nodes(tmp_path, caplog):
     """A roster whose graph a single member could split (a cut vertex) or whose node has one
     neighbour (it learns that node's statistics) is written, with a warning saying why (logged:

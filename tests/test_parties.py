@@ -93,3 +93,64 @@ def test_deployment_roster_carries_the_names(tmp_path: Path) -> None:
     kit.roster_path.write_text(text.replace('name = "bergen"', 'name = "aarhus"'))
     with pytest.raises(ConfigError, match="two \\[\\[nodes\\]\\] have the same 'name'"):
         Roster.load(kit.roster_path)
+
+
+# ------------------------------------------------------------------------------ synth
+
+
+def ais_by_hospital(tmp_path: Path) -> tuple[Path, pd.DataFrame]:
+    """The AIS table under its public schema, each row held by one of five named hospitals."""
+    root = Path(__file__).resolve().parents[1]
+    frame = pd.read_csv(root / "data" / "ais.csv")
+    rng = np.random.default_rng(11)
+    frame.insert(3, "hospital", [f"h-{c}" for c in "abcde"[: 5]] * (len(frame) // 5) + ["h-a"] * (len(frame) % 5))
+    frame["hospital"] = frame["hospital"].to_numpy()[rng.permutation(len(frame))]
+    frame.to_csv(tmp_path / "ais-sites.csv", index=False)
+    path = tmp_path / "ais-sites.toml"
+    path.write_text(
+        f'seed = 4\n[data]\nsource = "csv"\npath = "ais-sites.csv"\nschema = "{root}/data/ais.schema.toml"\nnode_column = "hospital"\n'
+        '[graph]\nkind = "edges"\nedges = [[0, 1], [1, 2], [2, 3], [3, 4], [4, 0], [0, 2]]\n[em]\nn_components = 1\n'
+        '[[protocols]]\nname = "pdmm-sp"\n[bayesnet]\nepsilon = 4.0\nk = 2\nn_bins = 5\n[synth]\nmodel = "privbayes"\nprotocol = 0\nrows = 50\n'
+    )
+    return path, frame
+
+
+def test_synth_over_a_node_column_splits_the_rows_as_the_parties_hold_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """[data] node_column with a schema: the party column is not a data column, node i holds
+    exactly the rows of the i-th hospital (checked against each hospital's own file read on
+    its own), for the Bayesian-network release and the mixture synthesizer alike, and the
+    release names the parties."""
+    from p2pem.builders import load_data, load_table_parts
+    from p2pem.tabular import read_table
+
+    path, frame = ais_by_hospital(tmp_path)
+    scenario = load_scenario(path)
+    names = sorted(set(frame["hospital"]))
+    assert scenario.parties == tuple(names) and scenario.graph.n_nodes == 5 and "hospital" not in scenario.data.schema.names
+    parts, _ = load_table_parts(scenario)
+    encoded = load_data(scenario)
+    for i, name in enumerate(names):
+        own = tmp_path / f"{name}.csv"
+        frame[frame["hospital"] == name].drop(columns="hospital").to_csv(own, index=False)
+        alone = read_table(own, scenario.data.schema)
+        np.testing.assert_array_equal(parts[i].codes, alone.codes)
+        np.testing.assert_array_equal(parts[i].continuous, alone.continuous)
+        np.testing.assert_array_equal(encoded[i], scenario.data.encoding.rows(alone))
+    assert main(["synth", str(path), "--out", str(tmp_path / "out"), "-q"]) == 0
+    release = json.loads((tmp_path / "out" / "release.json").read_text())
+    assert release["parties"] == names and release["n_nodes"] == 5 and release["training_rows"] == len(frame)
+    assert "hospital" not in [c["name"] for c in release["schema"]["columns"]]
+    assert "hospital" not in (tmp_path / "out" / "synthetic.csv").read_text().splitlines()[0].split(",")
+
+
+def test_a_node_column_under_a_schema_is_checked(tmp_path: Path) -> None:
+    path, frame = ais_by_hospital(tmp_path)
+    text = path.read_text()
+    path.write_text(text.replace('node_column = "hospital"', 'node_column = "sport"'))
+    with pytest.raises(ConfigError, match="'data.node_column': .*the party column 'sport' is a column of the schema"):
+        load_scenario(path)
+    frame.loc[7, "hospital"] = ""
+    frame.to_csv(tmp_path / "ais-sites.csv", index=False)
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"'data.node_column': .*ais-sites.csv line 9, column 'hospital': '' names no party"):
+        load_scenario(path)

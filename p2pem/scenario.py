@@ -507,7 +507,13 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     seed = top.integer("seed", minimum=0)
     data = _parse_data(top.section("data", _DATA_KEYS), file.parent)
     graph = _parse_graph(top.section("graph", ("kind", "n_nodes", "radius", "edges", "path")), file.parent, data.node_ids)
-    em = _parse_em(top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "family", "init")), data)
+    em_keys = ("n_components", "max_iter", "tol", "reg_covar", "family", "init")
+    synth_model = document.get("synth", {}).get("model") if isinstance(document.get("synth"), dict) else None
+    if not top.has("em") and (top.has("bayesnet") or synth_model in ("privbayes", "hmprivbayes")):
+        # a Bayesian-network release fits no mixture: its [em] would be unused (one component stands in)
+        em = _parse_em(Table(where, {"n_components": 1}, "em", em_keys), data)
+    else:
+        em = _parse_em(top.section("em", em_keys), data)
     protocols = _parse_protocols(top)
     leakage = top.free_table("leakage")
     deploy = _parse_deploy(top)

@@ -103,13 +103,13 @@ def ais_by_hospital(tmp_path: Path) -> tuple[Path, pd.DataFrame]:
     root = Path(__file__).resolve().parents[1]
     frame = pd.read_csv(root / "data" / "ais.csv")
     rng = np.random.default_rng(11)
-    frame.insert(3, "hospital", [f"h-{c}" for c in "abcde"[: 5]] * (len(frame) // 5) + ["h-a"] * (len(frame) % 5))
+    frame.insert(3, "hospital", [f"h-{c}" for c in "abcde"] * (len(frame) // 5) + ["h-a"] * (len(frame) % 5))
     frame["hospital"] = frame["hospital"].to_numpy()[rng.permutation(len(frame))]
     frame.to_csv(tmp_path / "ais-sites.csv", index=False)
     path = tmp_path / "ais-sites.toml"
     path.write_text(
         f'seed = 4\n[data]\nsource = "csv"\npath = "ais-sites.csv"\nschema = "{root}/data/ais.schema.toml"\nnode_column = "hospital"\n'
-        '[graph]\nkind = "edges"\nedges = [[0, 1], [1, 2], [2, 3], [3, 4], [4, 0], [0, 2]]\n[em]\nn_components = 1\n'
+        '[graph]\nkind = "edges"\nedges = [[0, 1], [1, 2], [2, 3], [3, 4], [4, 0], [0, 2]]\n'  # no [em]: a Bayesian-network release needs none
         '[[protocols]]\nname = "pdmm-sp"\n[bayesnet]\nepsilon = 4.0\nk = 2\nn_bins = 5\n[synth]\nmodel = "privbayes"\nprotocol = 0\nrows = 50\n'
     )
     return path, frame

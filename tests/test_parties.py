@@ -137,10 +137,10 @@ def test_synth_over_a_node_column_splits_the_rows_as_the_parties_hold_them(tmp_p
         np.testing.assert_array_equal(parts[i].continuous, alone.continuous)
         np.testing.assert_array_equal(encoded[i], scenario.data.encoding.rows(alone))
     assert main(["synth", str(path), "--out", str(tmp_path / "out"), "-q"]) == 0
-    release = json.loads((tmp_path / "out" / "release.json").read_text())
+    release = json.loads((tmp_path / "out" / "release" / "release.json").read_text())
     assert release["parties"] == names and release["n_nodes"] == 5 and release["training_rows"] == len(frame)
     assert "hospital" not in [c["name"] for c in release["schema"]["columns"]]
-    assert "hospital" not in (tmp_path / "out" / "synthetic.csv").read_text().splitlines()[0].split(",")
+    assert "hospital" not in (tmp_path / "out" / "release" / "synthetic.csv").read_text().splitlines()[0].split(",")
 
 
 def test_a_node_column_under_a_schema_is_checked(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ def test_whole_run_writes_versioned_json_and_figure(tmp_path: Path, capsys: pyte
         ("iterations_seen = [0, 1, 2, 5, 11]", "iterations_seen = [1, 1]", "'leakage.whole_run.iterations_seen' names a value more than once"),
         ("starts = 3", "starts = 3\nmax_minutes = 0", "'leakage.whole_run.max_minutes' must be a number of minutes > 0"),
         # an attack estimated past the limit is refused before it starts, with the estimate and what to change
-        ("starts = 3", "starts = 3\nmax_minutes = 1e-12", "the whole-run attack on pdmm-sp would take up to about"),
+        ("starts = 3", "starts = 3\nmax_minutes = 1e-12", "the whole-run attack on pdmm-sp would take about"),
     ],
 )
 def test_whole_run_errors_are_one_line_and_leave_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, message: str) -> None:

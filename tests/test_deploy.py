@@ -727,8 +727,8 @@ def test_host_with_a_two_column_file_names_itself_and_no_honest_node_is_blamed(t
     n, victim = 4, 3
     path = scenario_file(tmp_path, n_nodes=n, max_iter=2, timeout=3.0)
     columns = ["MDVP:Fo(Hz)", "MDVP:Fhi(Hz)", "MDVP:Flo(Hz)"]
-    text = path.read_text().replace('drop_columns = ["name", "status"]', f"columns = {json.dumps(columns)}")
-    path.write_text(re.sub(r"(?m)^pca = 2.*$", "", text))
+    data = f'[data]\nsource = "csv"\npath = {json.dumps(str(ROOT / "data" / "parkinsons.data"))}\ncolumns = {json.dumps(columns)}\nsplit = "even"\n\n'
+    path.write_text(re.sub(r"(?s)\[data\].*?(?=\[graph\])", lambda _: data, path.read_text()))
     nets = Namespaces(n) if _netns_unavailable() is None else None
     host = "10.77.0.1" if nets is not None else "127.0.0.1"
     timeouts = Timeouts(timeout=3.0, startup_timeout=6.0)

@@ -123,7 +123,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     lo, hi = gs["diameter_bounds"]
     diameter = gs["diameter"] if gs["diameter"] is not None else f"{lo}..{hi} (bounds)"
     print(f"scenario {scenario.name}: {result.n_rows} rows, {gs['n_nodes']} nodes, {gs['n_edges']} edges, diameter {diameter}")
-    print(f"  {degree_report(result.graph).summary()}")
+    print(f"  {degree_report(result.graph).summary(scenario.parties)}")
+    if scenario.parties is not None:
+        print("  parties: " + ", ".join(f"{i} = {name}" for i, name in enumerate(scenario.parties[:12])) + (" ..." if len(scenario.parties) > 12 else ""))
     ref = next((r for r in result.runs if r.protocol == "centralized"), None)
     width = max(12, *(len(r.protocol) for r in result.runs))
     header = (f"{'protocol':<{width}} {'EM its':>6} {'final loglik':>13} {'max rel err':>11} {'epsilon':>8} {'consensus its':>13} "

@@ -217,7 +217,7 @@ def test_data_file_of_the_wrong_width_stops_that_node_at_load(tmp_path):
     data.write_text("\n".join([lines[0] + ",extra"] + [ln + ",1.0" for ln in lines[1:]]) + "\n")
     broker = start_kit_broker(kit)
     try:
-        with pytest.raises(DeploymentFailed, match=r"node 2: .*data.csv has 3 columns, but the roster's model has 2 features"):
+        with pytest.raises(DeploymentFailed, match=r"node 2: .*data.csv has 3 columns, but the roster .* says every node's data has 2"):
             run_deployment(kit)
     finally:
         broker.stop()

@@ -20,7 +20,7 @@ from typing import Any
 from p2pem.deploy.config import toml_dumps
 from p2pem.files import atomic_write
 
-__all__ = ["public_path", "public_toml", "write_broker_auth"]
+__all__ = ["public_path", "public_toml", "read_public", "write_broker_auth"]
 
 
 def write_broker_auth(
@@ -80,4 +80,23 @@ def public_toml(public, node_id: int | None = None) -> str:
     doc.update(public.to_dict())
     doc["fingerprint"] = public.fingerprint
     return toml_dumps(doc, header="p2pem public identity: send this file to whoever assembles the roster")
+
+
+def read_public(path: Path) -> tuple[str, Any]:
+    """What ``path`` is, for ``keys show``: ``("roster", None)``, ``("public", (node id or None,
+    PublicIdentity))`` for a ``.pub`` file, or ``("private", None)`` for anything else (a key file)."""
+    import tomllib
+
+    from p2pem.deploy.crypto import PublicIdentity
+
+    try:
+        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return "private", None
+    if "nodes" in doc and "run_id" in doc:
+        return "roster", None
+    if "signing_key" in doc and "agreement_key" in doc:
+        node_id = doc.get("id") if isinstance(doc.get("id"), int) else None
+        return "public", (node_id, PublicIdentity.from_dict({k: doc[k] for k in ("signing_key", "agreement_key")}))
+    return "private", None
 

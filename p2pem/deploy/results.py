@@ -269,6 +269,8 @@ def _document(kit: Kit, roster: Roster, family: MixtureFamily, reports: list[dic
         doc: dict[str, Any] = {**output_header(RESULT_FORMAT, scenario), "graph": graph_summary(build_graph(scenario))}
     else:
         doc = {**output_header(RESULT_FORMAT, None), "graph": {"n_nodes": roster.n_nodes, "diameter": roster.diameter}}
+    if roster.parties is not None:  # the roster's names are what the nodes ran under
+        doc["parties"] = list(roster.parties)
     if roster.task is None:
         doc["family"] = family.describe()
     else:

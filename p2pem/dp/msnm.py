@@ -228,7 +228,7 @@ class DPMSNM(Centralized):
         if not isinstance(settings.family, SkewNormalFamily):
             raise ConfigError(f"dp-msnm: DP-MSNM fits skew-normal mixtures: set [em] family = \"skew-normal\", not {settings.family.name!r}")
         if settings.tol != 0 or settings.max_iter < 1:
-            raise ConfigError("dp-msnm: the budget is split over a fixed number of EM iterations: set tol = 0 and max_iter >= 1 (em.tol, em.max_iter)")
+            raise ConfigError("dp-msnm: the budget is split over a fixed number of EM iterations: set tol = 0 and max_iter >= 1 (the estimator's tol and max_iter; [em] tol and max_iter in a scenario)")
         bound = self.bound if self.bound is not None else float(max(np.max(np.abs(p)) for p in parts))
         clipped = [np.clip(p, -bound, bound) for p in parts]
         n_rows = int(sum(len(p) for p in parts))

@@ -28,6 +28,9 @@ from p2pem.synth.run import synthesize, write_synthesis
 from test_marginal_synth import ais  # noqa: F401  (the fixture: four AIS columns under a public schema)
 
 N_NODES = 4
+#: Seconds a node may stay silent: Private-PGM's estimation runs inside the node's step and holds its
+#: message loop for as long as it takes (seconds, more on a loaded machine)
+TIMEOUT = 120
 
 needs_mosquitto = pytest.mark.skipif(find_mosquitto() is None, reason="mosquitto is not installed (apt-get install mosquitto)")
 
@@ -77,7 +80,7 @@ def test_a_seeded_deployed_release_is_the_release_of_p2pem_synth_to_the_byte(ais
     model, protocol = "mst", "pdmm-sp"
     path = release_scenario(ais, tmp_path, model=model, protocol=protocol)
     out = tmp_path / "deployed"
-    assert main(["deploy", str(path), "--out", str(out), "--insecure-reproducible-seed", "--check", "-q"]) == 0
+    assert main(["deploy", str(path), "--out", str(out), "--insecure-reproducible-seed", "--check", "-q", "--timeout", str(TIMEOUT)]) == 0
     printed = capsys.readouterr().out
     assert "every node agreed" in printed and "same release as `p2pem synth`" in printed, printed
     scenario = load_scenario(path)
@@ -106,7 +109,7 @@ def test_a_private_deployment_draws_its_shared_seed_by_commit_and_reveal(ais, tm
     path = release_scenario(ais, tmp_path, protocol="secure-sum", extra='noise = "shares"\nselection = "noisy"\ntolerate = 1')
     out = tmp_path / "kit"
     assert main(["deploy", str(path), "--out", str(out), "--prepare-only"]) == 0
-    assert main(["deploy", "--kit", str(out), "-q"]) == 0
+    assert main(["deploy", "--kit", str(out), "-q", "--timeout", str(TIMEOUT)]) == 0
     release = json.loads((out / "release" / "release.json").read_text())
     reports = [json.loads(Kit.load(out).result_path(i).read_text()) for i in range(N_NODES)]
     assert not any(r["insecure_reproducible_seed"] for r in reports) and release["deployment"]["seeded"] is False

@@ -165,7 +165,7 @@ def finish_release(kit: Kit, doc: Mapping[str, Any], scenario: Scenario, *, rows
     if kind == "bayesnet":
         header = output_header(RELEASE_FORMAT, scenario)
         release = assemble_release(header, body, {"name": run["protocol"], "params": run["protocol_params"]}, aggregations, run["wall_s"])
-        public = RELEASE_PUBLIC
+        public: tuple[str, ...] = RELEASE_PUBLIC
         training_rows = int(body["training_rows"])
     else:
         synthesizer = SYNTHESIZERS.get(str(scenario.synth.get("model")))

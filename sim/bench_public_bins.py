@@ -127,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.scenarios:
         scenario = load_scenario(ROOT / "scenarios" / f"{name}.toml")
         for binning in binnings:
+            if binning != "schema edges" and scenario.data.binned:
+                # the mixed family fixes its category counts when the scenario is read: swapping the schema
+                # afterwards would fit one encoding and describe another
+                print(f"  {name} on {binning}: skipped (the mixture's family is built from the schema file)", flush=True)
+                continue
             schema = scenario.data.schema if binning == "schema edges" else without_edges(scenario.data.schema)
             variant = dataclasses.replace(scenario, data=dataclasses.replace(scenario.data, schema=schema))
             for seed in range(args.seeds):
@@ -146,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.scenarios:
         for binning in binnings:
             sel = [r for r in results if r["scenario"] == name and r["binning"] == binning]
+            if not sel:
+                continue
             rows.append([name, binning, str(len(sel)), f"{np.mean([r['fine_2way_tvd'] for r in sel]):.4f}",
                          f"{np.mean([r['own_bins_2way_tvd'] for r in sel]):.4f}", f"{np.mean([r['wall_s'] for r in sel]):.0f}"])
     rows.append(["independent marginals, exact (no privacy)", "-", "1", f"{floor:.4f}", "-", "-"])

@@ -259,8 +259,9 @@ def task_from_public(
     values = dict(table["settings"])
     if values.get("epsilon") == "inf":
         values["epsilon"] = math.inf
-    if isinstance(values.get("network"), list):
-        values["network"] = tuple(tuple(entry) for entry in values["network"])
+    for key in ("network", "clusters"):
+        if isinstance(values.get(key), list):
+            values[key] = tuple(tuple(entry) for entry in values[key])
     try:
         settings = BayesNetSettings(**values)
         sizes = check_schema(schema, settings)

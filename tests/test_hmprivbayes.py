@@ -103,3 +103,13 @@ def test_a_similarity_without_budget_and_bad_public_clusters_are_one_line_errors
         BayesNetSettings(model="hmprivbayes", clusters=((0, 1), (1, 2))).check_attributes(3)
     with pytest.raises(ConfigError, match="'composition' must be one of sequential, paper"):
         BayesNetSettings(composition="parallel")
+
+
+def test_a_release_of_the_papers_composition_is_refused():
+    from p2pem.bayesnet.release import release_body
+    from p2pem.tabular import Categorical, Schema
+
+    schema = Schema(tuple(Categorical(f"c{j}", tuple(str(v) for v in range(s))) for j, s in enumerate(SIZES)))
+    task = release(BayesNetSettings(model="hmprivbayes", epsilon=1.0, k=2, composition="paper"), rows())
+    with pytest.raises(ConfigError, match="composition = 'paper' spends more than epsilon"):
+        release_body(task, schema, protocol="centralized", n_nodes=1)

@@ -149,9 +149,17 @@ def release_body(task: BayesNetTask, schema: Schema, *, protocol: str, n_nodes: 
         The aggregation protocol's label (``centralized``: one curator).
     n_nodes : int
         Nodes of the aggregation (1 for a central run).
+
+    Raises
+    ------
+    ConfigError
+        The task ran HMPrivBayes with ``composition = "paper"``, which spends more than its
+        epsilon (:mod:`p2pem.bayesnet.privacy`): it is for comparisons, never released.
     """
     names = schema.names
     s = task.settings
+    if s.hm and s.composition == "paper":
+        raise ConfigError("bayesnet: composition = 'paper' spends more than epsilon (its clusters share rows); it is for comparisons and is never released")
     networks = []
     for net in task.networks:
         networks.append(

@@ -383,7 +383,8 @@ def report_figure(report: dict[str, Any], path: str | Path, *, title: str = "Syn
     rep = report.get("reproducibility")
     if rep is not None and rep["rate"] is not None:
         n = len(rep["releases"])
-        title += f" | finding reproduced in {100 * rep['rate']:.0f}% of {n} release{'s' if n > 1 else ''}"
+        what = f"release{'s' if n > 1 else ''}" if rep.get("independent_fits", True) else f"sample{'s' if n > 1 else ''} of one fit"
+        title += f" | finding reproduced in {100 * rep['rate']:.0f}% of {n} {what}"
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path)

@@ -317,8 +317,8 @@ def reproducibility(
     when it is on the real data.  A release on which the model cannot be fitted does not
     reproduce it.
 
-    With ``rng`` and ``n_boot > 0`` (or a ready ``strength``), also Jälkö et al.'s protocol (*Patterns* 2021): every finding (a predictor
-    significant on the real rows) is graded strong or weak by :func:`finding_strength`
+    With ``rng`` and ``n_boot > 0`` (or a ready ``strength``), also Jälkö et al.'s protocol
+    (*Patterns* 2021): every finding (a predictor significant on the real rows) is graded strong or weak by :func:`finding_strength`
     (:data:`STRONG`), and reproduced by a release when its coefficient has the real sign and
     p < 0.05; ``strong`` and ``weak`` give the share of releases that reproduce all findings
     of that grade.  Their protocol fits every release afresh (independent DP noise); say so

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import unavailable  # the tests folder is on sys.path (pytest's rootdir import mode)
 
 from p2pem.bayesnet import BayesNetSettings, BayesNetTask
 from p2pem.deploy.clock import run_virtual
@@ -103,7 +104,7 @@ def test_every_deployed_node_holds_the_network_of_the_simulation(kit, tmp_path, 
 def test_a_release_over_a_real_mosquitto_broker_is_the_simulations(tmp_path):
     """The same release with every node's runtime talking MQTT to Mosquitto (the kit's passwords and ACL)."""
     if find_mosquitto() is None:
-        pytest.skip("mosquitto is not installed (apt-get install mosquitto); MQTT tests need a real broker")
+        unavailable("mosquitto is not installed (apt-get install mosquitto); MQTT tests need a real broker")
     kit = prepare_kit(kit_scenario(tmp_path), tmp_path / "kit", broker=("127.0.0.1", free_port()), seeded=True)
     handle = start_kit_broker(kit)
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import unavailable  # the tests folder is on sys.path (pytest's rootdir import mode)
 
 from p2pem.deploy.broker import find_mosquitto, free_port
 from p2pem.deploy.codec import Codec
@@ -626,8 +627,7 @@ class Namespaces:
 def test_nodes_in_separate_network_namespaces(tmp_path):
     reason = _netns_unavailable()
     if reason is not None:
-        print(f"skipping the network-namespace test: {reason}")
-        pytest.skip(reason)
+        unavailable(reason)
     n = 4
     path = scenario_file(tmp_path, n_nodes=n, max_iter=2)
     with Namespaces(n) as nets:

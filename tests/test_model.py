@@ -9,9 +9,8 @@ from p2pem import DistributedGMM
 from p2pem.errors import ConfigError, DataError, NotFittedError
 from p2pem.graphs import geometric_graph
 
-sklearn = pytest.importorskip("sklearn")
-from sklearn.base import clone  # noqa: E402
-from sklearn.mixture import GaussianMixture  # noqa: E402
+from sklearn.base import clone
+from sklearn.mixture import GaussianMixture
 
 
 def _data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pytest
+from conftest import unavailable  # the tests folder is on sys.path (pytest's rootdir import mode)
 
 from p2pem.deploy.broker import acl_rules, find_mosquitto, free_port, hash_password, username_for, write_mosquitto_config, write_password_file
 from p2pem.deploy.codec import Codec, NotAddressed
@@ -125,7 +126,7 @@ def test_password_hash_is_what_mosquitto_passwd_writes(tmp_path):
     while the broker checks the whole password at login, as write_password_file hashes it.)"""
     passwd = find_mosquitto("mosquitto_passwd")
     if passwd is None:
-        pytest.skip("mosquitto is not installed (mosquitto_passwd comes with it)")
+        unavailable("mosquitto is not installed (mosquitto_passwd comes with it)")
     plain = {"node1": "s3cret x", "observer": "pw ü €"}
     path = tmp_path / "pw"
     path.write_text("".join(f"{u}:{p}\n" for u, p in plain.items()))

@@ -193,3 +193,34 @@ def test_a_client_without_the_expected_internals_keeps_its_reader_in_bursts():
     other = Other()
     assert reading.install(other, lambda t, p: None) is None
     assert other.loop_read() == 0 and other.calls == 1
+
+
+def test_an_untested_paho_release_keeps_pahos_reader_and_reads_the_same_stream():
+    """The fast path is fenced by paho's version: on a release not in TESTED_PAHO the link reads
+    through paho's own reader (in bursts), and both paths deliver the same packets in the same order."""
+    assert reading.paho_release() in reading.TESTED_PAHO  # the installed paho is one the fast path was tested on
+    stream = _random_stream(np.random.default_rng(11), 120)
+    seen = []
+    for release in (reading.paho_release(), (99, 0)):
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        rec = _Recorder(a)
+        got: list[tuple[int, bytes, int] | tuple[str, bytes]] = []
+        rec.handled = got
+        reader = reading.install(rec.client, lambda topic, payload, got=got: got.append((topic, payload)), release=release)
+        assert (reader is None) == (release == (99, 0))
+        try:
+            b.sendall(stream)
+            before = -1
+            while len(got) != before:
+                before = len(got)
+                rec.client.loop_read()
+        finally:
+            a.close()
+            b.close()
+        seen.append([(decoded.topic.decode(), bytes(decoded.payload))
+                     if isinstance(entry[0], int) and entry[0] & 0xF6 == 0x30
+                     and (decoded := _packet.decode_publish(entry[0], bytearray(entry[1]), paho.MQTTv311)) else entry
+                     for entry in got])
+    fast, slow = seen
+    assert len(fast) > 100 and fast == slow

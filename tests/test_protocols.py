@@ -435,7 +435,6 @@ def test_secure_sum_ring_follows_a_changed_graph():
 
 def test_array_api_engine_agrees_with_the_cpu_engine(monkeypatch):
     # the portable code path (what device = "cuda" runs on CuPy) on the strict reference namespace
-    pytest.importorskip("array_api_strict")
     g = geometric_graph(60, seed=4)
     topo = Topology.from_graph(g)
     s = np.random.default_rng(6).normal(size=(60, 5)) + 2.0

@@ -214,10 +214,7 @@ covariances = [[[1.0, 0.0], [0.0, 1.0]], [[2.0, 0.5], [0.5, 1.0]], [[1, 0], [0, 
 def test_protocol_parameters_and_free_tables(tmp_path: Path) -> None:
     text = edit(BASE, 'name = "centralized"', 'name = "pdmm-sp"\nmode = "sync"\nc = 0.2\nmax_iter = 2000')
     text += '\n[leakage]\nestimator = "ksg"\nk = [3, 5]\n\n[deploy]\nbroker = "localhost:1883"\n'
-    try:
-        scenario = load_scenario(write(tmp_path, text))
-    except ConfigError as exc:  # make_protocol may not know these parameters
-        pytest.skip(f"p2pem.protocols rejects the sample parameters: {exc}")
+    scenario = load_scenario(write(tmp_path, text))
     assert scenario.protocols[0].name == "pdmm-sp"
     assert dict(scenario.protocols[0].params) == {"mode": "sync", "c": 0.2, "max_iter": 2000}
     assert scenario.leakage["estimator"] == "ksg" and scenario.leakage["k"] == [3, 5]

@@ -12,7 +12,7 @@ import pytest
 from p2pem.cli import main
 from p2pem.schemas import FORMATS, load_schema, schema_path
 
-jsonschema = pytest.importorskip("jsonschema")
+import jsonschema
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 

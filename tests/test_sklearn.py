@@ -12,17 +12,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-sklearn = pytest.importorskip("sklearn")
-from sklearn.model_selection import GridSearchCV, GroupKFold, KFold, cross_val_score  # noqa: E402
-from sklearn.pipeline import make_pipeline  # noqa: E402
-from sklearn.preprocessing import StandardScaler  # noqa: E402
-from sklearn.utils.estimator_checks import check_estimator  # noqa: E402
+from sklearn.model_selection import GridSearchCV, GroupKFold, KFold, cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import check_estimator
 
-import p2pem.model  # noqa: E402
-from p2pem import DistributedGMM, DistributedSkewNormalMixture, PdmmSP  # noqa: E402
-from p2pem.errors import ConfigError, DataError, GraphError  # noqa: E402
-from p2pem.runner import run_scenario  # noqa: E402
-from p2pem.scenario import load_scenario  # noqa: E402
+import p2pem.model
+from p2pem import DistributedGMM, DistributedSkewNormalMixture, PdmmSP
+from p2pem.errors import ConfigError, DataError, GraphError
+from p2pem.runner import run_scenario
+from p2pem.scenario import load_scenario
 
 #: Every estimator class of p2pem (one per model family), with the parameters that keep its checks fast.
 ESTIMATORS = [cls(max_iter=20) for cls in p2pem.model.ESTIMATORS.values()]

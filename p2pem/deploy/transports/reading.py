@@ -26,6 +26,7 @@ the attributes paho 2.x has (``_sock``, ``_in_packet``, ``_packet_handle``,
 
 from __future__ import annotations
 
+import importlib.metadata
 import socket
 import ssl
 import time
@@ -45,6 +46,10 @@ _OK, _NO_CONN, _PROTOCOL, _CONN_LOST = 0, 4, 2, 7
 _MQTT3 = (3, 4)
 #: A QoS 0 PUBLISH: packet type 3, DUP 0, QoS 0 (the RETAIN bit may be either).
 _PUBLISH_QOS0, _PUBLISH_MASK = 0x30, 0xF6
+
+#: paho-mqtt releases (major, minor) whose private reader state this module was tested against
+#: (tests/test_mqtt_reading.py); on any other the link keeps paho's own reader (:func:`install`).
+TESTED_PAHO = frozenset({(2, 1), (2, 2)})
 
 _PAHO_ATTRIBUTES = ("_sock", "_in_packet", "_packet_handle", "_loop_rc_handle", "_msgtime_mutex", "_protocol", "loop_read", "socket")
 
@@ -183,10 +188,21 @@ def read_in_bursts(client: object) -> None:
     client.loop_read = lambda max_packets=1: read_burst(client, read_one)  # type: ignore[attr-defined]
 
 
-def install(client: object, sink: Callable[[str, bytes], None]) -> PacketReader | None:
-    """Give ``client`` a :class:`PacketReader` feeding ``sink``; where the client lacks an
-    attribute the reader drives (another paho), paho's reader in bursts instead (None)."""
-    if not all(hasattr(client, name) for name in _PAHO_ATTRIBUTES):
+def paho_release() -> tuple[int, int] | None:
+    """The installed paho-mqtt's (major, minor), or None where it cannot be read."""
+    try:
+        major, minor = importlib.metadata.version("paho-mqtt").split(".")[:2]
+        return int(major), int(minor)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def install(client: object, sink: Callable[[str, bytes], None], *, release: tuple[int, int] | None = None) -> PacketReader | None:
+    """Give ``client`` a :class:`PacketReader` feeding ``sink``; where paho is not a release in
+    :data:`TESTED_PAHO` (``release``, default the installed one) or the client lacks an attribute
+    the reader drives, paho's reader in bursts instead (None)."""
+    release = paho_release() if release is None else release
+    if release not in TESTED_PAHO or not all(hasattr(client, name) for name in _PAHO_ATTRIBUTES):
         if hasattr(client, "loop_read") and hasattr(client, "socket"):
             read_in_bursts(client)
         return None

@@ -4,6 +4,7 @@ bootstrap of the real rows, and rates per grade over releases."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from p2pem.synth.models import STRONG, Regression, finding_strength, fit_regression, reproducibility
@@ -52,3 +53,27 @@ def test_rates_per_grade_count_releases_that_keep_sign_and_significance_of_each_
     one_fit = reproducibility(real, [real], SPEC, strength={"x": 1.0}, independent_fits=False)
     assert one_fit["independent_fits"] is False and "sampling noise" in one_fit["note"]
     assert one_fit["strong"] == {"findings": ["x"], "rate": 1.0} and one_fit["weak"] == {"findings": [], "rate": None}
+
+
+def test_a_report_over_independent_fits_grades_its_findings_and_validates_against_the_schema():
+    import json
+
+    import jsonschema
+
+    from p2pem.schemas import load_schema as load_json_schema
+    from p2pem.synth import REPORT_FORMAT, synth_report
+
+    real, test = table(600, 1, 1.0), table(300, 2, 1.0)
+    report = synth_report(real, test, [real, table(600, 4, 1.0)], rng=np.random.default_rng(0), target="label", regression=SPEC,
+                          dcr_rows=100, models=("logistic",), independent_fits=True, n_bootstrap=10)
+    rep = json.loads(json.dumps(report, allow_nan=False))["reproducibility"]
+    assert rep["independent_fits"] is True and {f["grade"] for f in rep["findings"]} <= {"strong", "weak"} and rep["findings"]
+    schema = load_json_schema(REPORT_FORMAT)
+    jsonschema.validate(json.loads(json.dumps(report)), schema, cls=jsonschema.Draft202012Validator)
+    rep["findings"][0]["grade"] = "medium"
+    broken = {**json.loads(json.dumps(report)), "reproducibility": rep}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema, cls=jsonschema.Draft202012Validator)
+    # samples of one fit: no grades unless asked, and the note says why
+    plain = synth_report(real, test, real, rng=np.random.default_rng(0), regression=SPEC, dcr_rows=100)["reproducibility"]
+    assert plain["independent_fits"] is False and "findings" not in plain and "sampling noise" in plain["note"]

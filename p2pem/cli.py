@@ -226,7 +226,7 @@ def cmd_model(args: argparse.Namespace) -> int:
     from p2pem.export import saved_from_result
     from p2pem.saved import write_model
 
-    saved = saved_from_result(args.result, args.protocol)
+    saved = saved_from_result(args.result, args.protocol, fresh_noise=args.fresh_noise, insecure=args.insecure_reproducible_seed)
     write_model(saved, args.out)
     pre = saved.preprocessing
     steps = [] if pre is None else (["standardised"] if pre.center is not None else []) + (
@@ -239,7 +239,12 @@ def cmd_model(args: argparse.Namespace) -> int:
     privacy = saved.protocol.get("params", {}).get("privacy")
     if isinstance(privacy, dict):
         eps = privacy.get("epsilon", {}).get("outsider")
-        print(f"  private: epsilon {eps:.3g} against an outsider" if eps is not None else "  NOT differentially private (see the file's protocol.params.privacy)")
+        if not privacy.get("differentially_private", True):
+            print("  INSECURE: the simulated model, its noise from the scenario seed (--insecure-reproducible-seed); NOT differentially private")
+        elif eps is not None:
+            print(f"  private: epsilon {eps:.3g} against an outsider (neighbours: replace one row, n public), fresh noise from OS entropy")
+        else:
+            print("  NOT differentially private (see the file's protocol.params.privacy)")
     print(f"  load it with p2pem.load({str(args.out)!r}); it scores raw rows: model.score_samples(X)")
     args.json_summary = {"files": [str(args.out)], "protocol": saved.protocol.get("label"), "family": saved.family.name,
                          "n_components": saved.n_components, "n_features_in": saved.n_features_in}
@@ -355,12 +360,21 @@ def build_parser() -> argparse.ArgumentParser:
         "constants (so a standardize = true model scores new raw rows), the protocol with its privacy block, the EM trace, "
         "the graph and the node of every row, the p2pem version and the time. The scenario file the result names is read "
         "again to rebuild the features and graph, and refused if it no longer builds the run's rows and graph. "
+        "A private run (dp-central, dp-distributed) of `p2pem simulate` is a simulation, not a release: its noise follows "
+        "from the scenario seed, so it is saved only with --fresh-noise (the protocol runs again on the same rows with noise "
+        "from the operating system's entropy, recorded nowhere: the model to publish) or --insecure-reproducible-seed "
+        "(tests only: the simulated model, marked not differentially private).  "
         "In Python: model = p2pem.load(OUT); model.predict(X), model.score_samples(X).",
     )
     model_cmd.add_argument("result", metavar="RESULT", help="output folder of `p2pem simulate` (or its result.json)")
     model_cmd.add_argument("--protocol", metavar="NAME", help="which run: its label in the table (e.g. dp-central-gaussian) or the "
                      "scenario's protocol name; default the first")
     model_cmd.add_argument("--out", required=True, metavar="MODEL_JSON", help="the model file to write")
+    model_cmd.add_argument("--fresh-noise", action="store_true",
+                           help="a private run: fit it again with noise from OS entropy and save that model (the one to publish)")
+    model_cmd.add_argument("--insecure-reproducible-seed", action="store_true",
+                           help="TESTING ONLY: save a private run's simulated model, whose noise anyone with the scenario file can "
+                           "recompute; marked differentially_private: false")
     model_cmd.set_defaults(func=cmd_model, out_kind="file")
 
     sel = sub.add_parser(

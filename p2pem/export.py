@@ -5,10 +5,22 @@ seed; what a saved model needs besides (the raw feature names, the preprocessing
 the graph's edges and the node of every row) is rebuilt from that scenario exactly as the run
 built it, and checked against what the result recorded (rows, graph size and degrees), so a
 scenario or data file changed since the run is refused rather than saved wrong.
+
+A simulation is not a release (:mod:`p2pem.dp.publication`): a private run's noise came from
+the scenario seed, so anyone with the scenario file can recompute and remove it.  Such a run
+is therefore saved only
+
+* with ``fresh_noise``: the protocol is run again on the same rows with noise from OS entropy
+  (recorded nowhere), and the saved model is that run's; or
+* with ``insecure``: the simulated model as it is, its privacy block saying
+  ``differentially_private: false`` (tests and benchmarks).
+
+A run of an exact protocol adds no noise and is saved as it is (it is not private either way).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -17,18 +29,24 @@ from typing import Any
 
 import numpy as np
 
-from p2pem.builders import build_graph, prepare_rows, split_indices
+from p2pem.builders import build_graph, build_protocols, em_settings, load_data, prepare_rows, split_indices
 from p2pem.data import Preprocessing, fit_preprocessing, load_table
+from p2pem.dp.mechanisms import FLOAT_SAMPLER, HARDENED_SAMPLER, hardened_noise
+from p2pem.dp.guarantees import add_excluded, preprocessing_excluded
+from p2pem.dp.publication import INSECURE_FLAG, Publication
 from p2pem.errors import ConfigError, DataError, P2pemError
 from p2pem.families import family_from_document
 from p2pem.runner import RESULT_FORMAT, graph_summary
 from p2pem.saved import SavedModel
 from p2pem.scenario import Scenario, load_scenario
+from p2pem.simulate import run_protocol
+from p2pem.streams import scenario_streams
 
 __all__ = ["saved_from_result"]
 
 
-def saved_from_result(result: str | os.PathLike[str], protocol: str | None = None) -> SavedModel:
+def saved_from_result(result: str | os.PathLike[str], protocol: str | None = None, *, fresh_noise: bool = False,
+                      insecure: bool = False) -> SavedModel:
     """The model one protocol of a ``p2pem simulate`` run fitted, with everything to use it again.
 
     Parameters
@@ -39,12 +57,17 @@ def saved_from_result(result: str | os.PathLike[str], protocol: str | None = Non
         Which run: its label in ``result.json`` (as the table prints it, e.g.
         ``dp-central-gaussian``) or the scenario's protocol name (``dp-central``).
         Default: the first protocol.
+    fresh_noise : bool
+        A private run: fit it again with noise from OS entropy and save that model.
+    insecure : bool
+        A private run: save the simulated model, marked not differentially private.
 
     Raises
     ------
     ConfigError
         The result cannot be read, names no such protocol, or its scenario file is missing
-        or no longer builds the same rows and graph (one line naming the file).
+        or no longer builds the same rows and graph (one line naming the file); a private
+        run without ``fresh_noise`` or ``insecure``.
     """
     path = Path(result)
     file = path / "result.json" if path.is_dir() else path
@@ -64,7 +87,21 @@ def saved_from_result(result: str | os.PathLike[str], protocol: str | None = Non
 
         raise ConfigError(f"{file}: no protocol {protocol!r} in the result (it has: {', '.join(map(str, labels))}){did_you_mean(protocol, labels)}")
     run = runs[index]
+    private = isinstance(run.get("protocol_params", {}).get("privacy"), dict)
+    if fresh_noise and insecure:
+        raise ConfigError("--fresh-noise and --insecure-reproducible-seed exclude each other")
+    if private and not (fresh_noise or insecure):
+        raise ConfigError(
+            f"{file}: {labels[index]} is a simulation, not a release: its noise comes from the scenario seed, so anyone with the "
+            "scenario file can remove it; save it with --fresh-noise (the protocol runs again with noise from OS entropy) or, "
+            "for tests only, --insecure-reproducible-seed (saved as not differentially private)"
+        )
     raw, feature_names, pre, owners, graph = _rebuild(scenario, doc, file)
+    if private and fresh_noise:
+        run = _fresh_run(scenario, index, graph)
+        run["protocol_params"]["privacy"]["sampler"] = HARDENED_SAMPLER if build_protocols(scenario)[index].name == "dp-central" else FLOAT_SAMPLER
+    if private:
+        _mark_publication(run["protocol_params"]["privacy"], Publication.insecure(scenario.seed) if insecure else Publication.secure())
 
     try:
         family = family_from_document(doc.get("family") or "gaussian")  # result.json version 2 names the family of every run
@@ -92,6 +129,33 @@ def saved_from_result(result: str | os.PathLike[str], protocol: str | None = Non
         row_nodes=[int(v) for v in owners],
         scenario={"name": scenario.name, "file": str(scenario.path), "seed": scenario.seed},
     )
+
+
+#: The fields of a saved private model declared public: everything but ``params`` (the noisy releases,
+#: post-processed): the row count and every row's node (public under replace-one), the graph, the
+#: public preprocessing constants (fitted ones are refused in a private run), the settings.
+MODEL_PUBLIC = ("format", "version", "p2pem", "created", "family", "n_components", "features", "preprocessing", "protocol", "fit",
+                "graph", "row_nodes", "scenario")
+
+
+def _fresh_run(scenario: Scenario, index: int, graph: Any) -> dict[str, Any]:
+    """Protocol ``index`` of ``scenario`` run again on the same rows and graph, its noise from OS entropy (as result.json holds a run)."""
+    spec = build_protocols(scenario)[index]
+    seed = scenario_streams(Publication.secure().seed())["protocol"]  # recorded nowhere
+    with hardened_noise() if spec.name == "dp-central" else contextlib.nullcontext():  # one party draws it: OpenDP's samplers
+        outcome = run_protocol(load_data(scenario), graph, spec, em_settings(scenario), seed=seed)
+    data = scenario.data
+    add_excluded(outcome.protocol_params, preprocessing_excluded(data.standardize, data.pca, None if data.public is not None else "all rows"))
+    return outcome.to_json()
+
+
+def _mark_publication(privacy: dict[str, Any], publication: Publication) -> None:
+    """A saved private model's privacy block: a release, with where its noise came from (:mod:`p2pem.dp.publication`)."""
+    privacy.pop("note", None)
+    privacy.update(release=True, noise=publication.noise, differentially_private=not publication.reproducible, public=list(MODEL_PUBLIC))
+    if publication.reproducible:
+        privacy["note"] = (f"INSECURE ({INSECURE_FLAG}): the simulated model, whose noise follows from the scenario seed; "
+                           "NOT differentially private")
 
 
 def _read_result(file: Path) -> dict[str, Any]:

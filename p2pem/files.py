@@ -202,6 +202,8 @@ def atomic_output(out_dir: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp
         out.mkdir(exist_ok=True)
         for f in tmp.iterdir():
+            if f.is_dir() and (out / f.name).is_dir():  # a subfolder is replaced whole (os.replace needs it empty)
+                shutil.rmtree(out / f.name)
             os.replace(f, out / f.name)
         ok = True
     finally:

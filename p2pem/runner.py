@@ -14,7 +14,7 @@ import numpy as np
 
 from p2pem.builders import build_graph, build_protocols, em_settings, load_data, validate_protocol
 from p2pem.builders import build_protocols as protocols  # re-exported under the name it had here
-from p2pem.dp.guarantees import add_excluded, preprocessing_excluded
+from p2pem.dp.guarantees import add_excluded, check_public_preprocessing, preprocessing_excluded
 from p2pem.files import atomic_output as atomic_output  # re-exported: the commands import it from here
 from p2pem.files import write_json as write_json
 from p2pem.graphs import degree_report
@@ -128,6 +128,8 @@ def run_scenario(
             validate_protocol(scenario, g, spec)
     runs = []
     data = scenario.data
+    private = [spec.name for spec in specs if "epsilon" in spec.params()]
+    check_public_preprocessing(str(scenario.path), data.standardize, data.pca, data.public is not None, private)
     preprocessing = preprocessing_excluded(data.standardize, data.pca, None if data.public is not None else "all rows")
     log.info("%s: graph of %d nodes and %d edges; protocols %s", scenario.name, g.number_of_nodes(), g.number_of_edges(),
              ", ".join(spec.name for spec in specs))

@@ -9,6 +9,7 @@ import jsonschema
 import numpy as np
 import pytest
 
+from p2pem.dp.publication import Publication
 from p2pem.bayesnet import BayesNetSettings
 from p2pem.builders import build_graph, load_data, load_table_parts, load_tables
 from p2pem.registry import make_protocol
@@ -67,20 +68,24 @@ def scenario_file(tmp_path: Path, *, model: str = "privbayes", protocol: str = "
 
 def test_privbayes_over_pdmm_sp_writes_rows_a_valid_release_and_a_report(tmp_path, capsys):
     out = tmp_path / "out"
-    code, stdout, err = run_cli(capsys, scenario_file(tmp_path), "--out", out)
+    code, stdout, err = run_cli(capsys, scenario_file(tmp_path), "--out", out, "--insecure-reproducible-seed")
     assert code == 0, err
     assert "model privbayes, protocol pdmm-sp" in stdout and "against an outsider per accountant: basic" in stdout
     assert "against 5 colluding members: none" in stdout  # members see exact count tables: no epsilon claimed against them
-    assert sorted(p.name for p in out.iterdir()) == ["release.json", "report.json", "report.png", "synthetic.csv"]
-    release = json.loads((out / "release.json").read_text())
+    assert sorted(p.name for p in out.iterdir()) == ["holder-only", "release"]
+    assert sorted(p.name for p in (out / "release").iterdir()) == ["release.json", "synthetic.csv"]
+    assert sorted(p.name for p in (out / "holder-only").iterdir()) == ["report.json", "report.png"]
+    release = json.loads((out / "release" / "release.json").read_text())
     jsonschema.validate(release, load_output_schema("p2pem-synth-release"), cls=jsonschema.Draft202012Validator)
     assert (release["model"], release["seed"], release["n_nodes"], release["training_rows"]) == ("privbayes", 4, 10, 152)
     assert release["privacy"]["epsilon"] == 4.0 and release["privacy"]["delta"] == 0.0
+    assert release["privacy"]["noise"] == "insecure-reproducible-seed" and release["privacy"]["differentially_private"] is False
+    assert all("score" not in x for x in release["selections"])  # the exact utilities of the rows are not published
     assert release["privacy"]["epsilon_spent"]["outsider"]["basic"] <= 4.0 + 1e-12
     assert release["settings"]["n_bins"] == 5 and release["protocol"]["params"] == make_protocol("pdmm-sp").params()
-    # the rows are drawn from the release document alone, with release 0's stream
+    # insecure: the rows are drawn from the release document alone, with release 0's stream
     again = SYNTHESIZERS["privbayes"].sample(release, 150, np.random.default_rng(synth_child(4, 0, 0)))
-    written = read_table(out / "synthetic.csv", again.schema, header=True, separator=",")
+    written = read_table(out / "release" / "synthetic.csv", again.schema, header=True, separator=",")
     np.testing.assert_array_equal(again.codes, written.codes)
     np.testing.assert_allclose(again.continuous, written.continuous, rtol=1e-12)
 
@@ -96,7 +101,7 @@ def test_the_release_is_fitted_on_the_scenarios_split_and_equals_a_direct_fit(tm
     assert scenario.data.encoding is not None
     for part, rows in zip(parts, encoded, strict=True):
         np.testing.assert_array_equal(scenario.data.encoding.rows(part), rows)
-    release = SYNTHESIZERS["privbayes"].fit(scenario, make_protocol("pdmm-sp"))
+    release = SYNTHESIZERS["privbayes"].fit(scenario, make_protocol("pdmm-sp"), publication=Publication.insecure(4))
     direct = fit_bayesnet(parts, BayesNetSettings(epsilon=4.0, k=2, n_bins=5), make_protocol("pdmm-sp"), graph=build_graph(scenario), seed=4)
     assert release["networks"] == release_document(direct, train.schema)["networks"]
 
@@ -107,7 +112,7 @@ def test_hmprivbayes_by_a_curator_says_no_guarantee_holds_against_it(tmp_path, c
     code, stdout, err = run_cli(capsys, path, "--out", out)
     assert code == 0, err
     assert "none against the curator" in stdout
-    release = json.loads((out / "release.json").read_text())
+    release = json.loads((out / "release" / "release.json").read_text())
     jsonschema.validate(release, load_output_schema("p2pem-synth-release"), cls=jsonschema.Draft202012Validator)
     assert release["model"] == "hmprivbayes" and len(release["clusters"]) == 2 and release["n_nodes"] == 1
     assert release["privacy"]["epsilon_spent"]["curator"] is None
@@ -122,8 +127,11 @@ def test_hmprivbayes_by_a_curator_says_no_guarantee_holds_against_it(tmp_path, c
         ("privbayes", "pdmm-sp", ("n_bins = 5\n", "n_bins = 5\nmax_categories = 8\n"), "column 'sport' has 10 categories, more than max_categories = 8"),
         ("privbayes", "dp-central", None, "protocol 'dp-central' cannot aggregate a Bayesian-network release"),
         ("privbayes", "pdmm-sp", ("[bayesnet]\n", "[bayesnet]\nnoise = \"shares\"\ntolerate = 10\n"), "tolerate"),
+        ("hmprivbayes", "pdmm-sp", ("[bayesnet]\n", "[bayesnet]\nentropy_share = 0\n"), "[bayesnet] 'entropy_share' = 0 leaves nothing"),
+        ("hmprivbayes", "pdmm-sp", ("[bayesnet]\n", "[bayesnet]\ncluster_share = 0.0\n"), "[bayesnet] 'cluster_share' = 0 leaves nothing"),
     ],
-    ids=["unknown-key", "k-too-large", "hm-key-for-privbayes", "too-many-categories", "dp-protocol", "tolerate-all-nodes"],
+    ids=["unknown-key", "k-too-large", "hm-key-for-privbayes", "too-many-categories", "dp-protocol", "tolerate-all-nodes",
+         "hm-entropy-share-0", "hm-cluster-share-0"],
 )
 def test_bad_settings_are_one_line_and_write_nothing(tmp_path, capsys, model, protocol, edit, words):
     path = scenario_file(tmp_path, model=model, protocol=protocol, edit=edit)
@@ -146,12 +154,12 @@ def test_a_schema_read_off_the_data_is_refused(tmp_path, capsys):
 def test_adult_scenario_meets_its_goals(tmp_path, capsys):
     """Issue 21's headline: PrivBayes over Adult's training rows on 100 nodes, pdmm-sp, epsilon 0.8."""
     out = tmp_path / "adult"
-    code, stdout, err = run_cli(capsys, ROOT / "scenarios" / "privbayes_adult.toml", "--out", out)
+    code, stdout, err = run_cli(capsys, ROOT / "scenarios" / "privbayes_adult.toml", "--out", out, "--insecure-reproducible-seed")  # goals for its seed
     assert code == 0, err
-    lines = (out / "synthetic.csv").read_text().splitlines()
+    lines = (out / "release" / "synthetic.csv").read_text().splitlines()
     assert len(lines) == 1 + 30_162 and lines[0].startswith("age,workclass,fnlwgt,education,education-num")
-    release = json.loads((out / "release.json").read_text())
+    release = json.loads((out / "release" / "release.json").read_text())
     assert release["protocol"]["name"].startswith("pdmm-sp") and release["privacy"]["epsilon"] == 0.8 and release["n_nodes"] == 100
-    report = json.loads((out / "report.json").read_text())
+    report = json.loads((out / "holder-only" / "report.json").read_text())
     assert report["summary"]["2way_tvd_mean"] <= 0.065
     assert report["summary"]["tstr"]["logistic"] >= 0.79

@@ -152,7 +152,8 @@ def test_scales_follow_the_hand_computed_basic_composition(problem):
     # public init: the init quarter is not spent, so each of weights/means/covariances gets 1/3,
     # spread over T iterations: epsilon / (3 T) per release
     per_release = eps / (3 * T)
-    l1 = [1.0, d * bound, bound**2 * d * (d + 1) / 2]
+    # replace-one neighbours (n public): twice the add-or-remove sensitivities
+    l1 = [2 * v for v in (1.0, d * bound, bound**2 * d * (d + 1) / 2)]
     expected = np.concatenate([np.full(2, l1[0] / per_release), np.full(4, l1[1] / per_release), np.full(6, l1[2] / per_release), [0, 0]])
     np.testing.assert_allclose(spec.plan.em_scale, expected, rtol=1e-14)
     assert spec.accounting()["basic"] == pytest.approx(eps, rel=1e-12)
@@ -169,7 +170,8 @@ def test_gaussian_zcdp_scales_follow_bun_and_steinke(problem):
     rho = root**2
     assert rho + 2 * math.sqrt(rho * L) == pytest.approx(eps)
     shares = np.array([0.04, 0.16, 0.70]) / 0.90 / T  # public init: the 10 % are spread over the rest
-    l2 = [1.0, math.sqrt(d) * bound, bound**2 * math.sqrt(d * (d + 1) / 2)]
+    # replace-one neighbours (n public): twice the add-or-remove sensitivities
+    l2 = [2 * v for v in (1.0, math.sqrt(d) * bound, bound**2 * math.sqrt(d * (d + 1) / 2))]
     sigma = [sens / math.sqrt(2 * f * rho) for sens, f in zip(l2, shares, strict=True)]
     expected = np.concatenate([np.full(2, sigma[0]), np.full(4, sigma[1]), np.full(6, sigma[2]), [0, 0]])
     np.testing.assert_allclose(spec.plan.em_scale, expected, rtol=1e-12)
@@ -421,7 +423,6 @@ def test_result_json_of_a_private_run_says_against_whom_and_what_is_excluded(tmp
 [data]
 source = "synthetic"
 n_samples = 90
-standardize = true
 [graph]
 kind = "geometric"
 n_nodes = 6
@@ -450,7 +451,7 @@ bound = 4.0
     assert central["privacy"]["epsilon"] == {"outsider": pytest.approx(1.0, rel=1e-6), "colluders": pytest.approx(1.0, rel=1e-6), "aggregator": None}
     assert central["privacy"]["colluders"] == 5
     excluded = " | ".join(dist["privacy"]["excluded"])
-    for needle in ("[-4, 4]", "consensus_iterations", "node_spread", "wall_s", "standardisation", "fitted on all rows: NOT covered"):
+    for needle in ("[-4, 4]", "consensus_iterations", "node_spread", "wall_s"):  # fitted preprocessing is refused (test_publication)
         assert needle in excluded, needle
     assert "consensus_iterations" not in " | ".join(central["privacy"]["excluded"])
 

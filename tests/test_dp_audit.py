@@ -1,7 +1,9 @@
 """Empirical audit of the differentially private protocols: is the reported epsilon a true upper bound?
 
 The method of Jagielski, Ullman & Oprea (NeurIPS 2020) and Nasr, Song, Thakurta, Papernot &
-Carlini (IEEE S&P 2021), small: two neighbouring data sets D and D' = D + one extreme row
+Carlini (IEEE S&P 2021), small: two data sets D and D' = D + one extreme row (an added row:
+the noise is calibrated for replace-one neighbours, twice as sensitive, so an added row is
+covered with room to spare)
 (a corner of the public box, where the sensitivity of every released block is attained),
 many short private runs of each under independent seeds, and a distinguisher that sees the
 *whole transcript a node receives* (every aggregation of the run).  Any (epsilon, delta)-DP
@@ -202,8 +204,11 @@ def test_empirical_epsilon_stays_below_the_reported_one(name, params, n_nodes, c
 @pytest.mark.slow
 def test_the_gaussian_audit_catches_a_run_with_too_little_noise():
     """The Gaussian audit passes above because the slack hides in the delta tail, not because it
-    cannot see: a run calibrated to epsilon = 6 (noise 5 times too small) claimed as 1 is caught."""
-    out = audit(_spec("dp-central", GAUSS, epsilon=6.0), n_nodes=3, mechanism="gaussian", delta=GAUSS["delta"], observer=2)
+    cannot see: a run calibrated to epsilon = 12 claimed as 1 is caught.  (The calibration is for
+    replace-one neighbours, twice the sensitivity of the added row this audit uses, so epsilon =
+    12 leaves about the noise that epsilon = 6 left under add-or-remove calibration: 5 times too
+    little.)"""
+    out = audit(_spec("dp-central", GAUSS, epsilon=12.0), n_nodes=3, mechanism="gaussian", delta=GAUSS["delta"], observer=2)
     assert out["lb999"] > 1.0
 
 

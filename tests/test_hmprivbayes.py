@@ -97,7 +97,7 @@ def test_pruning_is_eq_9_relative_to_the_largest_similarity_of_either_attribute(
 
 
 def test_a_similarity_without_budget_and_bad_public_clusters_are_one_line_errors():
-    with pytest.raises(ConfigError, match="needs a 'cluster_share' > 0"):
+    with pytest.raises(ConfigError, match="'cluster_share' = 0 leaves nothing for the similarity matrix"):
         BayesNetSettings(model="hmprivbayes", cluster_share=0.0)
     with pytest.raises(ConfigError, match="'clusters' must be HMPrivBayes groups"):
         BayesNetSettings(model="hmprivbayes", clusters=((0, 1), (1, 2))).check_attributes(3)

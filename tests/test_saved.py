@@ -146,15 +146,28 @@ def test_a_private_run_keeps_its_privacy_block(tmp_path: Path, capsys) -> None:
         '[[protocols]]\nname = "pdmm-sp"\n[[protocols]]\nname = "dp-central"\nepsilon = 1.0\nbound = 6.0\n'
     )
     assert main(["simulate", str(scenario), "--out", str(tmp_path / "run"), "-q"]) == 0
-    for name in ("dp-central", "dp-central-gaussian"):  # the scenario's name or the table's label
+    simulated = json.loads((tmp_path / "run" / "result.json").read_text())["protocols"][1]
+    assert simulated["protocol_params"]["privacy"]["release"] is False  # a simulation says it is not a release
+    # a simulation's noise follows from the scenario seed: refused as a private model
+    assert main(["model", str(tmp_path / "run"), "--protocol", "dp-central", "--out", str(tmp_path / "m.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is a simulation, not a release" in err and "--fresh-noise" in err and "\n" not in err
+    assert not (tmp_path / "m.json").exists()
+    for name, flag in (("dp-central", "--fresh-noise"), ("dp-central-gaussian", "--insecure-reproducible-seed")):  # name or label
         out = tmp_path / f"{name}.json"
-        assert main(["model", str(tmp_path / "run"), "--protocol", name, "--out", str(out)]) == 0
+        assert main(["model", str(tmp_path / "run"), "--protocol", name, "--out", str(out), flag]) == 0
         saved = p2pem.load(out).saved_
         assert saved.protocol["name"] == "dp-central" and saved.protocol["label"] == "dp-central-gaussian"
         privacy = saved.protocol["params"]["privacy"]
         assert privacy["epsilon"]["outsider"] is not None and privacy["delta"] == 1e-5
         assert all(v is None for v in saved.fit["loglik"])  # a private run releases no log-likelihood
-    assert "epsilon" in capsys.readouterr().out
+        fresh = flag == "--fresh-noise"
+        assert (privacy["release"], privacy["differentially_private"]) == (True, fresh)
+        assert privacy["noise"] == ("os-entropy" if fresh else "insecure-reproducible-seed")
+        same = np.array_equal(saved.params.means, np.asarray(simulated["means"]))
+        assert same is not fresh  # fresh noise: another model than the simulation's; insecure: the simulation's
+    printed = capsys.readouterr().out
+    assert "fresh noise from OS entropy" in printed and "INSECURE" in printed
 
 
 def test_a_model_with_parties_records_their_ids(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from p2pem.dp.publication import Publication
 from p2pem.builders import load_table_parts
 from p2pem.cli import main
 from p2pem.deploy.bootstrap import load_node
@@ -84,9 +85,9 @@ def test_a_deployed_release_is_the_release_of_p2pem_synth(tmp_path, model, proto
     assert main(["deploy", str(path), "--out", str(out), "--insecure-reproducible-seed", "--check", "-q"]) == 0  # [synth] protocol
     printed = capsys.readouterr().out
     assert "every node agreed" in printed and "same release as `p2pem synth`" in printed
-    deployed = json.loads((out / "release.json").read_text())
+    deployed = json.loads((out / "release" / "release.json").read_text())
     scenario = load_scenario(path)
-    reference = synthesize(scenario)
+    reference = synthesize(scenario, publication=Publication.insecure(scenario.seed))
     simulated = json.loads(json.dumps(reference.release))  # as written to release.json
     assert simulated["protocol"]["name"] == deployed["protocol"]["name"] == protocol
     # the same document apart from how long it took and how it ran (ids, the deployment's own files)
@@ -100,8 +101,8 @@ def test_a_deployed_release_is_the_release_of_p2pem_synth(tmp_path, model, proto
     assert all(o == outputs[0] for o in outputs) and outputs[0]["networks"] == simulated["networks"]
     # and the synthetic rows are those `p2pem synth` samples from it
     write_synthesis(tmp_path / "synth", reference, title="reference")
-    assert (out / "synthetic.csv").read_bytes() == (tmp_path / "synth" / "synthetic.csv").read_bytes()
-    assert read_table(out / "synthetic.csv", scenario.data.schema, header=True, separator=",").n_rows == deployed["training_rows"]
+    assert (out / "release" / "synthetic.csv").read_bytes() == (tmp_path / "synth" / "release" / "synthetic.csv").read_bytes()
+    assert read_table(out / "release" / "synthetic.csv", scenario.data.schema, header=True, separator=",").n_rows == deployed["training_rows"]
 
 
 @pytest.mark.mqtt
@@ -113,15 +114,17 @@ def test_a_private_deployment_draws_its_seed_jointly_and_every_node_agrees(tmp_p
     out = tmp_path / "kit"
     assert main(["deploy", str(path), "--out", str(out), "--prepare-only"]) == 0
     assert main(["deploy", "--kit", str(out), "-q"]) == 0
-    release = json.loads((out / "release.json").read_text())
+    release = json.loads((out / "release" / "release.json").read_text())
     reports = [json.loads(Kit.load(out).result_path(i).read_text()) for i in range(N_NODES)]
     assert not any(r["insecure_reproducible_seed"] for r in reports) and release["deployment"]["seeded"] is False
     assert all(r["output"] == reports[0]["output"] for r in reports) and release["networks"] == reports[0]["output"]["networks"]
     # fresh noise, not the scenario seed's: the conditionals differ from the simulated release's
-    simulated = synthesize(load_scenario(path)).release
+    scenario = load_scenario(path)
+    simulated = synthesize(scenario, publication=Publication.insecure(scenario.seed)).release
+    assert release["privacy"]["noise"] == "os-entropy" and release["privacy"]["differentially_private"] is True
     assert release["privacy"]["epsilon"] == simulated["privacy"]["epsilon"] == 1.0
     assert release["networks"] != simulated["networks"]
-    assert (out / "synthetic.csv").exists() and (out / "result.json").exists()
+    assert (out / "release" / "synthetic.csv").exists() and (out / "result.json").exists()
 
 
 def test_the_kit_carries_the_public_task_and_each_node_only_its_own_rows(tmp_path, capsys):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from p2pem.cli import main
+from p2pem.errors import ConfigError
 from p2pem.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,27 +139,11 @@ def _workload(tmp_path: Path, text: str):
     return build_workload(load_scenario(_scenario(tmp_path, text)))
 
 
-def test_the_sweep_fits_its_preprocessing_on_the_training_rows_only(tmp_path):
-    """Standardising with all rows moved every training row when a held-out row changed (and the
-    sensitivity the accounting assumes with it); fitted on the training rows, they do not move."""
+def test_the_sweep_refuses_preprocessing_fitted_on_private_rows(tmp_path):
+    """Its constants would be an uncounted release of the rows: a one-line error naming the key, unless declared public."""
     text = SCENARIO.replace('drop_columns = ["label"]', 'drop_columns = ["label"]\nstandardize = true')
-    work = _workload(tmp_path, text)
-    assert work.preprocessing == "fitted on the training rows"
-    assert any("fitted on the training rows: NOT covered" in e for e in work.excluded)
-    train = np.vstack(work.parts)
-    assert np.allclose(train.mean(axis=0), 0, atol=1e-12) and np.allclose(train.std(axis=0), 1)
-    # move one held-out row far away: nothing the nodes hold changes
-    from p2pem.dp.tradeoff import build_workload, held_out_split
-
-    rows = (tmp_path / "rows.csv").read_text().splitlines()
-    test, _ = held_out_split(load_scenario(tmp_path / "s.toml"), len(rows) - 1)
-    a, b, label = rows[test[0] + 1].split(",")  # + 1: the header line
-    rows[test[0] + 1] = f"{float(a) + 1000:.6f},{b},{label}"
-    (tmp_path / "rows.csv").write_text("\n".join(rows) + "\n")
-    moved = build_workload(load_scenario(tmp_path / "s.toml"))
-    for p, q in zip(work.parts, moved.parts, strict=True):
-        np.testing.assert_array_equal(p, q)
-    assert not np.array_equal(work.X_test, moved.X_test)
+    with pytest.raises(ConfigError, match=r"'data.standardize': preprocessing fitted on the private rows cannot feed a private run"):
+        _workload(tmp_path, text)
 
 
 def test_public_preprocessing_constants_are_applied_as_given(tmp_path):

@@ -204,8 +204,13 @@ class BayesNetSettings:
             raise ConfigError(f"bayesnet: 'eta' must be a number in [0, 1], got {self.eta!r}")
         _fraction("cluster_share", self.cluster_share, zero=True)
         _fraction("entropy_share", self.entropy_share, zero=True)
-        if self.clusters_paid and self.cluster_share == 0 and not math.isinf(self.epsilon):
-            raise ConfigError("bayesnet: the similarity matrix (clustering or eta > 0) needs a 'cluster_share' > 0; give public 'clusters' to skip it")
+        if self.hm and self.network is None and self.entropy_share == 0:
+            raise ConfigError("bayesnet: 'entropy_share' = 0 leaves nothing for the attribute entropies, which HMPrivBayes releases to "
+                              "weight the noise: give a share > 0")
+        if self.clusters_paid and self.network is None and self.cluster_share == 0:
+            raise ConfigError("bayesnet: 'cluster_share' = 0 leaves nothing for the similarity matrix, which clustering "
+                              f"(n_clusters = {self.n_clusters}) or pruning (eta = {self.eta}) releases: give a share > 0, or set "
+                              "clustering = false and eta = 0")
         if self.hm and self.beta + self.cluster_share * self.clusters_paid + self.entropy_share >= 1:
             raise ConfigError("bayesnet: beta, cluster_share and entropy_share leave no budget for the conditionals (their sum must be < 1)")
         if math.isinf(self.epsilon) and self.k is None and self.network is None:

@@ -193,7 +193,7 @@ def release_body(task: BayesNetTask, schema: Schema, *, protocol: str, n_nodes: 
         "networks": networks,
         "selections": [
             {"network": x.network, "step": x.step, "child": names[x.chosen.child], "parents": [names[p] for p in x.chosen.parents],
-             "candidates": x.n_candidates, "score": x.utility, "epsilon": x.epsilon}
+             "candidates": x.n_candidates, "epsilon": x.epsilon}  # no score: the exact utility of the rows
             for x in task.selections
         ],
     }

@@ -55,6 +55,7 @@ import math
 from collections.abc import Sequence
 
 from p2pem.dp import accounting
+from p2pem.errors import ConfigError
 
 #: result.json fields of a run whose values do not depend on the data beyond the released sums
 #: for every aggregation protocol but pdmm-sp, whose stopping rule reads the data
@@ -142,6 +143,34 @@ def preprocessing_excluded(standardize: bool, pca: int | None, fitted_on: str | 
             "give public constants in the scenario to declare them)"]
 
 
+def check_public_preprocessing(where: str, standardize: bool, pca: int | None, public: bool, private: Sequence[str]) -> None:
+    """Refuse preprocessing fitted on the private rows in a private run (its constants would be an uncounted release).
+
+    Parameters
+    ----------
+    where : str
+        The scenario file, for the message.
+    standardize, pca
+        The scenario's ``data.standardize`` and ``data.pca``.
+    public : bool
+        The constants are given in the scenario (``[data.public]``), so declared public.
+    private : sequence of str
+        The private protocols of the run (none: nothing to refuse).
+
+    Raises
+    ------
+    ConfigError
+        One line naming the key.
+    """
+    if not private or public or not (standardize or pca is not None):
+        return
+    key = "data.standardize" if standardize else "data.pca"
+    raise ConfigError(
+        f"{where}: '{key}': preprocessing fitted on the private rows cannot feed a private run ({', '.join(private)}): its constants "
+        "depend on every row and no epsilon covers them; give them in [data.public] (declared public) or drop the preprocessing"
+    )
+
+
 def add_excluded(protocol_params: dict, items: Sequence[str]) -> None:
     """Append ``items`` to the ``privacy.excluded`` list of a private run's ``protocol_params`` (no-op otherwise)."""
     privacy = protocol_params.get("privacy")
@@ -149,4 +178,4 @@ def add_excluded(protocol_params: dict, items: Sequence[str]) -> None:
         privacy["excluded"] = [*privacy["excluded"], *items]
 
 
-__all__ = ["PDMM_SIDE_CHANNELS", "add_excluded", "epsilon_left", "preprocessing_excluded", "residual_factor", "side_channels"]
+__all__ = ["PDMM_SIDE_CHANNELS", "add_excluded", "check_public_preprocessing", "epsilon_left", "preprocessing_excluded", "residual_factor", "side_channels"]

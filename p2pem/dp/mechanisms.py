@@ -1,7 +1,10 @@
 """What a differentially private EM run releases, how sensitive it is, and the noise it adds.
 
-Neighbouring data sets differ by adding or removing one row (unbounded DP), the relation of
-Park et al. (AISTATS 2017) and of dp-accounting's ``ADD_OR_REMOVE_ONE``.  The data domain is
+The sensitivities below are stated for adding or removing one row, the relation of Park et al.
+(AISTATS 2017) and of dp-accounting's ``ADD_OR_REMOVE_ONE``.  p2pem's neighbouring relation is
+replace-one with n public (:mod:`p2pem.dp.publication`: row counts are published), under which
+a release moves by at most twice as much; the calibration doubles them
+(:func:`p2pem.dp.protocols.replace_one`).  The data domain is
 public: every feature lies in ``[-bound, bound]`` (the user states ``bound``; rows are clipped
 to it before anything is computed).
 
@@ -35,6 +38,9 @@ flag is data independent, because a private run has ``tol = 0``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,12 +151,64 @@ def scale_vector(blocks: list[Block], scales: list[float], size: int) -> FloatAr
     return out
 
 
+#: Set by :func:`hardened_noise`: :func:`noise` draws from OpenDP's exact samplers instead of ``rng``.
+_HARDENED: ContextVar[bool] = ContextVar("p2pem_hardened_noise", default=False)
+
+#: What a privacy block says about the noise sampler of a publication.
+HARDENED_SAMPLER = ("opendp: OpenDP's exact samplers (discrete Gaussian/Laplace scaled to a floating-point grid), which "
+                    "resist attacks on the low bits of floating-point noise (Mironov 2012)")
+FLOAT_SAMPLER = ("numpy floating-point sampling: NOT hardened against attacks on the low bits of floating-point noise "
+                 "(Mironov 2012)")
+
+
+@contextmanager
+def hardened_noise() -> Iterator[None]:
+    """Inside the block, :func:`noise` draws from OpenDP's samplers (:func:`exact_noise`), from OS entropy.
+
+    Used where one party draws the noise of a publication (``dp-central``'s aggregator); draws
+    that several parties must repeat from a shared seed, and noise shares, stay on ``rng``.
+    Reproducibility is lost inside the block: OpenDP cannot be seeded.
+    """
+    token = _HARDENED.set(True)
+    try:
+        yield
+    finally:
+        _HARDENED.reset(token)
+
+
+def exact_noise(scale: FloatArray, mechanism: str) -> FloatArray:
+    """Noise of per-coordinate ``scale`` from OpenDP's samplers (``make_gaussian``/``make_laplace``).
+
+    OpenDP samples the discrete Gaussian or Laplace exactly (Canonne, Kamath & Steinke 2020) on a
+    grid and releases floats on that grid, so the output's low bits carry nothing about the
+    input (the floating-point attack of Mironov, CCS 2012).  One measurement per distinct scale;
+    a zero scale adds exactly 0.  OpenDP marks these constructors "contrib" (implemented and
+    tested, proofs under review); the module enables that feature when it samples.
+    """
+    import opendp.prelude as dp  # here: loaded only when a publication samples (start-up time)
+
+    dp.enable_features("contrib")
+    out = np.zeros(scale.shape)
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False))
+    for s in np.unique(scale[scale > 0]):
+        mask = scale == s
+        if mechanism == "gaussian":
+            meas = dp.m.make_gaussian(domain, dp.l2_distance(T=float), scale=float(s))
+        else:
+            meas = dp.m.make_laplace(domain, dp.l1_distance(T=float), scale=float(s))
+        out[mask] = np.asarray(meas([0.0] * int(mask.sum())), dtype=np.float64)
+    return out
+
+
 def noise(rng: np.random.Generator, scale: FloatArray, mechanism: str) -> FloatArray:
     """One draw of the mechanism's noise: N(0, scale^2) or Laplace(0, scale) per coordinate.
 
     The draw has the full length even where ``scale`` is 0 (so the stream advances the same
-    way whatever the budget); a zero scale adds exactly 0.
+    way whatever the budget); a zero scale adds exactly 0.  Inside :func:`hardened_noise` the
+    draw comes from :func:`exact_noise` instead (``rng`` is left alone).
     """
+    if _HARDENED.get():
+        return exact_noise(scale, mechanism)
     if mechanism == "gaussian":
         return rng.standard_normal(scale.shape) * scale
     return rng.laplace(0.0, 1.0, scale.shape) * scale

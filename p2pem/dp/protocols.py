@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Literal, Union
 import numpy as np
 
 from p2pem.dp import accounting, guarantees, mechanisms
+from p2pem.dp.publication import REPLACE_ONE, simulation_block
 from p2pem.dp.releases import PRIVATE_FAMILIES, PrivateFamily, RepairOptions, check_private
 from p2pem.dp.releases.gaussian import PrivateEM
 from p2pem.errors import ConfigError, ProtocolError
@@ -96,6 +97,12 @@ class NoisePlan:
 
     def scale(self, iteration: int) -> FloatArray:
         return self.init_scale if iteration == 0 else self.em_scale
+
+
+def replace_one(blocks: list[mechanisms.Block]) -> list[mechanisms.Block]:
+    """``blocks`` with their sensitivities under replacing a row: :data:`~p2pem.dp.publication.REPLACE_ONE`
+    times those under adding or removing one (the triangle inequality; attained at opposite corners of the box)."""
+    return [dataclasses.replace(b, l1=REPLACE_ONE * b.l1, l2=REPLACE_ONE * b.l2) for b in blocks]
 
 
 # ------------------------------------------------------------------------- the specs
@@ -236,7 +243,9 @@ class DPProtocol(ProtocolSpec):
         layout = private.release(settings.family, k, d, len(parts), bound, mechanism=self.mechanism, private_init=settings.init is None,
                                  options=options)
         em, init = list(layout.em), list(layout.init)
-        rel = accounting.releases(em, init, settings.max_iter, fractions, private.names)
+        # the blocks' sensitivities are stated for adding or removing a row; neighbours differ by
+        # replacing one (n public, p2pem.dp.publication), which moves a release by at most twice that
+        rel = accounting.releases(replace_one(em), replace_one(init), settings.max_iter, fractions, private.names)
         scales = accounting.calibrate(self.mechanism, self.accountant, float(self.epsilon), float(self.delta), rel)
         by_name = {r.block.name: s for r, s in zip(rel, scales, strict=True)}
         colluders, shares = self._collusion(len(parts))
@@ -315,6 +324,7 @@ class DPProtocol(ProtocolSpec):
             "colluders": plan.colluders,
             "epsilon": against,
             "excluded": list(plan.excluded),
+            **simulation_block(),
         }
 
     def params(self) -> dict:

@@ -53,7 +53,7 @@ import numpy as np
 from p2pem.builders import build_graph, build_protocols, em_settings, prepare_rows, split_prepared, validate_protocol
 from p2pem.data import Preprocessing, fit_preprocessing, split_rows
 from p2pem.dp.bayes import fit_bayes
-from p2pem.dp.guarantees import preprocessing_excluded
+from p2pem.dp.guarantees import check_public_preprocessing, preprocessing_excluded
 from p2pem.dp.msnm import DPMSNM
 from p2pem.dp.protocols import DPProtocol
 from p2pem.em import EMSettings
@@ -118,6 +118,7 @@ def build_workload(scenario: Scenario, family: MixtureFamily | None = None) -> W
     data_rng = np.random.default_rng(scenario.streams()["data"])
     data = scenario.data
     fitted = data.public is None and (data.standardize or data.pca is not None)
+    check_public_preprocessing(str(scenario.path), data.standardize, data.pca, data.public is not None, ["every private run of the sweep"])
     # the rows as read; a fitted preprocessing waits for the held-out split
     raw = dataclasses.replace(scenario, data=dataclasses.replace(data, standardize=False, pca=None)) if fitted else scenario
     X, labels = prepare_rows(raw, label_column=cfg.classify, rng=data_rng)

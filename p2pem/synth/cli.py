@@ -17,8 +17,9 @@ Bayesian-network release instead (docs/bayesnet.md): each node's data.csv holds 
 the roster the public schema and [bayesnet] settings; every node builds its task from the two,
 its secret from the OS and the shared seed by commit-and-reveal; the protocol is [synth]
 protocol unless --protocol names another (pdmm-sp or secure-sum).  Once every node signed the
-same release, DIR/release.json (as `p2pem synth` writes it) and DIR/synthetic.csv are written;
-with --insecure-reproducible-seed the release equals `p2pem synth`'s, which --check confirms.
+same release, DIR/release/release.json (as `p2pem synth` writes it) and DIR/release/synthetic.csv
+are written; with --insecure-reproducible-seed the release equals `p2pem synth
+--insecure-reproducible-seed`'s, which --check confirms, and says it is not private.
 """
 
 
@@ -30,19 +31,25 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         description="Fit the synthesizer of a scenario whose data has a public schema ([synth] model, default the mixed-type "
         "mixture 'mixture'; 'privbayes' or 'hmprivbayes' for a differentially private Bayesian network with its [bayesnet] "
         "settings) to its training rows spread over the nodes, with one of its protocols ([synth] protocol, default the first; "
-        "exact or differentially private), then draw synthetic rows from the fitted model alone.  Writes OUT/synthetic.csv "
-        "(header row, the schema's column names, order and types; with --releases R also synthetic-2.csv ... synthetic-R.csv), "
-        "OUT/release.json (format p2pem-synth-release: the model, its parameters and provenance: protocol, epsilon spent per "
-        "accountant and against how many colluders, seed, what was treated as public) and, when the scenario holds out real "
-        "test rows ([data] test or test_fraction), OUT/report.json (format p2pem-synth-report: marginal distances, TSTR, "
-        "reproducibility of a named regression, distance to the closest record) and OUT/report.png.  Deterministic for the "
-        "scenario's seed; sampling costs no privacy.",
+        "exact or differentially private), then draw synthetic rows from the fitted model alone.  Writes two folders.  "
+        "OUT/release/ is what may be published: synthetic.csv (header row, the schema's column names, order and types; with "
+        "--releases R also synthetic-2.csv ... synthetic-R.csv) and release.json (format p2pem-synth-release: the model, its "
+        "parameters and provenance: protocol, epsilon spent per accountant and against how many colluders, the neighbouring "
+        "relation, which fields are declared public).  OUT/holder-only/ is NOT covered by epsilon and must not be published: "
+        "when the scenario holds out real test rows ([data] test or test_fraction), report.json (format p2pem-synth-report: "
+        "marginal distances, TSTR, reproducibility of a named regression, distance to the closest record, all computed from "
+        "the real rows) and report.png.  The noise, every private selection and the sampled rows come from the operating "
+        "system's entropy and are recorded nowhere, so two runs differ; sampling costs no privacy.",
     )
     p.add_argument("scenario", help="scenario TOML file, e.g. scenarios/synth_adult.toml")
     p.add_argument("--out", required=True, help="output folder (created; files are written atomically: all or nothing)")
     p.add_argument("--rows", type=int, default=None, help="rows per release (default [synth] rows, else as many as the training rows)")
     p.add_argument("--releases", type=int, default=None, help="independent releases from the one fitted model (default [synth] releases, else 1)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--insecure-reproducible-seed", action="store_true",
+                   help="TESTING ONLY: draw the noise, the private selections and the rows from the scenario seed, so that the run "
+                   "is reproducible bit for bit; anyone with the scenario file can then undo the noise, and release.json says "
+                   "differentially_private: false")
     p.set_defaults(func=cmd_synth)
     deploy = sub.choices.get("deploy")
     if deploy is not None:  # registered by p2pem.deploy.cli: a release scenario deploys its release instead of an EM
@@ -52,14 +59,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_synth(args: argparse.Namespace) -> int:
     # here: start-up time (a node process and `p2pem --help` load only what their command needs)
+    from p2pem.dp.publication import Publication
     from p2pem.scenario import load_scenario
     from p2pem.runner import progress_bar
     from p2pem.synth.run import synthesize, write_synthesis
 
     scenario = load_scenario(args.scenario)
+    publication = Publication.insecure(scenario.seed) if args.insecure_reproducible_seed else Publication.secure()
     t0 = time.perf_counter()
     with progress_bar("fit", "EM it", enabled=not args.quiet) as progress:
-        result = synthesize(scenario, rows=args.rows, releases=args.releases, progress=progress)
+        result = synthesize(scenario, rows=args.rows, releases=args.releases, progress=progress, publication=publication)
     release = result.release
     privacy = release["privacy"]
     what = privacy_line(privacy)
@@ -69,10 +78,13 @@ def cmd_synth(args: argparse.Namespace) -> int:
     print(f"scenario {scenario.name}: {release['training_rows']} training rows over {release['n_nodes']} nodes, model {release['model']}"
           + (f" ({family} family)" if family else "") + f", protocol {release['protocol']['name']}")
     print(f"  privacy: {what}")
+    if publication.reproducible:
+        print("  INSECURE: noise, selections and rows from the scenario seed (--insecure-reproducible-seed); NOT private, do not publish")
     report = result.report
     if report is None:
         print("  no report: the scenario holds out no real test rows ([data] test or test_fraction)")
     else:
+        print("  holder-only report (NOT covered by epsilon, computed from the real rows; never publish it):")
         summary = report["summary"]
         line = f"  {len(result.tables)} release(s) of {result.tables[0].n_rows} rows: mean 2-way TVD {summary['2way_tvd_mean']:.4f}"
         ref = report["reference"]["test_vs_train"]["marginals"].get("2way", {}).get("mean")
@@ -91,7 +103,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
                   + (f"; mean |coefficient error| {error:.4f}" if error is not None else ""))
         print(f"  closest-record distance: median {summary['dcr_median']:.4f} (real test rows {report['reference']['dcr_test']['median']:.4f}); "
               f"exact copies {summary['exact_copies']:.2%}")
-    print(f"wrote {', '.join(str(f) for f in files[:3])}{' ...' if len(files) > 3 else ''} in {time.perf_counter() - t0:.2f} s")
+    published = [f for f in files if f.parent.name == "release"]
+    print(f"wrote the release (publishable) {', '.join(str(f) for f in published[:3])}{' ...' if len(published) > 3 else ''}"
+          + ("" if report is None else f" and the holder-only report {files[-2].parent}") + f" in {time.perf_counter() - t0:.2f} s")
     args.json_summary = {
         "scenario": scenario.name,
         "files": [str(f) for f in files],
@@ -192,12 +206,15 @@ def cmd_deploy_release(args: argparse.Namespace, *, fallback: Callable[[argparse
     print(f"  privacy: {privacy_line(release['privacy'])}")
     if kit.seeded:
         print("  INSECURE: node secrets and the shared seed from the scenario seed (--insecure-reproducible-seed); not private")
-    print(f"  wrote {kit.root / 'release.json'}, {kit.root / 'synthetic.csv'} and {kit.root / 'result.json'} in {time.perf_counter() - t0:.2f} s")
+    print(f"  wrote {kit.root / 'release' / 'release.json'}, {kit.root / 'release' / 'synthetic.csv'} and {kit.root / 'result.json'} "
+          f"in {time.perf_counter() - t0:.2f} s")
     if args.check:
+        from p2pem.dp.publication import Publication
         from p2pem.synth.deployed import release_differences
         from p2pem.synth.run import synthesize
 
-        differences = release_differences(release, synthesize(scenario).release)
+        simulated = synthesize(scenario, publication=Publication.insecure(scenario.seed) if kit.seeded else None).release
+        differences = release_differences(release, simulated)
         print("same release as `p2pem synth`" if not differences else f"differs from `p2pem synth` in: {', '.join(differences)}"
               + ("" if kit.seeded else " (expected: fresh secrets and a joint seed; --insecure-reproducible-seed reproduces p2pem synth)"))
     return 0

@@ -13,8 +13,8 @@ supplies the release's part:
     INSECURE reproducible seed, both from the scenario seed as ``p2pem synth`` does).
 :func:`deploy_release`
     Prepare the kit, run the node processes through the broker, and write
-    ``DIR/release.json`` (the document ``p2pem synth`` writes, from node 0's release once
-    every node agreed on it) and ``DIR/synthetic.csv`` sampled from it.
+    ``DIR/release/release.json`` (the document ``p2pem synth`` writes, from node 0's release once
+    every node agreed on it) and ``DIR/release/synthetic.csv`` sampled from it.
 :func:`finish_release`
     The same two files for a kit run separately (``p2pem deploy --kit DIR``).
 """
@@ -37,9 +37,12 @@ from p2pem.runner import output_header
 from p2pem.scenario import Scenario
 from p2pem.streams import synth_child
 from p2pem.synth.config import parse_synth
-from p2pem.synth.privbayes import AGGREGATIONS, BayesNetSynthesizer, assemble_release, sample_release, scenario_errors
+from p2pem.dp.mechanisms import FLOAT_SAMPLER
+from p2pem.dp.publication import Publication
+from p2pem.synth.privbayes import RELEASE_PUBLIC, AGGREGATIONS, BayesNetSynthesizer, assemble_release, sample_release, scenario_errors
 from p2pem.synth.registry import SYNTHESIZERS
-from p2pem.synth.synthesizer import RELEASE_FORMAT
+from p2pem.synth.run import RELEASE_DIR
+from p2pem.synth.synthesizer import RELEASE_FORMAT, publish
 from p2pem.tabular import write_csv
 
 __all__ = ["DEPLOYABLE", "deploy_release", "finish_release", "is_release", "release_differences", "release_kit", "release_protocol"]
@@ -125,10 +128,11 @@ def deploy_release(scenario: Scenario, out: str | os.PathLike[str], *, protocol:
 
 
 def finish_release(kit: Kit, doc: Mapping[str, Any], scenario: Scenario, *, rows: int | None = None) -> dict[str, Any]:
-    """Write ``release.json`` and ``synthetic.csv`` into the kit's folder from a finished run's ``result.json`` document.
+    """Write ``release/release.json`` and ``release/synthetic.csv`` into the kit's folder from a finished run's ``result.json``.
 
     The release is node 0's (every node agreed on its digest before the launcher collected
-    them); the synthetic rows are drawn from it alone with ``p2pem synth``'s stream.
+    them); the synthetic rows are drawn from it alone, from OS entropy (from ``p2pem synth``'s
+    stream with the insecure reproducible seed, which the privacy block then states).
 
     Raises
     ------
@@ -142,11 +146,16 @@ def finish_release(kit: Kit, doc: Mapping[str, Any], scenario: Scenario, *, rows
     header = output_header(RELEASE_FORMAT, scenario)
     aggregations = {"count": run["n_iter"], "rounds": run["rounds"], "messages": run["messages"], "bytes": run["bytes"]}
     release = assemble_release(header, body, {"name": run["protocol"], "params": run["protocol_params"]}, aggregations, run["wall_s"])
-    release["deployment"] = {"run_id": kit.run_id, "seeded": kit.seeded, "result": "result.json"}
+    release["deployment"] = {"run_id": kit.run_id, "seeded": kit.seeded, "result": "../result.json"}
+    publication = Publication.insecure(scenario.seed) if kit.seeded else Publication.secure()
+    publish(release, publication, RELEASE_PUBLIC, sampler=FLOAT_SAMPLER)  # every member repeats the draws from the shared seed
     n_rows = rows or parse_synth(scenario, tuple(SYNTHESIZERS)).rows or int(body["training_rows"])
-    table = sample_release(release, int(n_rows), np.random.default_rng(synth_child(scenario.seed, 0, 0)))
-    write_csv(table, kit.root / "synthetic.csv")
-    write_json(kit.root / "release.json", release)
+    rng = np.random.default_rng(synth_child(scenario.seed, 0, 0)) if kit.seeded else np.random.default_rng()
+    table = sample_release(release, int(n_rows), rng)
+    folder = kit.root / RELEASE_DIR
+    folder.mkdir(exist_ok=True)
+    write_csv(table, folder / "synthetic.csv")
+    write_json(folder / "release.json", release)
     return release
 
 

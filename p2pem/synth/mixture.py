@@ -16,6 +16,7 @@ so ``bound`` defaults to 1 here (a bound given in the scenario is kept).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -29,7 +30,10 @@ from p2pem.families.encoding import TableEncoding
 from p2pem.protocols import Centralized, ProtocolSpec
 from p2pem.scenario import Scenario
 from p2pem.simulate import run_protocol
-from p2pem.synth.synthesizer import Progress, release_header, release_schema
+from p2pem.dp.mechanisms import FLOAT_SAMPLER, HARDENED_SAMPLER, hardened_noise
+from p2pem.dp.publication import Publication
+from p2pem.streams import scenario_streams
+from p2pem.synth.synthesizer import Progress, publish, release_header, release_schema, run_seed
 from p2pem.tabular import Table
 
 __all__ = ["MixtureSynthesizer"]
@@ -41,8 +45,14 @@ class MixtureSynthesizer:
 
     name: str = "mixture"
 
-    def fit(self, scenario: Scenario, protocol: ProtocolSpec, *, progress: Progress | None = None) -> dict[str, Any]:
+    def fit(self, scenario: Scenario, protocol: ProtocolSpec, *, progress: Progress | None = None,
+            publication: Publication | None = None) -> dict[str, Any]:
         """Fit the scenario's mixed-type mixture with ``protocol``; the release document.
+
+        The protocol's randomness (a private protocol's noise) comes from ``publication``
+        (None: OS entropy, :func:`p2pem.synth.synthesizer.publish`).  Declared public besides
+        the header: the encoding, the family, the number of components and of EM iterations
+        (fixed in a private run); the parameters are the noisy releases, post-processed.
 
         Raises
         ------
@@ -60,7 +70,11 @@ class MixtureSynthesizer:
         graph = build_graph(scenario)
         if not isinstance(protocol, Centralized):
             protocol.validate(graph)
-        run = run_protocol(parts, graph, protocol, em_settings(scenario), seed=scenario.streams()["protocol"], progress=progress)
+        # one party draws dp-central's noise: from OpenDP's exact samplers when publishing (noise shares stay numpy's)
+        hardened = protocol.name == "dp-central" and not (publication is not None and publication.reproducible)
+        with hardened_noise() if hardened else contextlib.nullcontext():
+            run = run_protocol(parts, graph, protocol, em_settings(scenario), seed=scenario_streams(run_seed(publication))["protocol"],
+                               progress=progress)
         public = [
             f"the encoding: Gaussian columns {', '.join(c.name for c in encoding.gaussian) or '(none)'} scaled by their public ranges; "
             f"binned columns {', '.join(encoding.binned) or '(none)'} on {encoding.n_bins} public equal-width bins"
@@ -74,7 +88,7 @@ class MixtureSynthesizer:
                 if family.strata_weights is not None
                 else f"the strata of {column!r}: one mixture per category (their sizes are released through the weights)"
             )
-        return {
+        return publish({
             **release_header(
                 self.name, scenario, encoding.schema, training_rows=sum(len(p) for p in parts), protocol_params=run.protocol_params,
                 protocol=run.protocol, public=public,
@@ -84,7 +98,7 @@ class MixtureSynthesizer:
             "n_components": scenario.em.n_components,
             "n_iter": run.n_iter,
             "parameters": family.to_dict(run.params),
-        }
+        }, publication, ("encoding", "family", "n_components", "n_iter"), sampler=HARDENED_SAMPLER if hardened else FLOAT_SAMPLER)
 
     def sample(self, release: Mapping[str, Any], n_rows: int, rng: np.random.Generator) -> Table:
         """``n_rows`` rows drawn from the release's mixture, in random order.

@@ -40,12 +40,21 @@ from p2pem.runner import output_header
 from p2pem.scenario import Scenario
 from p2pem.simulate import Traffic, drive_messages, drive_vectorised
 from p2pem.synth.bayesconfig import parse_bayesnet
-from p2pem.synth.synthesizer import RELEASE_FORMAT, Progress
+from p2pem.dp.mechanisms import FLOAT_SAMPLER
+from p2pem.dp.publication import Publication
+from p2pem.synth.synthesizer import RELEASE_FORMAT, Progress, publish, run_seed
 from p2pem.streams import bayesnet_child, protocol_streams, scenario_streams
 from p2pem.tabular import Schema, Table, discretize, domain_sizes, schema_from_dict, undiscretize
 from p2pem.task import drive
 
-__all__ = ["AGGREGATIONS", "BayesNetRun", "BayesNetSynthesizer", "assemble_release", "fit_bayesnet", "release_document", "sample_release"]
+__all__ = ["AGGREGATIONS", "RELEASE_PUBLIC", "BayesNetRun", "BayesNetSynthesizer", "assemble_release", "fit_bayesnet", "release_document", "sample_release"]
+
+#: A Bayesian-network release's fields declared public besides the header's: the bins and settings
+#: (public choices), and how the run went (its aggregations' rounds and messages and its wall time:
+#: side channels outside epsilon, which the privacy block's ``excluded`` names for pdmm-sp; a deployed
+#: release's ``deployment``: its run id).  The clusters, networks, conditionals and selections are
+#: post-processing of the noisy releases.
+RELEASE_PUBLIC = ("n_bins", "settings", "aggregations", "wall_s", "deployment")
 
 #: The protocols that can sum a release's counts (the private EM protocols add noise of their own).
 AGGREGATIONS = ("pdmm-sp", "secure-sum", "federated", "centralized")
@@ -273,8 +282,13 @@ class BayesNetSynthesizer:
 
     name: str = "privbayes"
 
-    def fit(self, scenario: Scenario, protocol: ProtocolSpec, *, progress: Progress | None = None) -> dict[str, Any]:
+    def fit(self, scenario: Scenario, protocol: ProtocolSpec, *, progress: Progress | None = None,
+            publication: Publication | None = None) -> dict[str, Any]:
         """Fit the scenario's Bayesian network with ``protocol``; the release document (:func:`release_document`).
+
+        The shared seed (noise, exponential-mechanism selections), the nodes' secrets and the
+        protocol's randomness come from ``publication`` (None: OS entropy); the scenario seed
+        only spreads the rows over the nodes.
 
         Raises
         ------
@@ -286,8 +300,9 @@ class BayesNetSynthesizer:
         with scenario_errors(scenario):
             parts, _ = load_table_parts(scenario)
             graph = None if isinstance(protocol, Centralized) else build_graph(scenario)
-            run = fit_bayesnet(parts, settings, protocol, graph=graph, seed=scenario.seed)
-        return release_document(run, schema, scenario=scenario)
+            run = fit_bayesnet(parts, settings, protocol, graph=graph, seed=run_seed(publication))
+        # the noise comes from the seed the nodes share (every node repeats the draw): numpy's sampler
+        return publish(release_document(run, schema, scenario=scenario), publication, RELEASE_PUBLIC, sampler=FLOAT_SAMPLER)
 
     def settings(self, scenario: Scenario) -> tuple[Schema, BayesNetSettings]:
         """The scenario's public schema and ``[bayesnet]`` settings, checked before any row is read.

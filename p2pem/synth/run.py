@@ -2,10 +2,16 @@
 
 :func:`synthesize` runs the scenario's synthesizer (``[synth] model``) with the chosen
 protocol, draws ``releases`` independent releases of ``rows`` rows each from the release
-document alone (release r from the scenario's ``"synth"`` stream, key ``(0, r)``) and, when
-the scenario holds out real test rows, computes the utility and risk report
-(:func:`p2pem.synth.report.synth_report`) against them.  :func:`write_synthesis` writes it
-all into one folder atomically.  Everything is deterministic for a scenario seed.
+document alone and, when the scenario holds out real test rows, computes the utility and risk
+report (:func:`p2pem.synth.report.synth_report`) against them.  :func:`write_synthesis` writes
+it all atomically into two folders: ``release/`` (what may be published: the synthetic CSVs and
+``release.json``) and ``holder-only/`` (the report, computed from the real rows: not covered by
+epsilon, never to be published).
+
+The noise, the selections and the sampled rows come from OS entropy
+(:mod:`p2pem.dp.publication`); only with ``Publication.insecure(seed)`` (``p2pem synth
+--insecure-reproducible-seed``) is a run reproducible: release r is then drawn from the
+scenario's ``"synth"`` stream, key ``(0, r)``, and the release says it is not private.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from p2pem.builders import build_protocols, load_tables
+from p2pem.dp.publication import Publication
 from p2pem.errors import ConfigError, DataError
 from p2pem.files import atomic_output, write_json
 from p2pem.scenario import Scenario
@@ -29,7 +36,15 @@ from p2pem.synth.report import report_figure, synth_report
 from p2pem.synth.synthesizer import Progress
 from p2pem.tabular import Table, write_csv
 
-__all__ = ["Synthesis", "release_file_names", "sample_release", "synthesize", "write_synthesis"]
+__all__ = ["HOLDER_ONLY", "HOLDER_ONLY_DIR", "RELEASE_DIR", "Synthesis", "release_file_names", "sample_release", "synthesize", "write_synthesis"]
+
+
+#: The subfolders of ``p2pem synth --out DIR``: what may be published, and what stays with the data holders.
+RELEASE_DIR, HOLDER_ONLY_DIR = "release", "holder-only"
+
+#: The first field of a report (and the banner of its figure): it is not a release.
+HOLDER_ONLY = ("HOLDER ONLY, NOT COVERED BY EPSILON: computed from the real training and test rows (row counts, the real "
+               "data's regression, distances to training rows); keep it with the data holders and never publish it")
 
 
 @dataclass(frozen=True)
@@ -74,7 +89,8 @@ def sample_release(release: Mapping[str, Any], n_rows: int, rng: np.random.Gener
     return synthesizer.sample(release, int(n_rows), rng)
 
 
-def synthesize(scenario: Scenario, *, rows: int | None = None, releases: int | None = None, progress: Progress | None = None) -> Synthesis:
+def synthesize(scenario: Scenario, *, rows: int | None = None, releases: int | None = None, progress: Progress | None = None,
+               publication: Publication | None = None) -> Synthesis:
     """Fit the scenario's synthesizer and draw its releases (module docstring).
 
     Parameters
@@ -87,6 +103,9 @@ def synthesize(scenario: Scenario, *, rows: int | None = None, releases: int | N
         Independent releases (default ``[synth] releases``, else 1).
     progress : callable(iteration, n_iterations), optional
         Called during the fit.
+    publication : Publication, optional
+        Where the noise, the selections and the sampled rows come from (default OS entropy;
+        ``Publication.insecure(scenario.seed)`` for a reproducible, non-private run).
 
     Raises
     ------
@@ -103,16 +122,21 @@ def synthesize(scenario: Scenario, *, rows: int | None = None, releases: int | N
     train, test = load_tables(scenario)
     synthesizer = SYNTHESIZERS[config.model]
     protocol = build_protocols(scenario)[config.protocol]
-    release = synthesizer.fit(scenario, protocol, progress=progress)
+    release = synthesizer.fit(scenario, protocol, progress=progress, publication=publication)
     n_rows = rows or config.rows or train.n_rows
     n_releases = releases or config.releases
-    tables = [synthesizer.sample(release, n_rows, np.random.default_rng(synth_child(scenario.seed, 0, r))) for r in range(n_releases)]
+    insecure = publication is not None and publication.reproducible
+
+    def rng(*key: int) -> np.random.Generator:  # sampling is post-processing; still, nothing recorded determines the rows
+        return np.random.default_rng(synth_child(scenario.seed, *key)) if insecure else np.random.default_rng()
+
+    tables = [synthesizer.sample(release, n_rows, rng(0, r)) for r in range(n_releases)]
     report = None
     if test is not None:
-        report = synth_report(
-            train, test, tables, rng=np.random.default_rng(synth_child(scenario.seed, 1)), target=config.target,
+        report = {"holder_only": HOLDER_ONLY, **synth_report(
+            train, test, tables, rng=rng(1), target=config.target,
             regression=config.regression, three_way=config.three_way, dcr_rows=config.dcr_rows,
-        )
+        )}
         report["release"] = {"model": release["model"], "protocol": release["protocol"]["name"], "privacy": release["privacy"]}
     return Synthesis(config, release, tables, report, train)
 
@@ -123,19 +147,23 @@ def release_file_names(n_releases: int) -> list[str]:
 
 
 def write_synthesis(out: str | os.PathLike[str], synthesis: Synthesis, *, title: str) -> list[Path]:
-    """Write the releases (CSV with a header row, the schema's column names, order and types),
-    ``release.json`` and, with a report, ``report.json`` and ``report.png``, all or nothing.
+    """Write ``out/release/`` -- the releases (CSV with a header row, the schema's column names,
+    order and types) and ``release.json`` -- and, with a report, ``out/holder-only/`` --
+    ``report.json`` and ``report.png``, each saying first that it is not covered by epsilon --
+    all or nothing.
 
-    Returns the files written (their final paths).
+    Returns the files written (their final paths), the release's first.
     """
-    names = release_file_names(len(synthesis.tables))
+    names = [f"{RELEASE_DIR}/{name}" for name in (*release_file_names(len(synthesis.tables)), "release.json")]
     with atomic_output(out) as tmp:
-        for name, table in zip(names, synthesis.tables, strict=True):
+        (tmp / RELEASE_DIR).mkdir()
+        for name, table in zip(names[:-1], synthesis.tables, strict=True):
             write_csv(table, tmp / name)
-        write_json(tmp / "release.json", synthesis.release)
-        names.append("release.json")
+        write_json(tmp / RELEASE_DIR / "release.json", synthesis.release)
         if synthesis.report is not None:
-            write_json(tmp / "report.json", synthesis.report)
-            report_figure(synthesis.report, tmp / "report.png", title=title)
-            names += ["report.json", "report.png"]
+            (tmp / HOLDER_ONLY_DIR).mkdir()
+            write_json(tmp / HOLDER_ONLY_DIR / "report.json", synthesis.report)
+            report_figure(synthesis.report, tmp / HOLDER_ONLY_DIR / "report.png",
+                          title=f"HOLDER ONLY: not covered by epsilon, do not publish\n{title}")
+            names += [f"{HOLDER_ONLY_DIR}/report.json", f"{HOLDER_ONLY_DIR}/report.png"]
     return [Path(out) / name for name in names]

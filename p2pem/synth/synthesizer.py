@@ -19,6 +19,22 @@ A synthesizer is registered by name in :data:`p2pem.synth.registry.SYNTHESIZERS`
 ``[synth] model`` picks it and ``p2pem synth`` runs it, draws the releases, writes them and
 the utility and risk report.  :func:`release_header` starts every release document with the
 fields all synthesizers share.
+
+Publishing (shared by every synthesizer and any command that publishes a model)
+-------------------------------------------------------------------------------
+A release leaves the data holders, so its DP noise and every DP selection come from OS
+entropy and no field records what determines them (:mod:`p2pem.dp.publication`).  A
+synthesizer's ``fit`` takes a ``publication`` (None: :meth:`Publication.secure`) and
+
+1. seeds its run with :func:`run_seed` (128 fresh bits, or the insecure seed), recorded
+   nowhere: the scenario seed still places rows on nodes and builds the graph (public);
+2. ends with :func:`publish`, which completes the ``privacy`` block: ``release``, ``noise``
+   (``os-entropy`` or ``insecure-reproducible-seed``, which also sets
+   ``differentially_private: false``), ``neighbours`` (replace-one, n public) and
+   ``public``: the top-level fields declared public.  Every other field must be
+   post-processing of the noisy releases: the auditor's replay test (tests/test_publication.py)
+   fits a neighbouring data set with the same noisy releases and fails on any other field
+   that differs.
 """
 
 from __future__ import annotations
@@ -30,13 +46,20 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from p2pem.dp.publication import Publication
 from p2pem.errors import DataError
 from p2pem.protocols import ProtocolSpec
 from p2pem.runner import output_header
 from p2pem.scenario import Scenario
 from p2pem.tabular import Schema, Table, schema_from_dict, schema_to_toml
 
-__all__ = ["RELEASE_FORMAT", "Synthesizer", "privacy_provenance", "release_header", "release_schema"]
+__all__ = ["HEADER_PUBLIC", "RELEASE_FORMAT", "Synthesizer", "privacy_provenance", "publish", "release_header", "release_schema",
+           "run_seed"]
+
+#: The fields of :func:`release_header` that are declared public (every release's ``privacy.public``
+#: lists them with the synthesizer's own): facts of the scenario, its settings and the accounting.
+HEADER_PUBLIC = ("format", "version", "scenario", "scenario_file", "seed", "model", "schema", "training_rows", "n_nodes", "protocol",
+                 "privacy", "public")
 
 #: ``format`` and ``version`` of a release document.
 RELEASE_FORMAT = ("p2pem-synth-release", 1)
@@ -53,8 +76,10 @@ class Synthesizer(Protocol):
         """The name ``[synth] model`` takes and a release document's ``model``."""
         ...
 
-    def fit(self, scenario: Scenario, protocol: ProtocolSpec, *, progress: Progress | None = None) -> dict[str, Any]:
-        """The release document of ``scenario``'s model fitted with ``protocol``."""
+    def fit(self, scenario: Scenario, protocol: ProtocolSpec, *, progress: Progress | None = None,
+            publication: Publication | None = None) -> dict[str, Any]:
+        """The release document of ``scenario``'s model fitted with ``protocol``, its noise and
+        selections drawn as ``publication`` says (None: OS entropy; see :func:`publish`)."""
         ...
 
     def sample(self, release: Mapping[str, Any], n_rows: int, rng: np.random.Generator) -> Table:
@@ -95,10 +120,42 @@ def release_header(model: str, scenario: Scenario, schema: Schema, *, training_r
             "the schema: column names, types, order, numeric ranges and category lists"
             + ("" if schema.public else " -- NOT PUBLIC: the schema says it was read off the data"),
             f"the graph of {scenario.graph.n_nodes} nodes and every node's row count",
-            "the scenario seed (initialisation, protocol randomness, sampling)",
+            SEED_PUBLIC,
             *public,
         ],
     }
+
+
+#: What the recorded scenario seed determines in a release (its ``public`` list says it).
+SEED_PUBLIC = ("the scenario seed: which node holds which row, the graph and the public initial draw; the DP noise, the "
+               "selections and the sampled rows come from OS entropy and are recorded nowhere (unless the privacy block says "
+               "noise = 'insecure-reproducible-seed')")
+
+
+def run_seed(publication: Publication | None) -> int:
+    """The seed of a publication's run (:meth:`Publication.seed`): OS entropy unless insecure; record it nowhere."""
+    return (publication or Publication.secure()).seed()
+
+
+def publish(release: dict[str, Any], publication: Publication | None, public: tuple[str, ...] | list[str] = (), *,
+            sampler: str | None = None) -> dict[str, Any]:
+    """Complete a release document's privacy blocks for publication (module docstring), in place; returns it.
+
+    ``release["privacy"]`` becomes :meth:`Publication.privacy_block` of itself with the public
+    fields :data:`HEADER_PUBLIC` plus ``public`` and, for a private release, ``sampler``: how
+    its noise was sampled (:data:`p2pem.dp.mechanisms.HARDENED_SAMPLER` or ``FLOAT_SAMPLER``);
+    the protocol's own block (``protocol.params.privacy``, a simulation's by default) is marked
+    a release too.
+    """
+    pub = publication or Publication.secure()
+    release["privacy"] = pub.privacy_block(release["privacy"], (*HEADER_PUBLIC, *public))
+    if sampler is not None and "epsilon" in release["privacy"]:
+        release["privacy"]["sampler"] = sampler
+    inner = release.get("protocol", {}).get("params", {}).get("privacy")
+    if isinstance(inner, dict):
+        inner.pop("note", None)
+        inner.update(release=True, noise=pub.noise)
+    return release
 
 
 def schema_document(schema: Schema) -> dict[str, Any]:

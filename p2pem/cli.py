@@ -264,6 +264,12 @@ def _privacy_cells(run) -> tuple[str, str]:
     against = f"epsilon {outsider:.3g} against an outsider"
     if colluders is not None:
         against += f", {colluders:.3g} against {privacy.get('colluders')} colluding nodes"
+    worst = privacy.get("worst_placement")
+    if isinstance(worst, dict):
+        eps_worst = eps.get("colluders_worst_placement")
+        group = worst.get("smallest_honest_group")
+        against += (f", {'not covered' if eps_worst is None else f'{eps_worst:.3g}'} against them placed worst "
+                    f"(cutting off {group} honest node{'s' if group != 1 else ''})")
     return f"{outsider:.3g}", f"{against} (delta {privacy.get('delta'):g}, {privacy.get('accountant')} accountant); releases no log-likelihood"
 
 

@@ -94,6 +94,9 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
     [bayesnet]                     # optional, free-form: a Bayesian-network release's settings
                                    #   ([synth] model = "privbayes" | "hmprivbayes";
                                    #   validated by p2pem.synth.bayesconfig)
+    [marginals]                    # optional, free-form: an MST or AIM release's settings
+                                   #   ([synth] model = "mst" | "aim";
+                                   #   validated by p2pem.synth.marginalconfig)
     [deploy]                       # optional: settings of `p2pem deploy`
     timeout = 20.0                 #   s a node waits for a silent neighbour
     startup_timeout = 60.0         #   s for the neighbours to come online
@@ -426,6 +429,10 @@ class Scenario:
         The free-form ``[bayesnet]`` table of a Bayesian-network release (validated by
         :func:`p2pem.synth.bayesconfig.parse_bayesnet` when the release is fitted; empty if
         absent).
+    marginals : Mapping
+        The free-form ``[marginals]`` table of an MST or AIM release (validated by
+        :func:`p2pem.synth.marginalconfig.parse_marginals` when the release is fitted; empty
+        if absent).
     """
 
     name: str
@@ -440,6 +447,7 @@ class Scenario:
     tradeoff: TradeoffConfig | None = None
     synth: Mapping[str, Any] = field(default_factory=empty_table)
     bayesnet: Mapping[str, Any] = field(default_factory=empty_table)
+    marginals: Mapping[str, Any] = field(default_factory=empty_table)
 
     def streams(self) -> dict[str, np.random.SeedSequence]:
         """The independent random streams of this scenario, see :func:`p2pem.streams.scenario_streams`."""
@@ -483,7 +491,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     where = os.fspath(path)
     document = read_toml(file, "scenario")
 
-    top = Table(where, document, "", ("name", "seed", "data", "graph", "em", "protocols", "leakage", "deploy", "tradeoff", "synth", "bayesnet"))
+    top = Table(where, document, "", ("name", "seed", "data", "graph", "em", "protocols", "leakage", "deploy", "tradeoff", "synth", "bayesnet", "marginals"))
     name = top.string("name", default=file.stem)
     if not name:
         top.fail("'name' must not be empty")
@@ -508,6 +516,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         tradeoff=tradeoff,
         synth=top.free_table("synth"),
         bayesnet=top.free_table("bayesnet"),
+        marginals=top.free_table("marginals"),
     )
 
 

@@ -167,6 +167,7 @@ def run_protocol(
     _check_graph(graph, len(parts))
     protocol.validate(graph)
     topology = protocol.topology(graph)
+    protocol = protocol.placed(topology)  # e.g. a private protocol's worst placement of colluders
     rngs = protocol_streams(seed, len(parts))
     if engine == "messages" or protocol.asynchronous:
         run = _run_messages(parts, topology, protocol, settings, rngs, record_trace, progress, t0)

@@ -1,7 +1,8 @@
 """Benchmark: the leakage analysis of the paper's Fig. 1 example, all three protocols.
 
-Runs ``scenarios/fig1.toml`` as ``p2pem leakage`` would (10^4 Monte Carlo runs, 20 iterations,
-federated, secure-sum and pdmm-sp against the corrupt nodes 2 and 4), without writing files,
+Runs ``scenarios/fig1.toml`` as ``p2pem leakage`` would (10^4 Monte Carlo runs of one aggregation,
+pdmm-sp with a real run's schedule to its public stop round, which it prints; federated,
+secure-sum and pdmm-sp against the corrupt nodes 2 and 4), without writing files,
 and prints the wall time of every stage, the cost of the Monte Carlo batch calls and traces,
 and the leakage per protocol and honest node next to the exact value and the closed form, and
 the run-time estimate the command prints before it starts against the measured wall time.
@@ -57,7 +58,7 @@ def main() -> None:
     wall = time.perf_counter() - t0
     config = plan.config  # the targets resolved
 
-    print(f"scenario {scenario.name}: {config.runs} Monte Carlo runs, {config.iterations} iterations, "
+    print(f"scenario {scenario.name}: {config.runs} Monte Carlo runs of one aggregation, "
           f"{len(config.targets)} targets, k={config.k}; cpus available: {len(os.sched_getaffinity(0))}")
     print(f"imports: {import_s:.2f} s (numpy, scipy)")
     print("stage timings:")
@@ -69,7 +70,10 @@ def main() -> None:
         print(f"run-time estimate before the start: {plan.estimate.describe()}; measured/estimated = "
               f"{wall / plan.estimate.seconds:.2f}")
 
-    print(f"\nleakage after iteration {config.iterations} (KSG estimate with 95% CI; exact from the view's linear "
+    for p in plan.protocols:
+        if p.analysed.schedule is not None:
+            print(f"{p.label}: {p.analysed.describe()}")
+    print(f"\nleakage of one aggregation after its last round (KSG estimate with 95% CI; exact from the view's linear "
           f"structure; closed form by design; ceiling {report.ceiling_bits:.3f} bits)")
     print(f"{'protocol':<20} {'node':>4} {'KSG bits':>9} {'95% CI':>17} {'bias':>7} {'NMI':>6} {'exact':>7} {'floor':>7}  what")
     for r in report.iteration_runs:
@@ -79,27 +83,26 @@ def main() -> None:
               f"{r.nmi[-1]:>6.3f} {_bits(ex):>7} {_bits(r.floor_bits):>7}  {r.floor}")
     pdmm = [r for r in report.iteration_runs if r.protocol == "pdmm-sp"]
     if pdmm:
-        print("\npdmm-sp per iteration (KSG / exact), node " + ", ".join(r.node_label for r in pdmm) + ":")
-        for t in range(len(pdmm[0].iterations)):
+        print("\npdmm-sp per round (KSG / exact), node " + ", ".join(r.node_label for r in pdmm) + ":")
+        for t in range(len(pdmm[0].rounds)):
             cells = "   ".join(f"{r.mi_bits[t]:.3f} / {_bits(r.exact_bits[t] if r.exact_bits else None)}" for r in pdmm)
-            print(f"  iteration {pdmm[0].iterations[t]:>2}: {cells}")
+            print(f"  round {pdmm[0].rounds[t]:>2}: {cells}")
     if args.coverage:
-        coverage(scenario, config, args.coverage)
+        coverage(scenario, config, args.coverage, next(p.analysed for p in plan.protocols if p.spec.name == "pdmm-sp"))
 
 
-def coverage(scenario, config, repeats: int) -> None:
+def coverage(scenario, config, repeats: int, analysed) -> None:
     """How often the interval covers the exact leakage about node 1 under pdmm-sp, over fresh seeds."""
     import numpy as np
 
     from p2pem.leakage.measure import Estimator
-    from p2pem.leakage.montecarlo import make_adversary, monte_carlo, monte_carlo_spec
+    from p2pem.leakage.montecarlo import make_adversary, monte_carlo
     from p2pem.leakage.reduce import exact_linear_mi, principal_components
     from p2pem.leakage.views import build_view
-    from p2pem.protocols import PdmmSP
-    from p2pem.builders import build_graph, build_protocols as protocols
+    from p2pem.builders import build_graph
 
     graph = build_graph(scenario)
-    spec = monte_carlo_spec(next(s for s in protocols(scenario) if isinstance(s, PdmmSP)), config.iterations)
+    spec, rounds = analysed.spec, analysed.rounds
     adversary = make_adversary(config.adversaries[0], config)
     node = config.targets[0]
     t0 = time.perf_counter()
@@ -108,7 +111,7 @@ def coverage(scenario, config, repeats: int) -> None:
         rng = np.random.default_rng(5000 + r)
         inputs = rng.standard_normal((graph.number_of_nodes(), config.runs))
         mc = monte_carlo(spec, graph, inputs, input_sd=1.0, seed=r)
-        view = build_view(mc.trace, adversary, inputs=mc.inputs, outputs=mc.outcome.results).until(config.iterations)
+        view = build_view(mc.trace, adversary, inputs=mc.inputs, outputs=mc.outcome.results).until(rounds)
         exact = exact_linear_mi(mc.latents, mc.latent_sd, view, [node])[0]
         est = Estimator(config.k, config.n_batches, config.level, config.folds, np.random.default_rng(r)).estimate(
             mc.inputs[node], principal_components(view)

@@ -4,6 +4,7 @@ every node ends with the same network, the shared seed, and one-line errors for 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 from collections import Counter
@@ -161,7 +162,9 @@ def test_commit_and_reveal_seed_is_joint_and_checked(table, graph):
     a = fit_bayesnet(split(table), settings, make_protocol("secure-sum"), graph=graph, seed=5, commit_reveal=True)
     b = fit_bayesnet(split(table), settings, make_protocol("pdmm-sp"), graph=graph, seed=5, commit_reveal=True, engine="messages")
     assert np.array_equal(a.task.summary(), b.task.summary())
-    assert a.task.iteration == fit_bayesnet(split(table), settings, make_protocol("secure-sum"), graph=graph, seed=5).task.iteration + 2
+    # the commitment, then a reveal after every aggregation of counts (central noise: each one is drawn from)
+    plain = fit_bayesnet(split(table), settings, make_protocol("secure-sum"), graph=graph, seed=5).task
+    assert a.task.reveals == plain.iteration and a.task.iteration == 1 + 2 * plain.iteration
     # the seed depends on every node's secret: another secret for one node, another seed
     secrets = [np.random.SeedSequence(i) for i in range(3)]
     reveal = [joint.secret(s) for s in secrets]
@@ -174,11 +177,53 @@ def test_commit_and_reveal_seed_is_joint_and_checked(table, graph):
     assert joint.joint_seed(commits, reveal).entropy == seed.entropy
 
 
+@pytest.mark.parametrize("model,noise", [("privbayes", "central"), ("hmprivbayes", "shares")])
+def test_no_draw_uses_a_seed_known_before_the_counts_it_acts_on(table, monkeypatch, model, noise):
+    """Seed timing (issue 29, item 6).  Record every aggregation the nodes hold and every shared draw:
+    each draw must come from a seed whose links were first aggregated *after* the last counts
+    before it, so when a member chose those counts nobody, itself included, could know the seed."""
+    import p2pem.bayesnet.task as task_module
+
+    settings = BayesNetSettings(model=model, epsilon=1.0, noise=noise)
+    parts = np.array_split(discretize(table), 3)
+    task = BayesNetTask(parts, domain_sizes(SCHEMA), settings, 3, shared=None, secrets=[np.random.SeedSequence(10 + i) for i in range(3)])
+    seen: list[bytes] = []  # every aggregated vector, in order, as the members hold it
+    counts_at: list[int] = []  # positions in ``seen`` of the count aggregations
+    draws: list[tuple[int, int]] = []  # (aggregations held at the draw, the seed's entropy)
+    real_stream = task_module.shared_stream
+
+    def recording(seed, *key):
+        draws.append((len(seen), seed.entropy))
+        return real_stream(seed, *key)
+
+    monkeypatch.setattr(task_module, "shared_stream", recording)
+    while not task.finished:
+        kind = task._stage.kind
+        summed = task.contribution().sum(axis=0)
+        if kind not in ("commit", "reveal"):
+            counts_at.append(len(seen))
+        seen.append(summed.astype(np.float64).tobytes())
+        task.absorb(np.broadcast_to(summed / 3, (3, summed.size)))
+    assert draws and counts_at and task.reveals >= 1
+    for held, entropy in draws:
+        last_counts = max(i for i in counts_at if i < held)
+        # the seed is SHA-256 of links every node revealed after those counts: recompute it from the
+        # aggregations that followed them, and check that none before them held those links
+        later = [joint.slots(np.frombuffer(v), 3) for i, v in enumerate(seen[:held]) if i > last_counts and i not in counts_at]
+        assert later, "a draw with no reveal between it and the counts it acts on"
+        links = later[-1]
+        assert int.from_bytes(hashlib.sha256(b"".join(links)).digest(), "big") == entropy
+        earlier = seen[: last_counts + 1]
+        for link in links:
+            assert not any(link in np.frombuffer(v).astype(">u2").tobytes() for v in earlier)
+
+
 def test_a_node_whose_reveal_breaks_its_commitment_is_named(table):
     settings = BayesNetSettings(epsilon=1.0)
     parts = np.array_split(discretize(table), 3)
     task = BayesNetTask(parts, domain_sizes(SCHEMA), settings, 3, shared=None, secrets=[np.random.SeedSequence(i) for i in range(3)])
     task.absorb(task.contribution().mean(axis=0, keepdims=True).repeat(3, axis=0))  # commit
+    task.absorb(task.contribution().mean(axis=0, keepdims=True).repeat(3, axis=0))  # the totals
     reveal = task.contribution()
     reveal[1, joint.WORDS + 3] = (reveal[1, joint.WORDS + 3] + 1) % 65536  # node 1 reveals another secret
     with pytest.raises(ProtocolError, match="node 1's revealed secret"):

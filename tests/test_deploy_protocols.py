@@ -97,6 +97,21 @@ def test_private_protocols_deploy_to_the_same_bits_with_the_scenario_seed(scenar
     assert bool(server) == (position == DP_CENTRAL) and all(code == 0 for code, _ in server)
 
 
+def test_shares_calibrated_for_the_worst_placement_deploy_to_the_same_bits(tmp_path):
+    """With calibrate = "worst-placement" each node sizes its share from the roster's ring (one
+    share makes the calibrated noise on a ring), as the simulation does: the same bits."""
+    path = scenario_path(tmp_path)
+    text = path.read_text().replace('aggregation = "secure-sum"\nbound = 4.0\n', 'aggregation = "secure-sum"\nbound = 4.0\ncalibrate = "worst-placement"\n')
+    assert 'calibrate = "worst-placement"' in text
+    path.write_text(text)
+    scenario = load_scenario(path)
+    kit, results, _ = deploy(scenario, DP_RING, tmp_path)
+    assert [code for code, _ in results] == [0] * kit.n_nodes, [rep["error"] for _, rep in results]
+    sim = simulated(scenario, DP_RING)
+    assert sim.protocol_params["privacy"]["worst_placement"]["shares_per_draw"] == 1
+    assert all(np.array_equal(model(rep), reference(sim)) for _, rep in results)
+
+
 def test_asynchronous_pdmm_sp_deploys_to_centralised_em(scenario, tmp_path):
     """Wake-ups follow the messages (each node wakes when its inbox runs dry), not the
     simulator's schedule: the model is not the simulation's bits but centralised EM's, to the

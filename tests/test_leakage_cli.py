@@ -14,7 +14,7 @@ from p2pem.scenario import load_scenario
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 RUN_KEYS = {
-    "protocol", "label", "params", "adversary", "corrupt", "node", "iterations", "mi_bits", "mi_ci", "mi_bias_bits",
+    "protocol", "label", "params", "adversary", "corrupt", "node", "rounds", "mi_bits", "mi_ci", "mi_bias_bits",
     "mi_se_bits", "estimator", "r2", "nmi", "floor_bits", "floor", "exact_bits", "flags",
 }
 
@@ -46,7 +46,7 @@ def test_shipped_scenarios_validate() -> None:
         ("targets = [0, 2, 4]", "targets = [0, 1]", "'leakage.targets' names corrupt node 1"),
         ("runs = 10000", "runs = 10.5", "'leakage.runs' must be an integer, got 10.5"),
         ("runs = 10000", "runs = 50", "'leakage.runs' must be >= 200, got 50"),
-        ("iterations = 20", "iterations = true", "'leakage.iterations' must be an integer, got true (a boolean)"),
+        ("rounds = 20", "rounds = true", "'leakage.rounds' must be an integer, got true (a boolean)"),
         ('node_labels = ["1", "2", "3", "4", "5"]', 'node_labels = ["1"]', "'leakage.node_labels' must hold 5 labels"),
     ],
 )
@@ -71,15 +71,15 @@ def test_sweep_needs_pdmm(tmp_path: Path) -> None:
 
 def test_leakage_command_writes_json_figure_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
-    code = main(["leakage", str(SCENARIOS / "fig1.toml"), "--out", str(out), "--runs", "1000", "--iterations", "3", "-q"])
+    code = main(["leakage", str(SCENARIOS / "fig1.toml"), "--out", str(out), "--runs", "1000", "--rounds", "3", "-q"])
     assert code == 0
     doc = json.loads((out / "leakage.json").read_text())
-    assert doc["format"] == "p2pem-leakage" and doc["version"] == 1
+    assert doc["format"] == "p2pem-leakage" and doc["version"] == 2
     runs = doc["runs"]
     assert len(runs) == 9
     for run in runs:
         assert RUN_KEYS <= set(run)
-        assert run["iterations"] == [1, 2, 3]
+        assert run["rounds"] == [1, 2, 3]
         assert len(run["mi_bits"]) == len(run["mi_ci"]) == len(run["nmi"]) == 3
     by = {(r["protocol"], r["node_label"]): r for r in runs}
     assert by[("federated", "1")]["corrupt"] == [-1, 1, 3]
@@ -88,13 +88,22 @@ def test_leakage_command_writes_json_figure_and_table(tmp_path: Path, capsys: py
     assert by[("pdmm-sp", "1")]["params"]["perturbation_std"] == 100.0 and by[("pdmm-sp", "1")]["flags"] == []
     assert by[("secure-sum", "3")]["nmi"][-1] == pytest.approx(1.0)
     assert (out / "leakage.png").stat().st_size > 10_000
+    # every output says that one aggregation is shown, how to measure a whole run, and which
+    # pdmm-sp schedule and stop round the Monte Carlo ran (3 of the rounds a real run stops after)
+    assert "one aggregation" in doc["scope"] and "p2pem leakage --whole-run" in doc["scope"]
+    pdmm = doc["analysed"]["pdmm-sp"]
+    assert pdmm["stop"] == "public round" and pdmm["stop_round"] > 3 and pdmm["rounds"] == 3 and pdmm["as_run"]
+    assert f"public stop round {pdmm['stop_round']}" in pdmm["description"]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["format"] == "p2pem-leakage-summary" and summary["version"] == 2
+    assert summary["format"] == "p2pem-leakage-summary" and summary["version"] == 3
+    assert summary["scope"] == doc["scope"] and summary["settings"]["rounds"] == 3
+    assert next(p for p in summary["protocols"] if p["protocol"] == "pdmm-sp")["analysed"] == pdmm
     assert summary["honest_components"] == {"honest-but-curious": [[0, 2, 4]]}
     ring = next(p for p in summary["protocols"] if p["protocol"] == "secure-sum")
     assert sorted(ring["ring"]) == [0, 1, 2, 3, 4] and [2] in ring["arcs"]["honest-but-curious"]
     printed = capsys.readouterr().out
     assert "floor" in printed and "I(X1; X1+X3+X5)" in printed and "node labels: 1 = id 0" in printed
+    assert "leakage of ONE aggregation" in printed and "--whole-run" in printed and pdmm["description"] in printed
     # what secure-sum discloses by topology is printed before any estimate
     disclosure = printed.index("warning: secure-sum: honest node 3's input is disclosed to the corrupt nodes {2, 4}")
     assert disclosure < printed.index("KSG bits")
@@ -106,7 +115,7 @@ def test_leakage_command_sweep_and_errors(tmp_path: Path, capsys: pytest.Capture
     text = path.read_text().replace("max_iter = 30", "max_iter = 5")
     path.write_text(text)
     out = tmp_path / "sweep"
-    assert main(["leakage", str(path), "--out", str(out), "--runs", "1000", "--iterations", "3", "-q"]) == 0
+    assert main(["leakage", str(path), "--out", str(out), "--runs", "1000", "--rounds", "3", "-q"]) == 0
     runs = json.loads((out / "leakage.json").read_text())["runs"]
     swept = [r for r in runs if "em_rel_err" in r]
     assert len(swept) == 2 * 3
@@ -136,7 +145,7 @@ def _three_stds(tmp_path: Path) -> Path:
 def test_runs_of_one_protocol_are_told_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     path = _three_stds(tmp_path)
-    assert main(["leakage", str(path), "--out", str(out), "--runs", "1000", "--iterations", "2", "-q"]) == 0
+    assert main(["leakage", str(path), "--out", str(out), "--runs", "1000", "--rounds", "2", "-q"]) == 0
     runs = json.loads((out / "leakage.json").read_text())["runs"]
     labels = {r["label"] for r in runs}
     assert labels == {"pdmm-sp (std 1)", "pdmm-sp (std 10)", "pdmm-sp (std 100)"}
@@ -175,7 +184,7 @@ def test_small_perturbation_reports_exact_leakage_beside_the_floor_and_flags_it(
     path = _variant(tmp_path, "perturbation_std = 100.0", "perturbation_std = 1.0")
     path.write_text(path.read_text().replace("[em]\nn_components = 2", "[em]\nn_components = 1"))
     out = tmp_path / "out"
-    assert main(["leakage", str(path), "--out", str(out), "--runs", "1000", "--iterations", "20", "-q"]) == 0
+    assert main(["leakage", str(path), "--out", str(out), "--runs", "1000", "--rounds", "20", "-q"]) == 0
     runs = json.loads((out / "leakage.json").read_text())["runs"]
     node1 = next(r for r in runs if r["protocol"] == "pdmm-sp" and r["node_label"] == "1")
     assert node1["floor_bits"] == pytest.approx(0.2924812503605781)
@@ -188,7 +197,7 @@ def test_small_perturbation_reports_exact_leakage_beside_the_floor_and_flags_it(
     rel = _variant(tmp_path, "perturbation_std = 100.0", "perturbation_std = 1.0")
     rel.write_text(rel.read_text().replace("node_labels =", 'perturbation = "relative"\nnode_labels ='))
     out2 = tmp_path / "rel"
-    assert main(["leakage", str(rel), "--out", str(out2), "--runs", "1000", "--iterations", "20", "-q"]) == 0
+    assert main(["leakage", str(rel), "--out", str(out2), "--runs", "1000", "--rounds", "20", "-q"]) == 0
     node1_rel = next(r for r in json.loads((out2 / "leakage.json").read_text())["runs"] if r["protocol"] == "pdmm-sp" and r["node_label"] == "1")
     assert node1_rel["perturbation_std"] == 0.5 and node1_rel["perturbation_relative"] == 1.0
     assert node1_rel["exact_bits"][-1] == pytest.approx(node1["exact_bits"][-1], abs=1e-6)

@@ -35,7 +35,7 @@ COLUMN = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] * 4
 
 
 def _csv_scenario(tmp_path: Path, *, protocols: str = '[[protocols]]\nname = "secure-sum"\n\n[[protocols]]\nname = "pdmm-sp"\n',
-                  leakage: str = "corrupt = [1, 3]\nruns = 400\niterations = 3\n", nodes: int = 5, scale: float = 1.0) -> Path:
+                  leakage: str = "corrupt = [1, 3]\nruns = 400\nrounds = 3\n", nodes: int = 5, scale: float = 1.0) -> Path:
     rng = np.random.default_rng(0)
     rows = [f"{scale * x:g},{rng.standard_normal():.6f}" for x in COLUMN]
     csv = tmp_path / ("site.csv" if scale == 1.0 else f"site{scale:g}.csv")
@@ -123,7 +123,7 @@ def test_the_data_sets_the_scale_pdmm_perturbation_acts_on(tmp_path: Path) -> No
 
 
 def test_gaussian_inputs_say_so_and_ignore_the_rows(tmp_path: Path) -> None:
-    path = _csv_scenario(tmp_path, leakage='inputs = "gaussian"\ncorrupt = [1, 3]\nruns = 400\niterations = 2\n')
+    path = _csv_scenario(tmp_path, leakage='inputs = "gaussian"\ncorrupt = [1, 3]\nruns = 400\nrounds = 2\n')
     plan = plan_analysis(load_scenario(path), estimate=False)
     assert plan.inputs.kind == "gaussian" and "the scenario's rows are not used" in plan.inputs.description
     assert np.all(plan.inputs.sd == 0.5)
@@ -152,7 +152,7 @@ def test_bad_leakage_keys_are_one_line_errors(tmp_path: Path, leakage: str, erro
 def test_skipped_protocols_are_named_with_their_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     protocols = ('[[protocols]]\nname = "pdmm-sp"\nmode = "async"\n\n[[protocols]]\nname = "dp-central"\nbound = 10.0\n\n'
                  '[[protocols]]\nname = "secure-sum"\n')
-    path = _csv_scenario(tmp_path, protocols=protocols, leakage="corrupt = [1, 3]\nruns = 300\niterations = 1\n")
+    path = _csv_scenario(tmp_path, protocols=protocols, leakage="corrupt = [1, 3]\nruns = 300\nrounds = 1\n")
     out = tmp_path / "out"
     assert main(["leakage", str(path), "--out", str(out), "-q"]) == 0
     printed = capsys.readouterr().out
@@ -200,7 +200,7 @@ def test_default_targets_on_a_large_graph_are_the_most_exposed_and_the_farthest(
 
 
 def test_targets_from_the_option_the_key_and_all(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = _csv_scenario(tmp_path, nodes=9, leakage="corrupt = [1]\nruns = 300\niterations = 1\n")
+    path = _csv_scenario(tmp_path, nodes=9, leakage="corrupt = [1]\nruns = 300\nrounds = 1\n")
     plan = plan_analysis(load_scenario(path), estimate=False)
     assert len(plan.config.targets) == DEFAULT_MAX_TARGETS and plan.targets_note.startswith("6 of 8 honest nodes")
     out = tmp_path / "all"
@@ -226,13 +226,13 @@ def test_the_run_time_estimate_counts_the_work_and_is_printed_on_a_terminal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
-    argv = ["leakage", str(ROOT / "scenarios" / "fig1.toml"), "--out", str(out), "--runs", "300", "--iterations", "2", "-q"]
+    argv = ["leakage", str(ROOT / "scenarios" / "fig1.toml"), "--out", str(out), "--runs", "300", "--rounds", "2", "-q"]
     assert main(argv) == 0
     assert "estimated run time" not in capsys.readouterr().out  # not on a terminal
     summary = json.loads((out / "summary.json").read_text())
     runs = json.loads((out / "leakage.json").read_text())["runs"]
     # one estimate per target and distinct view: every iteration for pdmm-sp, once for an exact protocol
-    distinct = sum(len(r["iterations"]) if r["protocol"] == "pdmm-sp" else 1 for r in runs)
+    distinct = sum(len(r["rounds"]) if r["protocol"] == "pdmm-sp" else 1 for r in runs)
     assert summary["estimate"]["estimates"] == distinct and summary["estimate"]["seconds"] > 0
     monkeypatch.setattr("sys.stdout.isatty", lambda: True)
     assert main([*argv[:3], str(tmp_path / "tty"), *argv[4:]]) == 0

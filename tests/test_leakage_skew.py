@@ -83,6 +83,6 @@ def test_one_aggregation_leakage_runs_on_a_skew_normal_scenario(tmp_path: Path) 
     """The Monte Carlo studies one coordinate of the aggregated vector, the first moment r x (the
     skew-normal family's m0 as the Gaussian family's b): the same analysis, whatever the family."""
     out = tmp_path / "leak"
-    assert main(["leakage", str(_scenario(tmp_path)), "--out", str(out), "--runs", "400", "--iterations", "3", "-q"]) == 0
+    assert main(["leakage", str(_scenario(tmp_path)), "--out", str(out), "--runs", "400", "--rounds", "3", "-q"]) == 0
     doc = json.loads((out / "leakage.json").read_text())
     assert doc["format"] == "p2pem-leakage" and {r["protocol"] for r in doc["runs"]} == {"pdmm-sp", "secure-sum"}

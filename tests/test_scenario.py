@@ -228,7 +228,7 @@ def test_protocol_parameters_and_free_tables(tmp_path: Path) -> None:
     ("old", "new", "expected"),
     [
         ("max_iter = 20", "max_iters = 20", "unknown key 'em.max_iters' (known: n_components, max_iter, tol, reg_covar, family, init)"),
-        ("seed = 7", "seed = 7\nsed = 1", "unknown key 'sed' (known: name, seed, data, graph, em, protocols, leakage, deploy, tradeoff, synth, bayesnet)"),
+        ("seed = 7", "seed = 7\nsed = 1", "unknown key 'sed' (known: name, seed, data, graph, em, protocols, leakage, deploy, tradeoff, synth, bayesnet, marginals)"),
         ('split = "even"', 'split = "even"\nshuffle = true', "unknown key 'data.shuffle' (known: "),
         ("n_nodes = 10", 'n_nodes = "80"', "'graph.n_nodes' must be an integer, got '80' (a string)"),
         ("n_nodes = 10", "n_nodes = true", "'graph.n_nodes' must be an integer, got true (a boolean)"),

@@ -40,8 +40,13 @@ def test_whole_run_writes_versioned_json_and_figure(tmp_path: Path, capsys: pyte
         assert all(g["max_reduction_error"] < 1e-9 for g in d["groups"])
         if d["protocol"] == "pdmm-sp":
             assert d["rank_check"]["matches_groups"]
+    # the pdmm-sp schedule and stop round the whole run used, as a real run does
+    pdmm = next(p for p in data["protocols"] if p["protocol"] == "pdmm-sp")
+    assert pdmm["schedule"]["stop"] == "public round" and pdmm["max_rounds"] == pdmm["schedule"]["stop_round"]
+    assert next(p for p in data["protocols"] if p["protocol"] == "federated")["schedule"] is None
     printed = capsys.readouterr().out
     assert "whole_run.json" in printed and "exact reduction" in printed
+    assert f"public stop round {pdmm['schedule']['stop_round']}" in printed
 
 
 @pytest.mark.parametrize(
@@ -66,7 +71,7 @@ def test_whole_run_errors_are_one_line_and_leave_nothing(tmp_path: Path, capsys:
 
 def test_whole_run_refuses_monte_carlo_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["leakage", str(SCENARIOS / "fig1_wholerun.toml"), "--whole-run", "--runs", "1000", "--out", str(tmp_path / "o")]) == 2
-    assert "--runs and --iterations apply to the Monte Carlo analysis" in capsys.readouterr().err
+    assert "--runs and --rounds apply to the Monte Carlo analysis" in capsys.readouterr().err
 
 
 def test_whole_run_with_a_public_init_has_no_initialisation_to_see(tmp_path: Path) -> None:

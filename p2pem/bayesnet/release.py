@@ -93,6 +93,12 @@ def privacy_block(task: BayesNetTask, *, protocol: str) -> dict[str, Any]:
             f"more than {t} colluding members: subtracting their noise shares from the sums they see, they face less than the "
             "calibrated noise (no guarantee)"
         )
+        excluded.append(
+            f"{t} colluding members placed where they cut honest members off (both ring neighbours of a secure-sum member, every "
+            f"neighbour of a pdmm-sp member): they read those members' noisy counts with fewer than the {task.n_nodes - t} shares "
+            "that make the calibrated Laplace noise (no guarantee for those rows; the colluders epsilon assumes every honest "
+            "member keeps an honest neighbour)"
+        )
     else:
         against = {"outsider": outsider, "colluders": dict.fromkeys(outsider)}
         seen = ("every count table the structure search aggregates, which include every table the conditionals are built from"
@@ -193,7 +199,7 @@ def release_body(task: BayesNetTask, schema: Schema, *, protocol: str, n_nodes: 
         "networks": networks,
         "selections": [
             {"network": x.network, "step": x.step, "child": names[x.chosen.child], "parents": [names[p] for p in x.chosen.parents],
-             "candidates": x.n_candidates, "epsilon": x.epsilon}  # no score: the exact utility of the rows
+             "candidates": x.n_candidates, "epsilon": None if math.isinf(x.epsilon) else x.epsilon}  # no score: the exact utility of the rows
             for x in task.selections
         ],
     }

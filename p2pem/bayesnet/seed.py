@@ -1,25 +1,32 @@
-"""A seed every node holds and no outsider can predict: commit-and-reveal through two aggregations.
+"""Randomness every node shares and no one can predict or steer: a commitment, then reveals.
 
 The exponential mechanism's draws and the central noise must be the same on every node (so
 every node ends with the same network) and unknown to anyone who sees only the release.  In
 a simulation they come from the scenario's seed (:mod:`p2pem.streams`).  In a deployment
-the nodes generate the seed jointly, through the aggregation protocol itself, so nothing but
+the nodes generate them jointly, through the aggregation protocol itself, so nothing but
 the :class:`~p2pem.task.Task` interface is needed:
 
-1. *commit*: node i draws a 32-byte secret r_i from OS entropy and contributes
-   SHA-256(r_i), as sixteen 16-bit words, in its own slot of an n x 16 vector (zeros
-   elsewhere); the aggregated sum shows every node's commitment;
-2. *reveal*: node i contributes r_i in its slot; every node checks each r_j against its
-   commitment (a mismatch names node j) and takes SHA-256(r_0 || ... || r_{n-1}) as the seed.
+1. *commit*, before any count is aggregated: node i draws a 32-byte secret r_i from OS
+   entropy, builds the hash chain r_i, H(r_i), ..., H^L(r_i) (H = SHA-256, L public,
+   :func:`hash_chain`) and contributes its head H^L(r_i), as sixteen 16-bit words, in its own
+   slot of an n x 16 vector (zeros elsewhere); the aggregated sum shows every node's head;
+2. *reveal k*, after the k-th aggregation of counts (and before anything is drawn from it):
+   node i contributes the next link H^(L-k)(r_i) in its slot; every node checks each link
+   against the one before (H of the new link must be the old one; a mismatch names the
+   node) and takes SHA-256 of the n links as the seed of every draw that acts on those counts.
 
-A node's reveal is fixed by its commitment before anyone's secret is known, so no node can
-choose the seed.  What an insider *can* do: abort after it has seen the others' reveals
-(over ``pdmm-sp`` the sums converge while the reveal runs) and so reject seeds it dislikes,
-one abort -- visible, and named by the deployment -- per rejected seed.  Every member, and
-anyone who reads the aggregation's output (the broker and eavesdroppers of ``pdmm-sp``'s
-primal broadcasts, which are not encrypted), knows the seed; they also see the exact count
-sums the seed is applied to, so the differential privacy of the release holds against those
-who see only the release (:mod:`p2pem.bayesnet.privacy`).
+Every link is fixed by the commitment before any count is summed, and no one can compute
+another node's next link from the ones it revealed (a preimage of SHA-256), so when a node
+chooses its counts for an aggregation nobody, itself included, knows the seed that will act
+on them: a member cannot fabricate counts that force a selection.  What an insider *can*
+still do: abort after it has seen the others' reveals (over ``pdmm-sp`` the sums converge
+while a reveal runs) and so reject seeds it dislikes, one abort -- visible, and named by the
+deployment -- per rejected seed; and contribute counts that are wrong whatever the seed
+(input it could equally hold).  Every member, and anyone who reads the aggregation's output
+(the broker and eavesdroppers of ``pdmm-sp``'s primal broadcasts, which are not encrypted),
+knows every seed once revealed; they also see the exact count sums the seeds are applied to,
+so the differential privacy of the release holds against those who see only the release
+(:mod:`p2pem.bayesnet.privacy`).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from p2pem.errors import ProtocolError
 
 FloatArray = npt.NDArray[np.float64]
 
-__all__ = ["WORDS", "commitment", "joint_seed", "secret", "slot_vector", "slots", "words"]
+__all__ = ["WORDS", "commitment", "hash_chain", "joint_seed", "secret", "slot_vector", "slots", "words"]
 
 #: 16-bit words per slot: a 256-bit digest, or a 256-bit secret.
 WORDS = 16
@@ -56,6 +63,14 @@ def commitment(data: bytes) -> FloatArray:
     return words(hashlib.sha256(data).digest())
 
 
+def hash_chain(secret: bytes, length: int) -> list[bytes]:
+    """[H^length(secret), ..., H(secret), secret], H = SHA-256: the head to commit, then the links to reveal in order."""
+    links = [secret]
+    for _ in range(length):
+        links.append(hashlib.sha256(links[-1]).digest())
+    return links[::-1]
+
+
 def slot_vector(node_id: int, n_nodes: int, value: FloatArray) -> FloatArray:
     """The n x 16 contribution of node ``node_id``: ``value`` in its slot, zeros elsewhere."""
     out = np.zeros(n_nodes * WORDS)
@@ -72,7 +87,7 @@ def slots(sums: FloatArray, n_nodes: int) -> list[bytes]:
 
 
 def joint_seed(commits: list[bytes], reveals: list[bytes]) -> np.random.SeedSequence:
-    """The shared seed from every node's commitment and reveal; checks each reveal.
+    """The shared seed from every node's commitment (or last link) and reveal; checks each reveal.
 
     Raises
     ------

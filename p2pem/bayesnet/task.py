@@ -8,8 +8,8 @@ randomness.  The aggregations, in order (each a vector of public length):
 ==============  ===========================================  =================================
 stage           what each node contributes                   when
 ==============  ===========================================  =================================
-commit, reveal  its seed commitment, then its secret         no shared seed given (a
-                (:mod:`p2pem.bayesnet.seed`)                 deployment)
+commit          the head of its hash chain                   no shared seed given (a
+                (:mod:`p2pem.bayesnet.seed`)                 deployment), before any count
 totals          the 1-way counts of every attribute          always (n and the entropies)
 marginals       1-way counts plus its Laplace noise share    HMPrivBayes, ``noise = "shares"``
 pairs           the 2-way counts of every pair               HMPrivBayes with a similarity
@@ -17,7 +17,15 @@ step s          the tables of step s's candidate pairs not   GreedyBayes, one pe
                 aggregated before (all networks at once)     networks; none if all are known
 conditionals    the maximal noisy tables plus its Laplace    ``noise = "shares"``
                 noise share
+reveal          the next link of its hash chain              after every count stage but
+                                                             ``conditionals`` when committed
 ==============  ===========================================  =================================
+
+Without a shared seed, each count stage is followed by a ``reveal`` before anything is drawn
+from it: the seed of the draws that act on a stage's sums is generated jointly *after* those
+sums are fixed (:func:`p2pem.bayesnet.seed.joint_seed` of every node's next chain link), so no
+member knows it while it still chooses its counts, and none can steer a selection by
+fabricating them.  What a member can still do is abort once it has seen the reveals.
 
 Sums of counts are rounded to whole numbers (:func:`~p2pem.bayesnet.counts.whole_counts`),
 noisy sums too, so every node holds the same bits after every aggregation and makes the
@@ -159,8 +167,12 @@ class BayesNetTask:
         self._rows = np.concatenate(list(self.parts)) if self.parts else np.empty((0, d), dtype=np.int64)
         self._part = part_index(np.cumsum([0] + [p.shape[0] for p in self.parts[:-1]]), self._rows.shape[0])
         self._cache: dict[AttrSet, FloatArray] = {}
-        self._secrets = [joint.secret(child(s, _SECRET)) for s in self.secrets]
-        self._commits: list[bytes] = []
+        # committed: one hash chain per part, long enough for a reveal after every count stage
+        self._committed = self.shared is None
+        self._chains = [joint.hash_chain(joint.secret(child(s, _SECRET)), self.max_reveals()) for s in self.secrets] if self._committed else []
+        self._commits: list[bytes] = []  # every node's last revealed link (its chain head after the commit)
+        self.reveals = 0  # reveals absorbed: each a fresh shared seed
+        self._held: tuple[str, dict[AttrSet, FloatArray]] | None = None  # a count stage's sums awaiting their reveal
         self._step = 0
         self._pending: dict[int, list[Candidate]] = {}
         self._scales: dict[AttrSet, float] = {}
@@ -178,7 +190,8 @@ class BayesNetTask:
         stage = self._stage
         n_parts = len(self.parts)
         if stage.kind in ("commit", "reveal"):
-            values = [joint.commitment(s) if stage.kind == "commit" else joint.words(s) for s in self._secrets]
+            link = 0 if stage.kind == "commit" else self.reveals + 1
+            values = [joint.words(chain[link]) for chain in self._chains]
             assert self.node_ids is not None
             return np.stack([joint.slot_vector(i, self.n_nodes, v) for i, v in zip(self.node_ids, values, strict=True)])
         assert stage.layout is not None
@@ -198,16 +211,28 @@ class BayesNetTask:
         self.iteration += 1
         if stage.kind == "commit":
             self._commits = joint.slots(sums, self.n_nodes)
-            self._stage = _Stage("reveal", size=self.n_nodes * joint.WORDS)
+            self._stage = self._totals_stage()
             return
         if stage.kind == "reveal":
-            self.shared = joint.joint_seed(self._commits, joint.slots(sums, self.n_nodes))
-            self._stage = self._totals_stage()
+            links = joint.slots(sums, self.n_nodes)
+            self.shared = joint.joint_seed(self._commits, links)  # checks every link against the last one
+            self._commits = links
+            self.reveals += 1
+            assert self._held is not None
+            kind, tables = self._held
+            self._held = None
+            getattr(self, f"_after_{kind}")(tables)
             return
         assert stage.layout is not None
         tables = stage.layout.split(sums)
         if stage.noisy_scale is None:
             self._cache.update(tables)
+        if self._committed and stage.kind != "conditionals":  # nothing is drawn after the conditionals' shares
+            if self.reveals >= self.max_reveals():
+                raise ProtocolError(f"bayesnet: more than {self.max_reveals()} count stages; the hash chains are spent")
+            self._held = (stage.kind, tables)
+            self._stage = _Stage("reveal", size=self.n_nodes * joint.WORDS)
+            return
         getattr(self, f"_after_{stage.kind}")(tables)
 
     def summary(self, part: int = 0) -> FloatArray:
@@ -225,6 +250,11 @@ class BayesNetTask:
 
     def summary_size(self) -> int:
         return joint.WORDS
+
+    def max_reveals(self) -> int:
+        """The most reveals a committed run needs (public): one after the totals, the 1-way
+        marginals, the pairs, each structure step (at most one per attribute) and the tables."""
+        return len(self.sizes) + 4
 
     def max_contribution_size(self) -> int:
         """The longest contribution of the run, public: what a deployment accepts before decoding.

@@ -162,6 +162,7 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
         )
     # the other parts are empty: binding reads only the node count and the public bound from them
     spec, settings, parts = spec.bind(settings, [X] + [X[:0]] * (roster.n_nodes - 1), seed=0)
+    spec = spec.placed(topology)  # a private protocol's shares, sized for its colluders' worst placement
     node = Node.for_em(NodeContext(i, topology, config.protocol_rng()), parts[0], settings, spec)
     node.validate = True
     return NodeSetup(config, roster, identity, codec, node, spec, link, int(X.shape[0]))

@@ -42,6 +42,19 @@ added or removed row; every adversary below knows every row but the one in quest
     ``unknown = h``), and the defence against whole-run reconstruction holds only for groups
     of h >= n - t nodes.
 
+Where the t colluders sit (:func:`smallest_honest_group`)
+    ``tolerate = t`` holds for *any* t colluders only while every honest node keeps an
+    honest neighbour the aggregation hides it behind.  Placed worst, t colluders cut off the
+    smallest honest group they can: two colluders at the ring positions either side of a
+    ``secure-sum`` node read that node's input, the colluders around a ``pdmm-sp`` node of
+    degree <= t read its own.  That group carries h shares, and its rows get the guarantee of
+    m = h above, whatever the run's t promises.  Every ``dp-distributed`` run computes h from
+    its ring or graph and reports that epsilon (``privacy.epsilon.colluders_worst_placement``,
+    with the placement under ``privacy.worst_placement``); ``calibrate = "worst-placement"``
+    sizes the shares so that h of them make the calibrated draw (at h = 1 every node adds
+    the whole calibrated noise), so the configured epsilon holds against t colluders
+    anywhere, at n / h times the central noise variance in the released sums.
+
 Excluded from epsilon, whatever the adversary (listed in every output's ``privacy`` block):
 the public data domain (``bound``), a public initial model, the preprocessing the scenario
 declares public, and what the run reveals besides the noisy sums: its timing and, over
@@ -51,8 +64,10 @@ declares public, and what the run reveals besides the noisy sums: its timing and
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from p2pem.dp import accounting
 from p2pem.errors import ConfigError
@@ -110,6 +125,123 @@ def epsilon_left(
         eps = accounting.spent(mechanism, name, delta, releases, [s * factor for s in scales])
         out[name] = None if math.isinf(eps) else eps
     return out
+
+
+#: How many connected node sets :func:`smallest_honest_group` examines before it settles for a bound.
+PLACEMENT_BUDGET = 50_000
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The worst placement of ``colluders`` nodes: the smallest honest group they can cut off.
+
+    Attributes
+    ----------
+    colluders : int
+        t, the colluding nodes placed.
+    size : int
+        h, the nodes of the smallest honest group the aggregation cannot hide from them (the
+        group's statistics plus its h noise shares are disclosed).  At most n - t: any t
+        colluders leave honest groups no larger than that.
+    group, placed : tuple of int
+        One such group and one placement of t colluders that cuts it off (empty when
+        ``exact`` is False and no group of ``size`` nodes was found).
+    exact : bool
+        False when the search stopped at :data:`PLACEMENT_BUDGET` sets: no group smaller than
+        ``size`` exists, but one of ``size`` may not either (``size`` is then a lower bound,
+        and the epsilon reported for it an upper bound).
+    """
+
+    colluders: int
+    size: int
+    group: tuple[int, ...]
+    placed: tuple[int, ...]
+    exact: bool = True
+
+
+#: Placements found, by (adjacency digest, colluders, budget): a sweep's runs share their graph.
+_PLACEMENTS: dict[tuple[bytes, int, int], Placement] = {}
+
+
+def ring_neighbours(ring: Sequence[int]) -> list[tuple[int, ...]]:
+    """Adjacency lists of a Hamiltonian cycle ``ring`` (node ids 0..n-1): what ``secure-sum`` hides a node behind."""
+    n = len(ring)
+    out: list[tuple[int, ...]] = [()] * n
+    for k, v in enumerate(ring):
+        out[v] = tuple(sorted({ring[(k - 1) % n], ring[(k + 1) % n]} - {v}))
+    return out
+
+
+def smallest_honest_group(neighbours: Sequence[Sequence[int]], colluders: int, *, budget: int = PLACEMENT_BUDGET) -> Placement:
+    """The fewest honest nodes whose summed statistics any ``colluders`` nodes can isolate.
+
+    The aggregations hide an honest node's contribution inside its honest component of the
+    graph the protocol talks over once the colluders are removed (``secure-sum``: its ring;
+    ``pdmm-sp``: its graph; :mod:`p2pem.leakage.theory`), and disclose that component's sum.
+    A connected set S of nodes is such a component for some placement of t colluders iff
+    its outer boundary has at most t nodes and |S| <= n - t (the colluders fill the
+    boundary and sit anywhere outside S).  This returns the smallest such S: h = 1 as soon
+    as some node has at most t neighbours (two colluders either side of a ring node).
+
+    Connected sets are enumerated by increasing size (each once, Wernicke's ESU), which is
+    exponential in h; the search stops after ``budget`` sets and reports the size it had
+    reached as a lower bound (``exact`` False).
+
+    Parameters
+    ----------
+    neighbours : sequence of sequences of int
+        Adjacency lists of the nodes 0..n-1.
+    colluders : int
+        t, with 0 <= t < n.
+
+    Returns
+    -------
+    Placement
+    """
+    n = len(neighbours)
+    t = int(colluders)
+    if not 0 <= t < n:
+        raise ValueError(f"colluders must be in 0..{n - 1}, got {colluders}")
+    digest = hashlib.sha256(repr([sorted(nb) for nb in neighbours]).encode()).digest()
+    key = (digest, t, budget)
+    if key not in _PLACEMENTS:
+        _PLACEMENTS[key] = _search([frozenset(nb) for nb in neighbours], t, budget)
+    return _PLACEMENTS[key]
+
+
+def _search(adj: list[frozenset[int]], t: int, budget: int) -> Placement:
+    n = len(adj)
+    seen = 0
+    for size in range(1, n - t):
+        for s in _connected_sets(adj, size):
+            seen += 1
+            boundary = set().union(*(adj[v] for v in s)) - s
+            if len(boundary) <= t:
+                rest = sorted(set(range(n)) - s - boundary)
+                placed = tuple(sorted(boundary | set(rest[: t - len(boundary)])))
+                return Placement(t, size, tuple(sorted(s)), placed)
+            if seen >= budget:
+                return Placement(t, size, (), (), exact=False)
+    # no smaller group: any t colluders leave n - t honest nodes, here the first n - t
+    return Placement(t, n - t, tuple(range(n - t)), tuple(range(n - t, n)))
+
+
+def _connected_sets(adj: Sequence[frozenset[int]], size: int) -> Iterator[frozenset[int]]:
+    """Every connected node set of ``size`` nodes, once each (ESU: Wernicke, IEEE/ACM TCBB 2006)."""
+
+    def extend(sub: frozenset[int], ext: frozenset[int], closed: frozenset[int], root: int) -> Iterator[frozenset[int]]:
+        if len(sub) == size:
+            yield sub
+            return
+        pending = sorted(ext)
+        while pending:
+            w = pending.pop()
+            more = frozenset(u for u in adj[w] if u > root and u not in closed)
+            yield from extend(sub | {w}, frozenset(pending) | more, closed | more | {w}, root)
+
+    for v in range(len(adj)):
+        nb = frozenset(u for u in adj[v] if u > v)
+        yield from extend(frozenset({v}), nb, adj[v] | {v}, v)
 
 
 def side_channels(aggregation: str) -> tuple[str, ...]:
@@ -178,4 +310,16 @@ def add_excluded(protocol_params: dict, items: Sequence[str]) -> None:
         privacy["excluded"] = [*privacy["excluded"], *items]
 
 
-__all__ = ["PDMM_SIDE_CHANNELS", "add_excluded", "check_public_preprocessing", "epsilon_left", "preprocessing_excluded", "residual_factor", "side_channels"]
+__all__ = [
+    "PDMM_SIDE_CHANNELS",
+    "PLACEMENT_BUDGET",
+    "Placement",
+    "add_excluded",
+    "check_public_preprocessing",
+    "epsilon_left",
+    "preprocessing_excluded",
+    "residual_factor",
+    "ring_neighbours",
+    "side_channels",
+    "smallest_honest_group",
+]

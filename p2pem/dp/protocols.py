@@ -74,9 +74,12 @@ class NoisePlan:
     """The calibrated noise of one run: per-coordinate scales of every aggregation.
 
     ``shares`` of the nodes' noise shares make one calibrated draw (1 for ``dp-central``'s
-    single draw, n - t for ``dp-distributed``); ``colluders`` is how many colluding nodes
-    the guarantee survives (n - 1 for ``dp-central``: nodes see only the noisy sums; t for
-    ``dp-distributed``); ``excluded`` says what epsilon does not cover.
+    single draw, n - t for ``dp-distributed``, or h with ``calibrate = "worst-placement"``);
+    ``colluders`` is how many colluding nodes the guarantee survives (n - 1 for
+    ``dp-central``: nodes see only the noisy sums; t for ``dp-distributed``); ``placement``
+    the smallest honest group t colluders placed worst can cut off (``dp-distributed``, once
+    :meth:`~p2pem.protocols.base.ProtocolSpec.placed` saw the topology); ``excluded`` says
+    what epsilon does not cover.
     ``aggregator_rng`` is ``dp-central``'s trusted aggregator stream for the message-level
     server: the extra protocol stream (``rngs[n]``, which synchronous protocols leave unused),
     the one the vectorised engine hands over, so both engines give the same bits.
@@ -93,6 +96,7 @@ class NoisePlan:
     shares: int = 1
     colluders: int = 0
     excluded: tuple[str, ...] = ()
+    placement: guarantees.Placement | None = None
     aggregator_rng: np.random.Generator | None = None
 
     def scale(self, iteration: int) -> FloatArray:
@@ -311,20 +315,62 @@ class DPProtocol(ProtocolSpec):
         unknown = self._unknown_shares(plan.n_nodes, c)
         return guarantees.epsilon_left(self.mechanism, float(self.delta), plan.releases, plan.scales, shares=plan.shares, unknown=unknown)
 
+    def placed(self, topology: Topology) -> DPProtocol:
+        """Itself: ``dp-central``'s nodes see the noisy sums only, wherever colluders sit."""
+        return self
+
+    def worst_placement(self) -> dict[str, float | None] | None:
+        """Epsilon at this run's delta under every accountant for the rows of the smallest honest
+        group the run's colluders can cut off, placed worst (None: no placement computed yet).
+
+        ``dp-central``: where the colluders sit does not matter (they see the noisy sums only).
+        """
+        plan = self._plan()
+        if plan.placement is None:
+            return None
+        if plan.bound_from_data:
+            return dict.fromkeys(accounting.ACCOUNTANTS)
+        return guarantees.epsilon_left(self.mechanism, float(self.delta), plan.releases, plan.scales, shares=plan.shares,
+                                       unknown=plan.placement.size)
+
     def privacy(self) -> dict:
-        """The ``privacy`` block of a run: epsilon against each adversary and what it excludes."""
+        """The ``privacy`` block of a run: epsilon against each adversary and what it excludes.
+
+        ``epsilon.colluders`` holds against the run's colluders wherever every honest node
+        keeps an honest neighbour; ``epsilon.colluders_worst_placement`` (once the topology
+        was seen) against the same number placed worst, described under ``worst_placement``.
+        """
         plan = self._plan()
         outsider, colluders = self.accounting(0)[self.accountant], self.accounting()[self.accountant]
         against: dict[str, float | None] = {"outsider": outsider, "colluders": colluders}
         if self.name == "dp-central":
             against["aggregator"] = None  # it sees every node's exact statistics
-        return {
+        worst = self.worst_placement()
+        if worst is not None:
+            against["colluders_worst_placement"] = worst[self.accountant]
+        out = {
             "accountant": self.accountant,
             "delta": float(self.delta),
             "colluders": plan.colluders,
             "epsilon": against,
             "excluded": list(plan.excluded),
             **simulation_block(),
+        }
+        if plan.placement is not None:
+            out["worst_placement"] = self._placement_block(plan)
+        return out
+
+    def _placement_block(self, plan: NoisePlan) -> dict:
+        """``privacy.worst_placement``: where ``colluders`` nodes would sit worst, what they disclose."""
+        p = plan.placement
+        assert p is not None
+        return {
+            "colluders": p.colluders,
+            "smallest_honest_group": p.size,
+            "shares_per_draw": plan.shares,
+            "exact": p.exact,
+            "example_colluders": list(p.placed),
+            "example_group": list(p.group),
         }
 
     def params(self) -> dict:
@@ -335,6 +381,9 @@ class DPProtocol(ProtocolSpec):
             out["bound_used"] = self.plan.bound
             out["bound_from_data"] = self.plan.bound_from_data
             out["epsilon_spent"] = {"outsider": self.accounting(0), "colluders": self.accounting()}
+            worst = self.worst_placement()
+            if worst is not None:
+                out["epsilon_spent"]["colluders_worst_placement"] = worst
             out["privacy"] = self.privacy()
         return out
 
@@ -390,10 +439,21 @@ class DPDistributed(DPProtocol):
         their own shares from the output, the configured epsilon still holds; the released
         sums carry n / (n - t) times the central noise variance.  0 <= t < n; None (the
         default) is floor(n / 2), an honest majority, at most twice the variance.
+    calibrate : {"tolerate", "worst-placement"}
+        How many shares make the calibrated draw.  ``"tolerate"`` (the default): n - t, so
+        epsilon holds against t colluders that leave every honest node behind honest
+        neighbours; placed worst (both ring neighbours of a ``secure-sum`` node, every
+        neighbour of a ``pdmm-sp`` node) they cut off a group of h < n - t nodes whose rows
+        get a weaker epsilon, which the run reports (``privacy.epsilon.colluders_worst_placement``).
+        ``"worst-placement"``: h, read off the ring or graph
+        (:func:`p2pem.dp.guarantees.smallest_honest_group`), so epsilon holds against any t
+        colluders wherever they sit; the released sums carry n / h times the central noise
+        variance (n times at h = 1).
     """
 
     aggregation: Literal["secure-sum", "pdmm-sp"] = "secure-sum"
     tolerate: Union[int, None] = None
+    calibrate: Literal["tolerate", "worst-placement"] = "tolerate"
     name: str = field(init=False, default="dp-distributed")
 
     def __post_init__(self) -> None:
@@ -402,6 +462,8 @@ class DPDistributed(DPProtocol):
             raise ConfigError(f"dp-distributed: aggregation must be 'secure-sum' or 'pdmm-sp', got {self.aggregation!r}")
         if self.tolerate is not None and not (isinstance(self.tolerate, int) and not isinstance(self.tolerate, bool) and self.tolerate >= 0):
             raise ConfigError(f"dp-distributed: 'tolerate' must be an integer >= 0 (colluding nodes), got {self.tolerate!r}")
+        if self.calibrate not in ("tolerate", "worst-placement"):
+            raise ConfigError(f"dp-distributed: 'calibrate' must be 'tolerate' or 'worst-placement', got {self.calibrate!r}")
 
     @property
     def inner(self) -> ProtocolSpec:
@@ -436,6 +498,32 @@ class DPDistributed(DPProtocol):
     def _unknown_shares(self, n_nodes: int, colluders: int) -> int:
         return n_nodes - colluders
 
+    def _placed_plan(self) -> NoisePlan:
+        """The plan the shares are drawn from; ``calibrate = "worst-placement"`` needs the topology first."""
+        plan = self._plan()
+        if self.calibrate == "worst-placement" and plan.placement is None:
+            raise ProtocolError(f"{self.label}: calibrate = 'worst-placement' sizes the shares from the topology: call placed(topology) "
+                                "after bind() (run_protocol does)")
+        return plan
+
+    def placed(self, topology: Topology) -> DPDistributed:
+        """The smallest honest group the run's t colluders can cut off on ``topology`` (secure-sum:
+        its ring; pdmm-sp: its graph), and with ``calibrate = "worst-placement"`` shares sized for it."""
+        plan = self._plan()
+        if topology.n_nodes != plan.n_nodes:
+            raise ConfigError(f"{self.label}: the topology has {topology.n_nodes} nodes but the run was bound to {plan.n_nodes}")
+        if self.aggregation == "secure-sum":
+            if topology.ring is None:
+                raise ConfigError(f"{self.label}: the topology has no ring")
+            graph: list[tuple[int, ...]] | tuple[tuple[int, ...], ...] = guarantees.ring_neighbours(topology.ring)
+        else:
+            graph = topology.neighbours
+        placement = guarantees.smallest_honest_group(graph, plan.colluders)
+        shares = plan.n_nodes - plan.colluders
+        if self.calibrate == "worst-placement":
+            shares = min(shares, placement.size)
+        return dataclasses.replace(self, plan=dataclasses.replace(plan, placement=placement, shares=shares))
+
     def validate(self, g: nx.Graph) -> None:
         self.inner.validate(g)
         self._collusion(g.n_nodes if isinstance(g, Topology) else g.number_of_nodes())  # tolerate < n
@@ -454,7 +542,7 @@ class DPDistributed(DPProtocol):
 
         Draws each share from the node's stream first, as :class:`NoisyNode` does.
         """
-        plan = self._plan()
+        plan = self._placed_plan()
         scale = plan.scale(iteration)
         shares = np.stack([mechanisms.noise_share(rngs[i], scale, plan.mechanism, plan.shares) for i in range(values.shape[0])])
         return values + shares
@@ -496,7 +584,7 @@ class NoisyNode(Aggregation):
         self.inner = spec.inner.node_aggregation(ctx, iteration)
 
     def start(self, value: np.ndarray) -> list[Message]:
-        plan = self.spec._plan()
+        plan = self.spec._placed_plan()
         share = mechanisms.noise_share(self.ctx.rng, plan.scale(self.iteration), plan.mechanism, plan.shares)
         return self._sync(self.inner.start(value + share))
 

@@ -56,7 +56,7 @@ import numpy.typing as npt
 from p2pem.leakage.config import LeakageConfig
 from p2pem.leakage.inputs import Inputs
 from p2pem.leakage.measure import Estimate, Estimator, measure, single_threaded_blas
-from p2pem.leakage.montecarlo import MonteCarlo, make_adversary, monte_carlo, monte_carlo_spec
+from p2pem.leakage.montecarlo import MonteCarlo, analysed_schedule, make_adversary, monte_carlo
 from p2pem.leakage.plan import LeakagePlan, plan_analysis
 from p2pem.leakage.report import LeakageReport, LeakageRun, protocol_params
 from p2pem.leakage.theory import closed_form_bits, describe_group, disclosed_groups, topology_report
@@ -149,19 +149,19 @@ def _run(plan: LeakagePlan, progress: ProgressFactory | None, workers: Workers) 
     estimator = Estimator(cfg.k, cfg.n_batches, cfg.level, cfg.folds, np.random.default_rng(plan.estimator_seed))
     ceiling = estimator.ceiling(cfg.runs)
     topo = {kind: topology_report(graph, make_adversary(kind, cfg).corrupt_nodes) for kind in cfg.adversaries}
-    iterations = list(range(1, cfg.iterations + 1))
     timings: dict[str, float] = dict(plan.timings)
     timings["set-up (estimator ceiling)"] = time.perf_counter() - t_start
     runs: list[LeakageRun] = []
 
     for p_index, p in enumerate(plan.protocols):
         t0 = time.perf_counter()
-        mc = monte_carlo(monte_carlo_spec(p.spec, cfg.iterations), graph, inputs.values, input_sd=inputs.sd, seed=streams["protocol"])
+        mc = monte_carlo(p.analysed.spec, graph, inputs.values, input_sd=inputs.sd, seed=streams["protocol"])
+        rounds = list(range(1, p.analysed.rounds + 1))
         timings[f"monte carlo: {p.label}"] = time.perf_counter() - t0
         for a_index, kind in enumerate(cfg.adversaries):
             t0 = time.perf_counter()
             stream = Stream(child(plan.estimator_seed, 0, p_index, a_index), workers)
-            runs += _runs_for(mc, graph, kind, cfg, iterations, estimator, progress, inputs, label=p.label, spec=p.spec, stream=stream)
+            runs += _runs_for(mc, graph, kind, cfg, rounds, estimator, progress, inputs, label=p.label, spec=p.spec, stream=stream)
             timings[f"estimate: {p.label} / {kind}"] = time.perf_counter() - t0
 
     if cfg.sweep_std:
@@ -180,7 +180,7 @@ def _runs_for(
     graph: nx.Graph,
     kind: str,
     cfg: LeakageConfig,
-    iterations: list[int],
+    rounds: list[int],
     estimator: Estimator,
     progress: ProgressFactory | None,
     inputs: Inputs,
@@ -193,9 +193,9 @@ def _runs_for(
     has_server = any(m.sender == SERVER or SERVER in m.receivers for m in mc.trace)
     adversary = make_adversary(kind, cfg, has_server=has_server)
     view = build_view(mc.trace, adversary, inputs=mc.inputs, outputs=mc.outcome.results)
-    n_units = len(cfg.targets) * len(iterations)
+    n_units = len(cfg.targets) * len(rounds)
     step = None if progress is None else progress(f"{label} / {kind}", n_units)
-    measured = measure(mc, view, cfg.targets, iterations, estimator, stream=stream.seed, workers=stream.workers, step=step)
+    measured = measure(mc, view, cfg.targets, rounds, estimator, stream=stream.seed, workers=stream.workers, step=step)
     groups = disclosed_groups(mc.spec, mc.topology, graph, adversary)
     std = spec.perturbation_std if isinstance(spec, PdmmSP) else None
     scale = inputs.scale  # the statistic's standard deviation (r = 1/K for the Gaussian inputs)
@@ -212,7 +212,7 @@ def _runs_for(
                 corrupt=tuple(sorted(adversary.corrupt)),
                 node=i,
                 node_label=cfg.label(i),
-                iterations=tuple(iterations),
+                rounds=tuple(rounds),
                 mi_bits=tuple(series.mi_bits),
                 mi_ci=tuple(series.mi_ci),
                 nmi=tuple(series.nmi),
@@ -290,10 +290,11 @@ def _sweep(
             label = f"{getattr(swept, 'label', swept.name)} (std {swept.perturbation_std:g})"
             fit = run_protocol(parts, graph, swept, settings, seed=streams["protocol"])
             accuracy = (max_relative_difference(fit, reference), len(fit.unconverged_iterations))
-            mc = monte_carlo(monte_carlo_spec(swept, cfg.iterations), graph, inputs.values, input_sd=inputs.sd, seed=streams["protocol"])
+            analysed = analysed_schedule(swept, graph, cfg.rounds)
+            mc = monte_carlo(analysed.spec, graph, inputs.values, input_sd=inputs.sd, seed=streams["protocol"])
             for a_index, kind in enumerate(cfg.adversaries):
                 runs += _runs_for(
-                    mc, graph, kind, cfg, [cfg.iterations], estimator, progress, inputs, label=label, spec=swept, accuracy=accuracy,
+                    mc, graph, kind, cfg, [analysed.rounds], estimator, progress, inputs, label=label, spec=swept, accuracy=accuracy,
                     stream=Stream(child(stream.seed, p_index, v_index, a_index), stream.workers),
                 )
             timings[f"perturbation sweep: {label}"] = time.perf_counter() - t0

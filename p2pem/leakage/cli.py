@@ -26,7 +26,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "leakage",
         help="measure what honest-but-curious and eavesdropping adversaries learn (mutual information)",
         description="""Run one aggregation of every network protocol of the scenario over many Monte Carlo runs,
-build each adversary's view from the recorded messages and estimate, per iteration, the mutual
+build each adversary's view from the recorded messages and estimate, per round, the mutual
 information between an honest node's input and the view (KSG, bits, with a confidence interval
 that includes its estimated bias), its normalised value, the exact value from the view's linear
 structure and the floor (what any exact protocol discloses by design).
@@ -39,6 +39,11 @@ nodes and no [leakage] targets, the most exposed ones and the farthest from the 
 measured (--targets all: every one).  Before any estimate it prints what each protocol discloses
 by topology and, on a terminal, the predicted run time.
 
+pdmm-sp runs the schedule a real run uses, to the public round a real run stops at (or
+leakage.rounds / --rounds of them; with an adaptive stop, 20 rounds with tol = 0); every output
+names the schedule and stop round analysed.  This is ONE aggregation: a whole EM run aggregates
+once per iteration and discloses far more; measure it with --whole-run.
+
 Writes OUT/leakage.json ({format, version, runs}), OUT/summary.json (inputs, targets, skipped
 protocols, the estimate against the wall time), OUT/leakage.png (cf. Fig. 3 of the paper: a grid
 of at most a screenful) and, with leakage.sweep_std, OUT/sweep.png.  Settings come from the
@@ -47,7 +52,9 @@ scenario's [leakage] table (docs: Scenarios).""",
     p.add_argument("scenario", help="scenario TOML file with a [leakage] table, e.g. scenarios/fig1.toml")
     p.add_argument("--out", required=True, help="output folder (created; files are written atomically)")
     p.add_argument("--runs", type=int, default=None, help="Monte Carlo runs (overrides leakage.runs)")
-    p.add_argument("--iterations", type=int, default=None, help="iterations analysed (overrides leakage.iterations)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="pdmm-sp rounds of the aggregation analysed (overrides leakage.rounds; default: to the round a real run stops at)")
+    p.add_argument("--iterations", type=int, default=None, dest="old_rounds", help=argparse.SUPPRESS)  # the old name of --rounds
     p.add_argument(
         "--targets",
         default=None,
@@ -112,10 +119,11 @@ def cmd_leakage(args: argparse.Namespace) -> int:
         if args.runs < 200 or args.runs // config.n_batches <= 2 * config.k:
             raise ConfigError(f"--runs {args.runs} is too few (at least 200, and {config.n_batches} batches of more than {2 * config.k})")
         config = dataclasses.replace(config, runs=args.runs)
-    if args.iterations is not None:
-        if args.iterations < 1:
-            raise ConfigError(f"--iterations must be >= 1, got {args.iterations}")
-        config = dataclasses.replace(config, iterations=args.iterations)
+    rounds = args.rounds if args.rounds is not None else args.old_rounds
+    if rounds is not None:
+        if rounds < 1:
+            raise ConfigError(f"--rounds must be >= 1, got {rounds}")
+        config = dataclasses.replace(config, rounds=rounds)
     targets = None if args.targets is None else parse_targets(args.targets, config, scenario.graph.n_nodes)
 
     plan = plan_analysis(scenario, config, targets=targets)
@@ -134,7 +142,8 @@ def cmd_leakage(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         title = f"{scenario.name}: {config.runs} runs"
         if report.iteration_runs:
-            leakage_figure(report.iteration_runs, tmp / "leakage.png", title=title, ceiling_bits=report.ceiling_bits)
+            leakage_figure(report.iteration_runs, tmp / "leakage.png", title=title, ceiling_bits=report.ceiling_bits,
+                           note=_figure_note(report))
         if report.sweep_runs:
             sweep_figure(report.sweep_runs, tmp / "sweep.png", title=title, ceiling_bits=report.ceiling_bits)
         timings["command: figures"] = time.perf_counter() - t0
@@ -156,11 +165,14 @@ def _print_plan(plan: LeakagePlan) -> None:
     config, graph = plan.config, plan.graph
     lab = config.label
     n_nodes = graph.number_of_nodes()
-    print(f"scenario {plan.scenario.name}: {n_nodes} nodes; {config.runs} Monte Carlo runs, {config.iterations} iterations, KSG k={config.k}")
+    print(f"scenario {plan.scenario.name}: {n_nodes} nodes; {config.runs} Monte Carlo runs of one aggregation, KSG k={config.k}")
     if config.node_labels:
         print("  node labels: " + ", ".join(f"{lab(i)} = id {i}" for i in range(n_nodes)))
     print(f"  inputs: {plan.inputs.description}")
     print("  protocols: " + "; ".join(p.label for p in plan.protocols))
+    for p in plan.protocols:
+        if p.analysed.schedule is not None:
+            print(f"  {p.label}: {p.analysed.describe()}")
     for s in plan.skipped:
         print(f"  skipped {s.label}: {s.reason}")
     for p in plan.protocols:
@@ -190,8 +202,18 @@ def _print_plan(plan: LeakagePlan) -> None:
                 print(f"  warning: {w}")
 
 
+def _figure_note(report: LeakageReport) -> str:
+    """The figure's footnote: the schedule each pdmm-sp run used, and the scope."""
+    from p2pem.leakage.report import SCOPE_SHORT  # start-up time: as in cmd_leakage
+
+    lines = [f"{p.label}: {p.analysed.describe()}" for p in report.protocols if p.analysed.schedule is not None]
+    return "\n".join([*lines, SCOPE_SHORT])
+
+
 def _print_tables(report: LeakageReport) -> None:
-    """The leakage after the last iteration, the perturbation sweep and the warnings."""
+    """The leakage after the last round analysed, the perturbation sweep and the warnings."""
+    from p2pem.leakage.report import SCOPE_SHORT  # start-up time: as in cmd_leakage
+
     config = report.config
     gaussian = report.inputs is None or report.inputs.kind == "gaussian"
     assumption = "" if gaussian else " (both for Gaussian inputs of the data's variances)"
@@ -200,9 +222,11 @@ def _print_tables(report: LeakageReport) -> None:
           f"the leakage, the estimate is not.  Full-disclosure ceiling {report.ceiling_bits:.3f} bits at {config.runs} runs "
           f"(NMI = estimate / ceiling).  exact: from the view's linear structure; floor: what any exact protocol discloses{assumption}")
     if report.iteration_runs:
-        its = report.iteration_runs[0].iterations
         width = max(len(r.label) for r in report.iteration_runs) + 2
-        print(f"leakage after iteration {its[-1]}")
+        print(f"leakage of ONE aggregation after round {max(r.rounds[-1] for r in report.iteration_runs)} ({SCOPE_SHORT})")
+        for p in report.protocols:
+            if p.analysed.schedule is not None:
+                print(f"  {p.label}: {p.analysed.describe()}")
         header = (f"{'protocol':<{width}} {'adversary':<18} {'node':>4} {'KSG bits':>9} {f'{config.level:.0%} CI':>17} "
                   f"{'bias':>7} {'NMI':>6} {'exact':>7} {'floor':>7}  ")
         print(header)
@@ -214,7 +238,7 @@ def _print_tables(report: LeakageReport) -> None:
             print(f"{r.label:<{width}} {r.adversary:<18} {r.node_label:>4} {r.mi_bits[-1]:>9.3f} {f'[{lo:.3f}, {hi:.3f}]':>17} "
                   f"{r.mi_bias_bits[-1]:>7.3f} {r.nmi[-1]:>6.3f} {_bits(ex):>7} {_bits(r.floor_bits):>7}  {r.floor}{how}")
     if report.sweep_runs:
-        print(f"perturbation sweep (leakage after iteration {report.sweep_runs[0].iterations[-1]}; EM accuracy vs centralized)")
+        print(f"perturbation sweep (leakage of one aggregation after round {report.sweep_runs[0].rounds[-1]}; EM accuracy vs centralized)")
         header = (f"{'std':>9} {'std/scale':>9} {'adversary':<18} {'node':>4} {'KSG bits':>9} {'exact':>7} {'floor':>7} "
                   f"{'EM rel err':>11} {'unconverged':>11}")
         print(header)

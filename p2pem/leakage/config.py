@@ -13,7 +13,8 @@ Keys (all optional except as noted; unknown keys are errors)::
     feature = 0                         # inputs = "data": column of the prepared data
                                         # (default: the one of largest spread)
     runs = 10000                        # Monte Carlo runs (>= 200)
-    iterations = 20                     # pdmm-sp rounds analysed (it runs exactly that many)
+    rounds = 20                         # pdmm-sp rounds analysed; default: to the public stop
+                                        # round a real run stops at (20 where it has none)
     k = 3                               # KSG neighbours
     n_batches = 10                      # disjoint batches for the confidence interval
     level = 0.95                        # confidence level
@@ -64,7 +65,8 @@ LEAKAGE_KEYS = (
     "inputs",
     "feature",
     "runs",
-    "iterations",
+    "rounds",
+    "iterations",  # the old name of "rounds"
     "k",
     "n_batches",
     "level",
@@ -82,7 +84,8 @@ class LeakageConfig:
 
     ``targets`` empty means "not given": the analysis chooses them
     (:func:`p2pem.leakage.plan.default_targets`); ``feature`` None means the feature of
-    largest spread.
+    largest spread; ``rounds`` None means up to the round a real run stops at
+    (:func:`p2pem.leakage.montecarlo.analysed_schedule`).
     """
 
     adversaries: tuple[str, ...] = ("honest-but-curious",)
@@ -92,7 +95,7 @@ class LeakageConfig:
     inputs: str = "data"
     feature: int | None = None
     runs: int = 10_000
-    iterations: int = 20
+    rounds: int | None = None
     k: int = 3
     n_batches: int = 10
     level: float = 0.95
@@ -168,7 +171,9 @@ def parse_leakage(scenario: Scenario) -> LeakageConfig:
     runs = t.integer("runs", default=10_000, minimum=200)
     if runs // n_batches <= 2 * k:
         t.fail_key("runs", f"= {runs} is too few for {n_batches} batches with k = {k}")
-    iterations = t.integer("iterations", default=20, minimum=1)
+    if "iterations" in raw and "rounds" in raw:
+        t.fail_key("iterations", "is the old name of 'rounds': give one of them")
+    rounds = t.integer("rounds", default=None, minimum=1) if "rounds" in raw else t.integer("iterations", default=None, minimum=1)
     level = t.fraction("level", default=0.95)
 
     labels = raw.get("node_labels", [])
@@ -198,7 +203,7 @@ def parse_leakage(scenario: Scenario) -> LeakageConfig:
         inputs=inputs,
         feature=feature,
         runs=runs,
-        iterations=iterations,
+        rounds=rounds,
         k=k,
         n_batches=n_batches,
         level=level,

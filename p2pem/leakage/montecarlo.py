@@ -1,12 +1,19 @@
 """The Monte Carlo of the leakage analysis: one aggregation, every run at once, with its trace.
 
 Monte Carlo is one batch call.  Every protocol's batch path treats the columns of its
-(n_nodes, p) input independently (the consensus is linear and column-wise; pdmm-sp runs
-exactly ``iterations`` rounds with ``tol = 0``, so its column-coupled stopping rule never
-fires), so ``runs`` Monte Carlo runs are one call with p = runs, each node drawing its
-randomness from its own stream (:func:`p2pem.simulate.protocol_streams`).  The recorded
-trace then holds messages whose payloads are vectors over the runs, from which
-:func:`p2pem.leakage.views.build_view` builds each adversary's view.
+(n_nodes, p) input independently (the consensus is linear and column-wise), so ``runs``
+Monte Carlo runs are one call with p = runs, each node drawing its randomness from its own
+stream (:func:`p2pem.simulate.protocol_streams`).  The recorded trace then holds messages
+whose payloads are vectors over the runs, from which :func:`p2pem.leakage.views.build_view`
+builds each adversary's view.
+
+Which pdmm-sp runs (:func:`analysed_schedule`): the one a real run uses.  Where it stops at a
+public round (``stop = "auto"`` with a bounded polynomial), the Monte Carlo runs the same spec
+(the same tolerance, hence the same polynomial) to that round, which depends on the graph
+alone, so every column stops there too.  Where the nodes' counters decide when to stop (a
+data-dependent round, coupled across the columns), it runs a fixed number of rounds with
+``tol = 0``; the analysis says whether those coefficients are the real run's (they are unless
+the tolerance shapes the polynomial).
 """
 
 from __future__ import annotations
@@ -25,13 +32,19 @@ from p2pem.messages import SERVER, Message
 from p2pem.protocols import AggregateOutcome, Centralized, PdmmSP, ProtocolSpec, Topology
 from p2pem.simulate import protocol_streams
 
-__all__ = ["MonteCarlo", "make_adversary", "monte_carlo", "monte_carlo_spec"]
+__all__ = ["DEFAULT_ROUNDS", "AnalysedSchedule", "MonteCarlo", "analysed_schedule", "make_adversary", "monte_carlo", "monte_carlo_spec"]
+
+#: pdmm-sp rounds analysed where a real run has no public stop round and none are asked for.
+DEFAULT_ROUNDS = 20
 
 FloatArray = npt.NDArray[np.float64]
 
 
 def monte_carlo_spec(spec: ProtocolSpec, iterations: int) -> ProtocolSpec:
-    """The protocol as the Monte Carlo runs it: pdmm-sp for exactly ``iterations`` rounds.
+    """The protocol for a fixed number of rounds: pdmm-sp for exactly ``iterations`` rounds, ``tol = 0``.
+
+    Its counters then never stop it, whatever the columns; the tolerance may shape a
+    polynomial schedule, so :func:`analysed_schedule` is what the analysis runs.
 
     Raises
     ------
@@ -45,6 +58,89 @@ def monte_carlo_spec(spec: ProtocolSpec, iterations: int) -> ProtocolSpec:
     if isinstance(spec, PdmmSP):
         return dataclasses.replace(spec, tol=0.0, max_iter=iterations)
     return spec
+
+
+@dataclass(frozen=True, eq=False)
+class AnalysedSchedule:
+    """What the Monte Carlo of one protocol runs, and how that compares with a real run.
+
+    Attributes
+    ----------
+    spec : ProtocolSpec
+        The protocol as the Monte Carlo runs it.
+    rounds : int
+        Rounds analysed (1, 2, ..., ``rounds``).
+    schedule : str or None
+        pdmm-sp: the iteration that runs ("polynomial", "deflated", "heavy-ball", "none");
+        None for protocols without rounds.
+    stop : str or None
+        pdmm-sp: "public round" (every node stops at ``stop_round``, from the graph alone) or
+        "adaptive" (the nodes' counters decide, from the data).
+    stop_round : int or None
+        The public round a real run stops at.
+    as_run : bool
+        The Monte Carlo runs the coefficients a real run uses (and, with a public stop
+        round, stops where it does).
+    """
+
+    spec: ProtocolSpec
+    rounds: int
+    schedule: str | None = None
+    stop: str | None = None
+    stop_round: int | None = None
+    as_run: bool = True
+
+    def to_json(self) -> dict:
+        return {"schedule": self.schedule, "stop": self.stop, "stop_round": self.stop_round, "rounds": self.rounds, "as_run": self.as_run,
+                "description": self.describe()}
+
+    def describe(self) -> str:
+        """One line for the table, the JSON and the figure."""
+        if self.schedule is None:
+            return "no rounds: one pass of the protocol"
+        what = f"{self.schedule} schedule"
+        if self.stop_round is not None:
+            upto = "to it, as a real run" if self.rounds == self.stop_round else f"to round {self.rounds} of them"
+            return f"{what}, public stop round {self.stop_round}: rounds 1-{self.rounds} analysed {upto}"
+        same = ("the coefficients of a real run" if self.as_run
+                else "NOT the coefficients of a real run (its tolerance shapes the polynomial; tol = 0 here)")
+        return (f"{what}, adaptive stop (a real run stops when the counters settle, a round that depends on the data): "
+                f"rounds 1-{self.rounds} analysed with tol = 0, {same}")
+
+
+def analysed_schedule(spec: ProtocolSpec, graph: nx.Graph, rounds: int | None = None) -> AnalysedSchedule:
+    """The protocol as the Monte Carlo runs it on ``graph``: pdmm-sp with a real run's schedule.
+
+    Parameters
+    ----------
+    spec : ProtocolSpec
+        As the scenario gives it.
+    graph : networkx.Graph
+    rounds : int, optional
+        pdmm-sp rounds to analyse.  Default: to the public stop round a real run stops at,
+        else :data:`DEFAULT_ROUNDS`.  Never beyond the public stop round (a real run sends
+        nothing after it).
+
+    Raises
+    ------
+    ConfigError
+        As :func:`monte_carlo_spec`.
+    """
+    if not isinstance(spec, PdmmSP):
+        return AnalysedSchedule(monte_carlo_spec(spec, 1), DEFAULT_ROUNDS if rounds is None else rounds)
+    monte_carlo_spec(spec, 1)  # refuses what has no batch path
+    spec.validate(graph)
+    topology = spec.topology(graph)
+    resolved = spec.resolved_params(topology)
+    schedule = str(resolved["accel"])
+    stop_round = resolved.get("stop_round")
+    if stop_round is not None:
+        n = int(stop_round) if rounds is None else min(rounds, int(stop_round))
+        return AnalysedSchedule(dataclasses.replace(spec, max_iter=n), n, schedule, "public round", int(stop_round))
+    n = DEFAULT_ROUNDS if rounds is None else rounds
+    run = monte_carlo_spec(spec, n)
+    as_run = run.public_parameters(topology) == spec.public_parameters(topology)
+    return AnalysedSchedule(run, n, schedule, "adaptive", None, as_run)
 
 
 @dataclass(frozen=True, eq=False)

@@ -29,7 +29,7 @@ from p2pem.errors import ConfigError, P2pemError
 from p2pem.leakage.config import DEFAULT_MAX_TARGETS, LeakageConfig, parse_leakage
 from p2pem.leakage.inputs import Inputs, draw_inputs
 from p2pem.leakage.measure import Estimator, single_threaded_blas
-from p2pem.leakage.montecarlo import make_adversary, monte_carlo, monte_carlo_spec
+from p2pem.leakage.montecarlo import analysed_schedule, make_adversary, monte_carlo
 from p2pem.leakage.reduce import estimate_reduction, exact_linear_mi, principal_components
 from p2pem.leakage.report import ProtocolRun, RunTimeEstimate, Skipped, run_labels
 from p2pem.leakage.theory import disclosed_groups, disclosure_messages
@@ -99,7 +99,8 @@ def prepare_protocols(scenario: Scenario, cfg: LeakageConfig, graph: nx.Graph, *
     out = []
     for spec, label in zip(specs, run_labels(specs), strict=True):
         try:
-            run_spec = monte_carlo_spec(spec, cfg.iterations)
+            analysed = analysed_schedule(spec, graph, cfg.rounds)
+            run_spec = analysed.spec
             run_spec.validate(graph)
             topology = run_spec.topology(graph)
         except P2pemError as exc:
@@ -111,7 +112,12 @@ def prepare_protocols(scenario: Scenario, cfg: LeakageConfig, graph: nx.Graph, *
             disclosures[kind] = disclosure_messages(run_spec, label, topology, graph, adversary, cfg.label)
             if topology.ring is not None:
                 arcs[kind] = [list(g) for g in disclosed_groups(run_spec, topology, graph, adversary) or []]
-        out.append(ProtocolRun(spec, label, topology, disclosures, arcs))
+        out.append(ProtocolRun(spec, label, topology, disclosures, arcs, analysed))
+    # protocols without rounds are drawn along pdmm-sp's rounds (their one value at every round)
+    longest = max((p.analysed.rounds for p in out if p.analysed.schedule is not None), default=None)
+    if longest is not None:
+        out = [p if p.analysed.schedule is not None else dataclasses.replace(p, analysed=dataclasses.replace(p.analysed, rounds=longest))
+               for p in out]
     return out
 
 
@@ -133,7 +139,7 @@ def default_targets(
         return tuple(honest), "every honest node"
     exposure = dict.fromkeys(honest, 0.0)
     for p in prepared:
-        run_spec = monte_carlo_spec(p.spec, cfg.iterations)
+        run_spec = p.analysed.spec
         for kind in cfg.adversaries:
             adversary = make_adversary(kind, cfg, has_server=p.spec.name == "federated")
             for group in disclosed_groups(run_spec, p.topology, graph, adversary) or []:
@@ -208,11 +214,11 @@ def estimate_run_time(
     n = graph.number_of_nodes()
     dry_rng = np.random.default_rng(dry_seq)
     for p in prepared:
-        spec = monte_carlo_spec(p.spec, cfg.iterations)
+        spec = p.analysed.spec
         n_latents = n + (2 * graph.number_of_edges() if isinstance(spec, PdmmSP) else 0)
         runs = min(cfg.runs, n_latents + 16)
         mc = monte_carlo(spec, graph, dry_rng.standard_normal((n, runs)), input_sd=1.0, seed=dry_seq)
-        keys = [None] if spec.exact else list(range(1, cfg.iterations + 1))
+        keys = [None] if spec.exact else list(range(1, p.analysed.rounds + 1))
         sweeps = len(cfg.sweep_std) if isinstance(spec, PdmmSP) else 0
         for kind in cfg.adversaries:
             has_server = any(m.sender == SERVER or SERVER in m.receivers for m in mc.trace)

@@ -1,4 +1,4 @@
-"""Leakage figures (matplotlib, Agg backend): MI against iteration (cf. Fig. 3 of the paper)
+"""Leakage figures (matplotlib, Agg backend): MI against the rounds of one aggregation (cf. Fig. 3 of the paper)
 and the perturbation sweep."""
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ MAX_ROWS = 3
 #: Panel size in inches, and the most width the by-node figure takes.
 PANEL_W, PANEL_H = 3.4, 2.7
 MAX_WIDTH = 14.0
+#: Inches per line of a figure's note.
+_NOTE_LINE_H = 0.16
 
 
 def grid_layout(n_adversaries: int, n_nodes: int) -> tuple[int, int, int] | None:
@@ -72,8 +74,8 @@ def grid_layout(n_adversaries: int, n_nodes: int) -> tuple[int, int, int] | None
     return (rows, cols, per_adversary) if rows <= MAX_ROWS else None
 
 
-def leakage_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceiling_bits: float) -> None:
-    """MI in bits against iteration: one panel per (adversary, node), one curve per protocol.
+def leakage_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceiling_bits: float, note: str = "") -> None:
+    """MI in bits against the rounds of one aggregation: one panel per (adversary, node), one curve per protocol.
 
     The shaded band is the confidence interval; the dashed line of the same colour is the
     floor, what any exact protocol discloses (drawn at the estimator's full-disclosure
@@ -81,17 +83,19 @@ def leakage_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceilin
     linear structure gives one.  Runs of the same protocol are told apart by their labels.  The
     y axis is logarithmic, values below 1e-3 bits sit on its bottom edge.  The panels wrap into
     a grid of at most :data:`MAX_COLUMNS` x :data:`MAX_ROWS`; more (adversary, node) pairs than
-    that are drawn as the leakage after the last iteration per node (:func:`_by_node_figure`).
+    that are drawn as the leakage after the last round per node (:func:`_by_node_figure`).
+    ``note`` (the schedule analysed, the scope of one aggregation) is printed under the legend.
     """
     adversaries = list(dict.fromkeys(r.adversary for r in runs))
     nodes = list(dict.fromkeys((r.node, r.node_label) for r in runs))
     layout = grid_layout(len(adversaries), len(nodes))
     if layout is None:
-        _by_node_figure(runs, path, title=title, ceiling_bits=ceiling_bits)
+        _by_node_figure(runs, path, title=title, ceiling_bits=ceiling_bits, note=note)
         return
     n_rows, n_cols, per_adversary = layout
+    extra = _NOTE_LINE_H * len(note.splitlines())
     fig, axes = plt.subplots(
-        n_rows, n_cols, figsize=(PANEL_W * n_cols + 0.6, PANEL_H * n_rows + 1.0), dpi=120, squeeze=False, sharex=True, sharey=True
+        n_rows, n_cols, figsize=(PANEL_W * n_cols + 0.6, PANEL_H * n_rows + 1.0 + extra), dpi=120, squeeze=False, sharex=True, sharey=True
     )
     top = ceiling_bits * 1.6
     styles = _styles(runs)
@@ -103,7 +107,7 @@ def leakage_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceilin
                 if r.adversary != adv or r.node != node:
                     continue
                 st = styles[r.label]
-                its = list(r.iterations)
+                its = list(r.rounds)
                 ax.plot(its, _floor(r.mi_bits), label=r.label, color=st["color"], marker=st["marker"], markersize=3.5, linewidth=1.4)
                 ax.fill_between(its, _floor([c[0] for c in r.mi_ci]), _floor([c[1] for c in r.mi_ci]), color=st["color"], alpha=0.15, linewidth=0)
                 if r.floor_bits is not None:
@@ -119,17 +123,25 @@ def leakage_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceilin
             if col == 0:
                 ax.set_ylabel("I(X; view) [bits]")
             ax.tick_params(labelbottom=True)
-            ax.set_xlabel("iteration", fontsize=9)
+            ax.set_xlabel("round of the aggregation", fontsize=9)
         for k in range(len(nodes), per_adversary * n_cols):  # empty cells of the adversary's last row
             axes[a * per_adversary + k // n_cols][k % n_cols].set_visible(False)
     fig.suptitle(title, fontsize=11)
-    _legend(fig, axes[0][0])
+    _legend(fig, axes[0][0], note)
     fig.savefig(path)
     plt.close(fig)
 
 
-def _legend(fig: plt.Figure, ax: plt.Axes) -> None:
-    """The protocols' labels and the two line styles, below the panels."""
+def _note(fig: plt.Figure, note: str) -> float:
+    """``note`` at the bottom of the figure, small; returns the inches it takes."""
+    if not note:
+        return 0.0
+    fig.text(0.01, 0.01, note, fontsize=7, ha="left", va="bottom", wrap=True)
+    return _NOTE_LINE_H * len(note.splitlines())
+
+
+def _legend(fig: plt.Figure, ax: plt.Axes, note: str = "") -> None:
+    """The protocols' labels and the two line styles, below the panels (and the note below them)."""
     from matplotlib.lines import Line2D  # a submodule pyplot does not import by name
 
     handles, labels = ax.get_legend_handles_labels()
@@ -137,13 +149,14 @@ def _legend(fig: plt.Figure, ax: plt.Axes) -> None:
     labels.append("floor: what any exact protocol discloses (full disclosure: estimator ceiling)")
     handles.append(Line2D([], [], color="black", linestyle=":", linewidth=1.0))
     labels.append("exact leakage of the view")
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8, frameon=False)
     height = fig.get_size_inches()[1]
-    fig.tight_layout(rect=(0, 0.75 / height, 1, 1 - 0.35 / height))  # room for the legend and the title
+    below = _note(fig, note)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8, frameon=False, bbox_to_anchor=(0.5, below / height))
+    fig.tight_layout(rect=(0, (0.75 + below) / height, 1, 1 - 0.35 / height))  # room for the legend, the note and the title
 
 
-def _by_node_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceiling_bits: float) -> None:
-    """The leakage after the last iteration per node: one panel per adversary, nodes along x.
+def _by_node_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceiling_bits: float, note: str = "") -> None:
+    """The leakage after the last round of the aggregation per node: one panel per adversary, nodes along x.
 
     Each protocol is a marker with its confidence interval as an error bar, offset a little
     so that protocols do not hide one another; its floor is a short dash and its exact value
@@ -155,7 +168,9 @@ def _by_node_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceili
     labels = list(dict.fromkeys(r.label for r in runs))
     position = {node: x for x, (node, _) in enumerate(nodes)}
     width = min(MAX_WIDTH, 3.0 + 0.3 * len(nodes))
-    fig, axes = plt.subplots(len(adversaries), 1, figsize=(width, PANEL_H * len(adversaries) + 1.2), dpi=120, squeeze=False, sharex=True)
+    extra = _NOTE_LINE_H * len(note.splitlines())
+    fig, axes = plt.subplots(len(adversaries), 1, figsize=(width, PANEL_H * len(adversaries) + 1.2 + extra), dpi=120, squeeze=False,
+                             sharex=True)
     styles = _styles(runs)
     spread = 0.6 / max(len(labels), 1)
     for a, adv in enumerate(adversaries):
@@ -181,7 +196,7 @@ def _by_node_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceili
         ax.set_ylim(FLOOR_BITS * 0.8, ceiling_bits * 1.6)
         ax.grid(alpha=0.3, which="both", linewidth=0.5)
         ax.set_ylabel("I(X; view) [bits]")
-        ax.set_title(f"{adv}: leakage after iteration {runs[0].iterations[-1]}", fontsize=10)
+        ax.set_title(f"{adv}: leakage after round {runs[0].rounds[-1]} of one aggregation", fontsize=10)
     step = max(1, math.ceil(len(nodes) / 60))
     ax = axes[-1][0]
     ax.set_xticks(range(0, len(nodes), step))
@@ -194,10 +209,11 @@ def _by_node_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceili
     handles += [Line2D([], [], color="black", marker="_", markersize=10, linestyle="none"),
                 Line2D([], [], color="black", marker="o", markerfacecolor="none", linestyle="none")]
     names += ["floor: what any exact protocol discloses (full disclosure: estimator ceiling)", "exact leakage of the view"]
-    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 4), fontsize=8, frameon=False)
-    fig.suptitle(title, fontsize=11)
     height = fig.get_size_inches()[1]
-    fig.tight_layout(rect=(0, 0.75 / height, 1, 1 - 0.3 / height))  # room for the legend and the title
+    below = _note(fig, note)
+    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 4), fontsize=8, frameon=False, bbox_to_anchor=(0.5, below / height))
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, (0.75 + below) / height, 1, 1 - 0.3 / height))  # room for the legend, the note and the title
     fig.savefig(path)
     plt.close(fig)
 
@@ -227,7 +243,7 @@ def sweep_figure(runs: Sequence[LeakageRun], path: Path, *, title: str, ceiling_
     ax_mi.set_yscale("log")
     ax_mi.set_ylim(FLOOR_BITS * 0.8, ceiling_bits * 1.6)
     ax_mi.set_xlabel("initial-dual standard deviation (units of the statistic r X)")
-    ax_mi.set_ylabel(f"I(X; view) after iteration {runs[0].iterations[-1]} [bits]")
+    ax_mi.set_ylabel(f"I(X; view) after round {runs[0].rounds[-1]} [bits]")
     ax_mi.set_title("leakage (dashed: the floor, the honest-component sum)", fontsize=10)
     ax_mi.grid(alpha=0.3, which="both", linewidth=0.5)
     ax_mi.legend(fontsize=7)

@@ -17,6 +17,7 @@ import networkx as nx
 
 from p2pem.leakage.config import LeakageConfig
 from p2pem.leakage.inputs import Inputs
+from p2pem.leakage.montecarlo import AnalysedSchedule
 from p2pem.leakage.theory import TopologyReport
 from p2pem.protocols import ProtocolSpec, Topology
 from p2pem.runner import graph_summary, output_header
@@ -29,19 +30,28 @@ __all__ = [
     "LeakageRun",
     "ProtocolRun",
     "RunTimeEstimate",
+    "SCOPE",
+    "SCOPE_SHORT",
     "Skipped",
     "protocol_params",
     "run_labels",
 ]
 
 #: Format name and version of leakage.json (an object with ``runs``) and summary.json.
-LEAKAGE_FORMAT = ("p2pem-leakage", 1)
-SUMMARY_FORMAT = ("p2pem-leakage-summary", 2)
+LEAKAGE_FORMAT = ("p2pem-leakage", 2)
+SUMMARY_FORMAT = ("p2pem-leakage-summary", 3)
+
+#: What every leakage output says about its scope (the table, leakage.json, summary.json, the figure).
+SCOPE = ("one aggregation: what the view of a single consensus (one EM iteration's statistics) discloses about a node's input. "
+         "A whole EM run aggregates once per iteration, every time new equations about the same rows, and discloses far more "
+         "(honest groups cut off by the corrupt nodes can be reconstructed exactly within a few iterations); "
+         "measure a whole run with: p2pem leakage --whole-run SCENARIO --out DIR")
+SCOPE_SHORT = "one aggregation shown; a whole EM run discloses far more: p2pem leakage --whole-run SCENARIO --out DIR"
 
 
 @dataclass(frozen=True)
 class LeakageRun:
-    """The leakage about one node, for one protocol run and adversary, per iteration.
+    """The leakage about one node, for one protocol run and adversary, per round of one aggregation.
 
     ``floor_bits`` and the entries of ``exact_bits`` are ``math.inf`` for exact disclosure;
     ``exact_bits`` is None when the view is not linear in the latents.  ``protocol`` is the
@@ -54,7 +64,7 @@ class LeakageRun:
     corrupt: tuple[int, ...]
     node: int
     node_label: str
-    iterations: tuple[int, ...]
+    rounds: tuple[int, ...]
     mi_bits: tuple[float, ...]
     mi_ci: tuple[tuple[float, float], ...]
     nmi: tuple[float, ...]
@@ -85,7 +95,7 @@ class LeakageRun:
             "corrupt": list(self.corrupt),
             "node": self.node,
             "node_label": self.node_label,
-            "iterations": list(self.iterations),
+            "rounds": list(self.rounds),
             "mi_bits": [float(v) for v in self.mi_bits],
             "mi_ci": [[float(lo), float(hi)] for lo, hi in self.mi_ci],
             "mi_bias_bits": [float(v) for v in self.mi_bias_bits],
@@ -133,9 +143,11 @@ class ProtocolRun:
     topology: Topology
     disclosures: dict[str, list[str]]
     arcs: dict[str, list[list[int]]]
+    analysed: AnalysedSchedule
 
     def to_json(self) -> dict:
-        out: dict = {"label": self.label, "protocol": self.spec.name, "params": protocol_params(self.spec), "disclosures": self.disclosures}
+        out: dict = {"label": self.label, "protocol": self.spec.name, "params": protocol_params(self.spec), "disclosures": self.disclosures,
+                     "analysed": self.analysed.to_json()}
         if self.topology.ring is not None:
             out["ring"] = list(self.topology.ring)
             out["arcs"] = self.arcs
@@ -210,9 +222,17 @@ class LeakageReport:
         return seen
 
     def leakage_json(self) -> dict:
-        """leakage.json: ``{"format", "version", "scenario", "runs": [...]}``."""
+        """leakage.json: ``{"format", "version", "scenario", "scope", "analysed", "runs": [...]}``.
+
+        ``scope`` says that one aggregation is analysed and how to measure a whole run;
+        ``analysed`` names, per protocol label, the schedule and stop round the Monte Carlo ran
+        (:class:`~p2pem.leakage.montecarlo.AnalysedSchedule`); each run's ``rounds`` are the
+        rounds of that aggregation its leakage is given after.
+        """
         fmt, version = LEAKAGE_FORMAT
-        return {"format": fmt, "version": version, "scenario": self.scenario.name, "runs": [r.to_json() for r in self.runs]}
+        return {"format": fmt, "version": version, "scenario": self.scenario.name, "scope": SCOPE,
+                "analysed": {p.label: p.analysed.to_json() for p in self.protocols},
+                "runs": [r.to_json() for r in self.runs]}
 
     def summary_json(self, *, extra_timings: dict[str, float] | None = None, wall_s: float | None = None) -> dict:
         """summary.json: settings, inputs, protocols (parameters, secure-sum's ring and arcs) and the
@@ -229,6 +249,7 @@ class LeakageReport:
         cfg = self.config
         return {
             **output_header(SUMMARY_FORMAT, self.scenario),
+            "scope": SCOPE,
             "graph": graph_summary(self.graph) | {"edges": sorted([sorted(e) for e in self.graph.edges])},
             "statistic": "responsibility-weighted first moment r x_i, X_i ~ N(0, 1), r = 1/n_components"
             if self.inputs is None or self.inputs.kind == "gaussian"
@@ -244,7 +265,7 @@ class LeakageReport:
                 "inputs": cfg.inputs,
                 "feature": cfg.feature,
                 "runs": cfg.runs,
-                "iterations": cfg.iterations,
+                "rounds": cfg.rounds,
                 "k": cfg.k,
                 "n_batches": cfg.n_batches,
                 "level": cfg.level,

@@ -50,6 +50,7 @@ most revealed direction leaks at the configured perturbation.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -472,8 +473,11 @@ def record_whole_run(
         raise ConfigError(f"{spec.name}: the whole-run analysis needs a synchronous network protocol")
     spec.validate(graph)
     spec, settings, parts, private = bind_for_whole_run(spec, settings, parts, seed=seed)
-    reduced = private.reduction if private is not None else spec  # whose trace the reduction reads
     topology = spec.topology(graph)
+    if private is not None:  # the shares as the run sizes them for its colluders' worst placement
+        placed = private.spec.placed(topology)
+        spec, private = placed, dataclasses.replace(private, spec=placed)
+    reduced = private.reduction if private is not None else spec  # whose trace the reduction reads
     n = len(parts)
     rngs = protocol_streams(seed, n)
     state = EMState([np.ascontiguousarray(p, dtype=float) for p in parts], settings, n)

@@ -35,7 +35,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,8 +47,12 @@ from p2pem.leakage.views import ADVERSARIES, Adversary
 from p2pem.leakage.wholerun import WholeRunView, disclosure_rank, record_whole_run
 from p2pem.messages import SERVER
 from p2pem.parallel import Workers
+from p2pem.protocols import PdmmSP, ProtocolSpec
 from p2pem.scenario import Scenario
 from p2pem.streams import child
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "WHOLE_RUN_FORMAT",
@@ -244,6 +248,16 @@ class WholeRunReport:
         }
 
 
+def _schedule(spec: ProtocolSpec, graph: nx.Graph) -> dict | None:
+    """pdmm-sp's schedule as this whole run ran it (the run itself: a real run's), or None."""
+    inner = getattr(spec, "inner", spec)  # dp-distributed sums with its inner protocol
+    if not isinstance(inner, PdmmSP):
+        return None
+    resolved = inner.resolved_params(inner.topology(graph))
+    stop_round = resolved.get("stop_round")
+    return {"schedule": resolved["accel"], "stop": "public round" if stop_round is not None else "adaptive", "stop_round": stop_round}
+
+
 def adversaries_for(spec_name: str, config: WholeRunConfig) -> list[Adversary]:
     """The adversaries analysed for one protocol: one per (kind, corrupt set)."""
     out = []
@@ -378,6 +392,7 @@ def analyse_whole_run(
                 "final_loglik": None if math.isnan(views[0].loglik[-1]) else views[0].loglik[-1],  # private runs release none
                 "max_rounds": max(views[0].rounds),
                 "adversaries": len(views),
+                "schedule": _schedule(spec, graph),
             }
         )
         # every group disclosed to any adversary of this protocol is attacked once, as one task

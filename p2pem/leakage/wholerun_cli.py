@@ -57,8 +57,8 @@ def cmd_whole_run(args: argparse.Namespace) -> int:
     from p2pem.runner import atomic_output, write_json
     from p2pem.scenario import load_scenario
 
-    if args.runs is not None or args.iterations is not None:
-        raise ConfigError("--runs and --iterations apply to the Monte Carlo analysis, not to --whole-run")
+    if args.runs is not None or args.rounds is not None or args.old_rounds is not None:
+        raise ConfigError("--runs and --rounds apply to the Monte Carlo analysis, not to --whole-run")
     scenario = load_scenario(args.scenario)
     config = parse_whole_run(scenario)
     graph = build_graph(scenario)
@@ -76,6 +76,11 @@ def cmd_whole_run(args: argparse.Namespace) -> int:
         if report.records:
             whole_run_figure(report.records, tmp / "whole_run.png", title=f"{scenario.name}: attack on the whole run", tolerance=config.tolerance)
     worst = max(d["groups"][k]["max_reduction_error"] for d in report.disclosures for k in range(len(d["groups"])))
+    for p in report.protocols:
+        sched = p.get("schedule")
+        if sched is not None:
+            stop = f"public stop round {sched['stop_round']}" if sched["stop_round"] is not None else "adaptive stop (the counters decide)"
+            print(f"{p['protocol']}: {sched['schedule']} schedule, {stop}; {p['aggregations']} aggregations in the whole run")
     if report.attack_skipped is not None:
         for d in report.disclosures:
             largest = max((g["rows"] for g in d["groups"]), default=0)

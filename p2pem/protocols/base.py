@@ -617,6 +617,15 @@ class ProtocolSpec(abc.ABC):
         """
         return ()
 
+    def placed(self, topology: Topology) -> ProtocolSpec:
+        """This bound spec on ``topology``, for what its guarantee reads off the graph (default: itself).
+
+        Called once the topology is known (after :meth:`bind`, before the run): a private
+        protocol finds where colluders would sit worst (:mod:`p2pem.dp.guarantees`) and may
+        size its noise shares for it.  Returns a new frozen spec, or ``self``.
+        """
+        return self
+
     def resolved_params(self, topology: Topology) -> dict:
         """What the "auto" parameters became on ``topology`` (for result files); empty by default."""
         return {}

@@ -30,6 +30,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="fit the scenario's synthesizer with its protocol and release synthetic rows with a utility and risk report",
         description="Fit the synthesizer of a scenario whose data has a public schema ([synth] model, default the mixed-type "
         "mixture 'mixture'; 'privbayes' or 'hmprivbayes' for a differentially private Bayesian network with its [bayesnet] "
+        "settings; 'mst' or 'aim' for McKenna et al.'s marginal mechanisms with Private-PGM inference and their [marginals] "
         "settings) to its training rows spread over the nodes, with one of its protocols ([synth] protocol, default the first; "
         "exact or differentially private), then draw synthetic rows from the fitted model alone.  Writes two folders.  "
         "OUT/release/ is what may be published: synthetic.csv (header row, the schema's column names, order and types; with "

@@ -22,13 +22,14 @@ against each adversary); :func:`sample_release` draws rows from that document al
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import networkx as nx
 import numpy as np
+import numpy.typing as npt
 
 from p2pem.bayesnet import BayesNetSettings, BayesNetTask, Conditional, Network, sample_networks
 from p2pem.bayesnet.release import check_schema, release_body
@@ -45,9 +46,12 @@ from p2pem.dp.publication import Publication
 from p2pem.synth.synthesizer import RELEASE_FORMAT, Progress, publish, run_seed
 from p2pem.streams import bayesnet_child, protocol_streams, scenario_streams
 from p2pem.tabular import Schema, Table, discretize, domain_sizes, schema_from_dict, undiscretize
-from p2pem.task import drive
+from p2pem.task import Task, drive
 
-__all__ = ["AGGREGATIONS", "RELEASE_PUBLIC", "BayesNetRun", "BayesNetSynthesizer", "assemble_release", "fit_bayesnet", "release_document", "sample_release"]
+__all__ = ["AGGREGATIONS", "RELEASE_PUBLIC", "BayesNetRun", "BayesNetSynthesizer", "assemble_release", "drive_counts", "fit_bayesnet",
+           "release_document", "sample_release"]
+
+IntArray = npt.NDArray[np.int64]
 
 #: A Bayesian-network release's fields declared public besides the header's: the bins and settings
 #: (public choices), and how the run went (its aggregations' rounds and messages and its wall time:
@@ -141,34 +145,62 @@ def fit_bayesnet(
     binned = [discretize(p, settings.n_bins) for p in parts]
     t0 = time.perf_counter()
     shared = None if commit_reveal else bayesnet_child(seed, 0)
+
+    def make(rows: list[IntArray], n_nodes: int, secrets: list[np.random.SeedSequence], ids: list[int] | None) -> BayesNetTask:
+        return BayesNetTask(rows, sizes, settings, n_nodes, shared=shared, secrets=secrets, node_ids=ids)
+
+    task, traffic, n, label = drive_counts(make, binned, protocol, graph, seed=seed, engine=engine, shares=settings.noise == "shares",
+                                           what="bayesnet")
+    return BayesNetRun(task, traffic, label, n, time.perf_counter() - t0, True, protocol.params())
+
+
+T = TypeVar("T", bound=Task)
+
+
+def drive_counts(make: Callable[[list[IntArray], int, list[np.random.SeedSequence], list[int] | None], T], binned: Sequence[IntArray],
+                 protocol: ProtocolSpec, graph: nx.Graph | Topology | None, *, seed: int, engine: str, shares: bool,
+                 what: str) -> tuple[T, Traffic, int, str]:
+    """Run a count-aggregation task over the nodes' discretised rows: (node 0's finished task, traffic, nodes, protocol label).
+
+    ``make(rows, n_nodes, secrets, node_ids)`` builds the task of a batch.  ``centralized``
+    pools the rows in one task (no network); otherwise the vectorised engine drives one batch
+    of every node, the messages engine one task per node (every node must end with node 0's
+    summary digest).  Node i's private seed is the ``"bayesnet"`` stream's ``(1, i)``, the
+    protocol's randomness the ``"protocol"`` stream.
+
+    Raises
+    ------
+    ConfigError
+        ``shares`` with ``centralized``, no graph, a graph of another size.
+    ProtocolError
+        The nodes ended with different results.
+    """
     if isinstance(protocol, Centralized):
-        if settings.noise == "shares":
+        if shares:
             raise ConfigError("noise = 'shares' needs an aggregation over nodes; with 'centralized' one curator adds the noise")
-        task = BayesNetTask([np.concatenate(binned)], sizes, settings, 1, shared=shared, secrets=[bayesnet_child(seed, 1, 0)])
+        task = make([np.concatenate(list(binned))], 1, [bayesnet_child(seed, 1, 0)], None)
         drive(task, lambda it, values: values)
-        return BayesNetRun(task, Traffic(), protocol.name, 1, time.perf_counter() - t0, protocol_params=protocol.params())
+        return task, Traffic(), 1, protocol.name
     if graph is None:
         raise ConfigError(f"protocol {protocol.name!r} needs a graph of nodes")
     n = graph.n_nodes if isinstance(graph, Topology) else graph.number_of_nodes()
-    if n != len(parts):
-        raise ConfigError(f"the graph has {n} nodes but the rows are spread over {len(parts)}")
+    if n != len(binned):
+        raise ConfigError(f"the graph has {n} nodes but the rows are spread over {len(binned)}")
     secrets = [bayesnet_child(seed, 1, i) for i in range(n)]
     protocol.validate(graph)
     topology = protocol.topology(graph)
     rngs = protocol_streams(scenario_streams(seed)["protocol"], n)
     if engine == "vectorised" and not protocol.asynchronous:
-        task = BayesNetTask(binned, sizes, settings, n, shared=shared, secrets=secrets)
+        task = make(list(binned), n, secrets, None)
         traffic = drive_vectorised(task, protocol, topology, rngs)
-        node0, agreed = task, True
     else:
-        tasks = [BayesNetTask([b], sizes, settings, n, shared=shared, secrets=[s], node_ids=[i]) for i, (b, s) in enumerate(zip(binned, secrets, strict=True))]
+        tasks = [make([b], n, [s], [i]) for i, (b, s) in enumerate(zip(binned, secrets, strict=True))]
         _, traffic = drive_messages(tasks, protocol, topology, rngs)
-        node0 = tasks[0]
-        digest = node0.summary()
-        agreed = all(np.array_equal(t.summary(), digest) for t in tasks)
-        if not agreed:
-            raise ProtocolError("bayesnet: the nodes ended with different releases")
-    return BayesNetRun(node0, traffic, getattr(protocol, "label", protocol.name), n, time.perf_counter() - t0, agreed, protocol.params())
+        task = tasks[0]
+        digest = task.summary()
+        if not all(np.array_equal(t.summary(), digest) for t in tasks):
+            raise ProtocolError(f"{what}: the nodes ended with different releases")
+    return task, traffic, n, getattr(protocol, "label", protocol.name)
 
 
 # ------------------------------------------------------------------------------ release

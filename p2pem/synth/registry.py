@@ -6,6 +6,7 @@ To add one: a module with its synthesizer (``fit`` a release document from a sce
 
 from __future__ import annotations
 
+from p2pem.synth.marginal import MarginalSynthesizer
 from p2pem.synth.mixture import MixtureSynthesizer
 from p2pem.synth.privbayes import BayesNetSynthesizer
 from p2pem.synth.synthesizer import Synthesizer
@@ -17,4 +18,6 @@ SYNTHESIZERS: dict[str, Synthesizer] = {
     "mixture": MixtureSynthesizer(),
     "privbayes": BayesNetSynthesizer("privbayes"),
     "hmprivbayes": BayesNetSynthesizer("hmprivbayes"),
+    "mst": MarginalSynthesizer("mst"),
+    "aim": MarginalSynthesizer("aim"),
 }

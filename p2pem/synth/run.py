@@ -16,6 +16,7 @@ scenario's ``"synth"`` stream, key ``(0, r)``, and the release says it is not pr
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,7 +37,8 @@ from p2pem.synth.report import report_figure, synth_report
 from p2pem.synth.synthesizer import Progress
 from p2pem.tabular import Table, write_csv
 
-__all__ = ["HOLDER_ONLY", "HOLDER_ONLY_DIR", "RELEASE_DIR", "Synthesis", "release_file_names", "sample_release", "synthesize", "write_synthesis"]
+__all__ = ["HOLDER_ONLY", "HOLDER_ONLY_DIR", "RELEASE_DIR", "Synthesis", "json_ready", "release_file_names", "sample_release", "synthesize",
+           "write_synthesis"]
 
 
 #: The subfolders of ``p2pem synth --out DIR``: what may be published, and what stays with the data holders.
@@ -146,11 +148,27 @@ def release_file_names(n_releases: int) -> list[str]:
     return ["synthetic.csv"] + [f"synthetic-{r}.csv" for r in range(2, n_releases + 1)]
 
 
+def json_ready(document: Any) -> Any:
+    """``document`` with every infinite or NaN float replaced by None (JSON null).
+
+    JSON has no infinity: a setting of ``"inf"`` (no noise) leaves infinite budgets and
+    scales in a document, which JSON records as null ("unbounded"), the convention of the
+    privacy blocks.  Every synthesizer's documents pass through here before they are written.
+    """
+    if isinstance(document, float):
+        return document if math.isfinite(document) else None
+    if isinstance(document, dict):
+        return {k: json_ready(v) for k, v in document.items()}
+    if isinstance(document, (list, tuple)):
+        return [json_ready(v) for v in document]
+    return document
+
+
 def write_synthesis(out: str | os.PathLike[str], synthesis: Synthesis, *, title: str) -> list[Path]:
     """Write ``out/release/`` -- the releases (CSV with a header row, the schema's column names,
     order and types) and ``release.json`` -- and, with a report, ``out/holder-only/`` --
     ``report.json`` and ``report.png``, each saying first that it is not covered by epsilon --
-    all or nothing.
+    all or nothing (infinite numbers as null, :func:`json_ready`).
 
     Returns the files written (their final paths), the release's first.
     """
@@ -159,10 +177,10 @@ def write_synthesis(out: str | os.PathLike[str], synthesis: Synthesis, *, title:
         (tmp / RELEASE_DIR).mkdir()
         for name, table in zip(names[:-1], synthesis.tables, strict=True):
             write_csv(table, tmp / name)
-        write_json(tmp / RELEASE_DIR / "release.json", synthesis.release)
+        write_json(tmp / RELEASE_DIR / "release.json", json_ready(synthesis.release))
         if synthesis.report is not None:
             (tmp / HOLDER_ONLY_DIR).mkdir()
-            write_json(tmp / HOLDER_ONLY_DIR / "report.json", synthesis.report)
+            write_json(tmp / HOLDER_ONLY_DIR / "report.json", json_ready(synthesis.report))
             report_figure(synthesis.report, tmp / HOLDER_ONLY_DIR / "report.png",
                           title=f"HOLDER ONLY: not covered by epsilon, do not publish\n{title}")
             names += [f"{HOLDER_ONLY_DIR}/report.json", f"{HOLDER_ONLY_DIR}/report.png"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from p2pem.errors import ConfigError, DataError, GraphError, ModelError, P2pemError, ProtocolError, TransportError
+from p2pem.errors import ConfigError, ConvergenceWarning, DataError, GraphError, ModelError, P2pemError, ProtocolError, TransportError
 from p2pem.messages import SERVER, Message
 from p2pem.version import __version__ as __version__
 
@@ -59,6 +59,7 @@ __all__ = [
     "SERVER",
     "Centralized",
     "ConfigError",
+    "ConvergenceWarning",
     "DataError",
     "DistributedGMM",
     "DistributedMixedMixture",

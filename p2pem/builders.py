@@ -25,12 +25,12 @@ from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
 from p2pem.scenario import Scenario
 from p2pem.streams import init_seed
-from p2pem.tabular import Table, read_table
+from p2pem.tabular import Table, read_table, read_table_parties
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "build_graph", "build_protocols", "em_settings", "load_data", "load_table_parts", "load_tables", "prepare_rows", "row_nodes", "split_indices",
+    "build_graph", "build_protocols", "em_settings", "feature_columns", "load_data", "load_table_parts", "load_tables", "prepare_rows", "row_nodes", "split_indices",
     "split_prepared", "split_table", "validate_protocol", "with_public_box",
 ]
 
@@ -133,6 +133,30 @@ def prepare_rows(
     return X, labels
 
 
+def feature_columns(scenario: Scenario) -> tuple[int, tuple[str, ...] | None]:
+    """The public width of the rows the model sees, and their column names where they have them.
+
+    What a deployment's roster records so that every node can check its own data file before
+    it goes online: CSV data that is read, and at most standardised, keeps its column names
+    (the kept columns, the node column left out); a projection (``pca``), a schema's
+    encoding or synthetic data gives the width alone (names ``None``).
+
+    Raises
+    ------
+    DataError
+        The data file cannot be read.
+    """
+    cfg = scenario.data
+    projected = cfg.pca is not None or (cfg.public is not None and cfg.public.components is not None)
+    if cfg.source == "csv" and cfg.encoding is None and not projected:
+        assert cfg.path is not None
+        drop = cfg.drop_columns if cfg.node_column is None else (*cfg.drop_columns, cfg.node_column)
+        X, names = load_table(cfg.path, columns=cfg.columns, drop_columns=drop, header=cfg.header)
+        return int(X.shape[1]), tuple(names)
+    X, _ = prepare_rows(scenario)
+    return int(X.shape[1]), None
+
+
 def load_tables(scenario: Scenario) -> tuple[Table, Table | None]:
     """The training rows and the held-out test rows of a scenario whose data has a schema.
 
@@ -168,7 +192,13 @@ def load_table_parts(scenario: Scenario) -> tuple[list[Table], Table | None]:
     if scenario.data.schema is None:
         raise ConfigError(f"{scenario.path}: the data has no schema ([data] schema): it is not a table of named, typed columns")
     rng = np.random.default_rng(scenario.streams()["data"])
-    train, test = _tables(scenario, rng)
+    train, test, owners = _tables_owned(scenario, rng)
+    if owners is not None:  # a node column: each party's own rows, in file order
+        parts = [train.take(np.flatnonzero(owners == node)) for node in range(scenario.graph.n_nodes)]
+        empty = [str(scenario.data.node_ids[i]) for i, p in enumerate(parts) if p.n_rows == 0] if scenario.data.node_ids else []
+        if empty:
+            raise DataError(f"{scenario.path}: parties {', '.join(map(repr, empty[:5]))} of 'data.node_column' keep no training row")
+        return parts, test
     try:
         return split_table(train, scenario.graph.n_nodes, how=scenario.data.split, rng=rng), test
     except DataError as exc:
@@ -176,19 +206,32 @@ def load_table_parts(scenario: Scenario) -> tuple[list[Table], Table | None]:
 
 
 def _tables(scenario: Scenario, rng: np.random.Generator) -> tuple[Table, Table | None]:
+    train, test, _ = _tables_owned(scenario, rng)
+    return train, test
+
+
+def _tables_owned(scenario: Scenario, rng: np.random.Generator) -> tuple[Table, Table | None, npt.NDArray[np.int64] | None]:
+    """The training rows, the test rows and, with a node column, the node of every training row."""
     cfg = scenario.data
     assert cfg.path is not None and cfg.schema is not None  # a schema needs csv data
-    rows = read_table(cfg.path, cfg.schema)
+    owners = None
+    if cfg.node_column is not None:
+        rows, parties = read_table_parties(cfg.path, cfg.schema, cfg.node_column)
+        owners, labels = relabel_ids(parse_ids(parties))
+        if labels != cfg.node_ids:
+            raise DataError(f"{cfg.path}: the parties of column {cfg.node_column!r} changed since {scenario.path} was loaded")
+    else:
+        rows = read_table(cfg.path, cfg.schema)
     if cfg.test is not None:
-        return rows, read_table(cfg.test, cfg.schema)
+        return rows, read_table(cfg.test, cfg.schema), owners
     if cfg.test_fraction is None:
-        return rows, None
+        return rows, None, owners
     n_test = int(round(cfg.test_fraction * rows.n_rows))
     if not 0 < n_test < rows.n_rows:
         raise DataError(f"{scenario.path}: 'data.test_fraction' = {cfg.test_fraction} of {rows.n_rows} rows leaves no test or no training row")
     held = np.zeros(rows.n_rows, dtype=bool)
     held[rng.permutation(rows.n_rows)[:n_test]] = True
-    return rows.take(~held), rows.take(held)
+    return rows.take(~held), rows.take(held), None if owners is None else owners[~held]
 
 
 def split_prepared(
@@ -218,7 +261,7 @@ def split_indices(
 ) -> list[npt.NDArray[np.int64]]:
     """Which of ``n_rows`` prepared rows each node holds (node ``i``: rows ``indices[i]``, in that order).
 
-    By the scenario's node column (rows in file order), else :func:`p2pem.data.split_indices`
+    By the scenario's node column (rows in file order; under a schema, the training rows), else :func:`p2pem.data.split_indices`
     with the scenario's ``split`` (drawing from ``rng``, the ``"data"`` stream after the rows).
     ``rows``: which of the scenario's rows the ``n_rows`` are (default: all, in file order).
     """
@@ -237,6 +280,8 @@ def row_nodes(scenario: Scenario) -> npt.NDArray[np.int64] | None:
     cfg = scenario.data
     if cfg.node_column is None:
         return None
+    if cfg.schema is not None:  # the training rows under the schema (rows with a missing value and test rows left out)
+        return _tables_owned(scenario, np.random.default_rng(scenario.streams()["data"]))[2]
     assert cfg.path is not None and cfg.node_ids is not None
     codes, labels = relabel_ids(parse_ids(read_text_column(cfg.path, cfg.node_column, header=cfg.header)))
     if labels != cfg.node_ids:

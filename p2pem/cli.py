@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from p2pem import __version__, parallel
-from p2pem.errors import P2pemError
+from p2pem.errors import ConfigError, P2pemError
 
 DESCRIPTION = """\
 p2pem fits one mixture model (Gaussian or skew-normal) to data spread over many
@@ -122,7 +123,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     lo, hi = gs["diameter_bounds"]
     diameter = gs["diameter"] if gs["diameter"] is not None else f"{lo}..{hi} (bounds)"
     print(f"scenario {scenario.name}: {result.n_rows} rows, {gs['n_nodes']} nodes, {gs['n_edges']} edges, diameter {diameter}")
-    print(f"  {degree_report(result.graph).summary()}")
+    print(f"  {degree_report(result.graph).summary(scenario.parties)}")
+    if scenario.parties is not None:
+        print("  parties: " + ", ".join(f"{i} = {name}" for i, name in enumerate(scenario.parties[:12])) + (" ..." if len(scenario.parties) > 12 else ""))
     ref = next((r for r in result.runs if r.protocol == "centralized"), None)
     width = max(12, *(len(r.protocol) for r in result.runs))
     header = (f"{'protocol':<{width}} {'EM its':>6} {'final loglik':>13} {'max rel err':>11} {'epsilon':>8} {'consensus its':>13} "
@@ -282,6 +285,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(args.scenario)
     components = parse_components(args.components)
+    loglik_range = _loglik_range(args.loglik_range)
     text = args.families if args.families is not None else "mixed" if scenario.em.family.name == "mixed" else "gaussian,skew-normal"
     families = [name.strip() for name in text.split(",") if name.strip()]
     if not families:
@@ -301,7 +305,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     try:
         with atomic_output(args.out) as tmp:
             doc = run_selection(scenario, components, families, protocol=args.protocol, n_init=args.n_init, progress=progress,
-                                workers=parallel.from_args(args))
+                                workers=parallel.from_args(args), loglik_epsilon=args.loglik_epsilon, loglik_range=loglik_range)
             write_json(tmp / "select.json", doc)
             selection_figure(doc, tmp / "select.png")
     finally:
@@ -323,9 +327,24 @@ def cmd_select(args: argparse.Namespace) -> int:
             notes.append(f"{r['failed_restarts']} restarts collapsed")
         print(f"{r['family']:<12} {r['n_components']:>2} {r['loglik']:>11.2f} {r['n_parameters']:>3} {r['aic']:>10.2f} {r['bic']:>10.2f} "
               f"{r['n_iter']:>6}  {'; '.join(notes)}")
+    if "privacy" in doc:
+        pr = doc["privacy"]
+        print(f"differentially private: {pr['fits']} fits at epsilon {pr['epsilon_per_fit']:g} + {pr['loglik_epsilon']:g} for each "
+              f"log-likelihood: epsilon {pr['epsilon_total']:g}, delta {pr['delta_total']:g} in all (sequential composition)")
     print(f"wrote {args.out}/select.json and {args.out}/select.png in {doc['wall_s']:.1f} s")
     args.json_summary = {"scenario": scenario.name, "files": [f"{args.out}/select.json", f"{args.out}/select.png"], "best": best}
     return 0
+
+
+def _loglik_range(text: str) -> tuple[float, float]:
+    """``LO,HI`` for --loglik-range."""
+    try:
+        low, high = (float(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--loglik-range must look like -30,5 (two numbers LO,HI), got {text!r}") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ConfigError(f"--loglik-range must be two finite numbers LO < HI, got {text!r}")
+    return low, high
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -397,6 +416,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated model families (default gaussian,skew-normal; mixed for a table with categorical columns)")
     sel.add_argument("--protocol", default=None, help="protocol name (default: the scenario's first one other than centralized)")
     sel.add_argument("--n-init", type=int, default=5, help="private initialisations per fit; the best log-likelihood is kept (default 5)")
+    sel.add_argument("--loglik-epsilon", type=float, default=None, metavar="EPS",
+                     help="over a differentially private protocol: the budget of each fit's log-likelihood release, on top of the "
+                     "protocol's epsilon (default a tenth of it); the budgets of all fits add up, and select.json's privacy block says so")
+    sel.add_argument("--loglik-range", default="-30,5", metavar="LO,HI",
+                     help="over a differentially private protocol: the public range each row's log-density is clipped to before "
+                     "the noisy sum (nats; default -30,5)")
     sel.add_argument("--out", required=True, help="output folder (created; files are written atomically)")
     parallel.add_options(sel)
     sel.set_defaults(func=cmd_select)

@@ -38,6 +38,7 @@ __all__ = [
     "load_table",
     "parse_ids",
     "pca",
+    "read_header",
     "read_text_column",
     "relabel_ids",
     "split_indices",
@@ -141,6 +142,21 @@ def read_text_column(path: str | os.PathLike[str], column: str, *, header: bool 
         if not values:
             raise DataError(f"{where}: no data rows after the header")
         return tuple(values)
+
+    return read_csv(path, parse)
+
+
+def read_header(path: str | os.PathLike[str], *, header: bool = True) -> tuple[str, ...]:
+    """The column names of a CSV file (its header row; without one ``"0"``, ``"1"``, ... by position).
+
+    Raises
+    ------
+    DataError
+        As :func:`load_table` for the file and its first row.
+    """
+
+    def parse(reader: Any, where: str) -> tuple[str, ...]:
+        return tuple(_header(reader, where, header)[1])
 
     return read_csv(path, parse)
 

@@ -77,3 +77,9 @@ class NotFittedError(P2pemError, ValueError, AttributeError):
     """An estimator was used before ``fit`` (a ValueError and AttributeError, as scikit-learn's)."""
 
     exit_code = 2
+
+
+class ConvergenceWarning(UserWarning):
+    """An estimator's EM stopped at ``max_iter`` before its tolerance was met, or ended with a
+    degenerate component (scikit-learn warns with its own ``ConvergenceWarning`` in both cases;
+    p2pem does not depend on scikit-learn, so this is its own class of the same kind)."""

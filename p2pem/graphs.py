@@ -263,9 +263,11 @@ class DegreeReport:
     def mean(self) -> float:
         return sum(self.degrees) / len(self.degrees)
 
-    def summary(self) -> str:
+    def summary(self, labels: Sequence[Any] | None = None) -> str:
+        """One line; ``labels``: the parties' names of nodes 0..n-1, shown beside their ids."""
         low = [i for i, d in enumerate(self.degrees) if d == self.min]
-        shown = ", ".join(map(str, low[:5])) + (" ..." if len(low) > 5 else "")
+        name = (lambda i: f"{i} = {labels[i]}") if labels is not None else str
+        shown = ", ".join(map(name, low[:5])) + (" ..." if len(low) > 5 else "")
         return f"degree min {self.min} (node {shown}), mean {self.mean:.1f}, max {self.max}"
 
 

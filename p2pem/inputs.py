@@ -26,11 +26,11 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pem.data import relabel_ids, split_indices
-from p2pem.errors import ConfigError, DataError, P2pemError
+from p2pem.errors import ConfigError, DataError, GraphError, P2pemError
 from p2pem.graphs import geometric_graph
 from p2pem.protocols import ProtocolSpec
 
-__all__ = ["NodeSplit", "NotNumericError", "check_rows", "node_split", "simulated_graph"]
+__all__ = ["NodeSplit", "NotNumericError", "check_rows", "graph_over_parties", "node_split", "simulated_graph"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -84,9 +84,16 @@ def node_split(X: Any, *, node_ids: Any = None, n_nodes: int, rng: np.random.Gen
     if n < 2:
         raise DataError(f"{estimator} needs at least 2 rows, got n_samples = {n}")
     if node_ids is not None:
+        if isinstance(node_ids, str):
+            hint = (f"; it is a column of X: pass node_ids=X[{node_ids!r}] and leave the column out of X "
+                    f"(X.drop(columns={node_ids!r}))" if names is not None and node_ids in names else "")
+            raise DataError(f"node_ids must name the party of every row of X (an array of {n} ids), got the string {node_ids!r}{hint}")
         ids = list(np.asarray(node_ids, dtype=object).ravel()) if not isinstance(node_ids, (list, tuple)) else list(node_ids)
         if len(ids) != n:
             raise DataError(f"node_ids must name the node of every row of X ({n}), got {len(ids)}")
+        missing = next((r for r, v in enumerate(ids) if _is_missing(v)), None)
+        if missing is not None:
+            raise DataError(f"node_ids has no party for row {missing} ({ids[missing]!r}): every row needs the id of the party that holds it")
         codes, labels = relabel_ids(ids)
         parts = [array[codes == i] for i in range(len(labels))]
         return NodeSplit(parts, codes, labels, names)
@@ -127,6 +134,24 @@ def simulated_graph(n_nodes: int, spec: ProtocolSpec, rng: np.random.Generator, 
     raise type(error)(f"{spec.name} cannot run over {n_nodes} simulated nodes ({error}): use more nodes, or another protocol")
 
 
+def graph_over_parties(graph: nx.Graph, node_ids: Sequence[Any] | None, n_parts: int) -> nx.Graph:
+    """``graph`` over nodes ``0..n-1``: as given, or relabelled from the parties' ids of ``node_ids``.
+
+    Raises
+    ------
+    GraphError
+        The graph's nodes are neither ``0..n-1`` nor exactly the parties of ``node_ids``.
+    """
+    nodes = set(graph.nodes)
+    if nodes == set(range(n_parts)):
+        return graph
+    if node_ids is not None and nodes == set(node_ids):
+        return nx.relabel_nodes(graph, {label: i for i, label in enumerate(node_ids)})
+    parties = f"the {n_parts} parties of node_ids or " if node_ids is not None else ""
+    stray = sorted(map(repr, nodes - set(range(n_parts)) - set(node_ids or ())))[:5]
+    raise GraphError(f"graph's nodes must be {parties}0..{n_parts - 1}; unknown node(s) {', '.join(stray) or '(some missing)'}")
+
+
 def feature_names(X: Any) -> tuple[str, ...] | None:
     """A DataFrame's column names (scikit-learn's ``feature_names_in_``), when all are strings."""
     columns = getattr(X, "columns", None)
@@ -139,7 +164,8 @@ def feature_names(X: Any) -> tuple[str, ...] | None:
 def check_rows(X: Any, *, n_features: int, names: Sequence[str] | None, estimator: str, unnamed_ok: bool = False) -> FloatArray:
     """Rows a fitted model is asked about: numeric, 2-D, finite, ``n_features`` wide.
 
-    Warns (``UserWarning``) when ``X``'s feature names and the fitted ones disagree, in
+    Raises a DataError when ``X``'s feature names differ from the fitted ones, or come in
+    another order, and warns (``UserWarning``) when only one of them has names, in
     scikit-learn's words; ``unnamed_ok``: rows without names are taken (a model loaded from
     a file, whose names came from a CSV header, scores plain arrays).
     """
@@ -149,7 +175,7 @@ def check_rows(X: Any, *, n_features: int, names: Sequence[str] | None, estimato
     elif names is None and given is not None:
         warnings.warn(f"X has feature names, but {estimator} was fitted without feature names", UserWarning, stacklevel=3)
     elif names is not None and given is not None and tuple(given) != tuple(names):
-        warnings.warn("The feature names should match those that were passed during fit.", UserWarning, stacklevel=3)
+        raise DataError(_names_differ(tuple(names), tuple(given)))
     array = _matrix(X, "X", empty_ok=False)
     if array.shape[1] != n_features:
         raise DataError(f"X has {array.shape[1]} features, but {estimator} is expecting {n_features} features as input.")
@@ -157,6 +183,32 @@ def check_rows(X: Any, *, n_features: int, names: Sequence[str] | None, estimato
 
 
 # ------------------------------------------------------------------------------ helpers
+
+
+def _names_differ(fitted: tuple[str, ...], given: tuple[str, ...]) -> str:
+    """scikit-learn's error, word for word, for columns other than the fitted ones or the same
+    in another order (``BaseEstimator._check_feature_names``): rows are never reordered or
+    predicted on silently."""
+    unseen = sorted(set(given) - set(fitted))
+    gone = sorted(set(fitted) - set(given))
+    message = "The feature names should match those that were passed during fit.\n"
+    for title, items in (("Feature names unseen at fit time:", unseen), ("Feature names seen at fit time, yet now missing:", gone)):
+        if items:
+            message += title + "\n" + "".join(f"- {c}\n" for c in items[:5]) + ("- ...\n" if len(items) > 5 else "")
+    if not unseen and not gone:
+        message += "Feature names must be in the same order as they were in fit.\n"
+    return message
+
+
+def _is_missing(value: Any) -> bool:
+    """None, NaN, pandas' NA or NaT: no party at all (not a party named NaN)."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except (TypeError, ValueError):
+        return False
+
 
 
 def _is_parts(X: Any) -> bool:

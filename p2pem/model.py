@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,10 @@ import numpy.typing as npt
 
 from p2pem.data import Preprocessing, check_parts
 from p2pem.em import EMSettings
-from p2pem.errors import ConfigError, NotFittedError
+from p2pem.errors import ConfigError, ConvergenceWarning, NotFittedError
 from p2pem.families import GAUSSIAN, MixtureFamily, make_family
 from p2pem.gmm import FloatArray
-from p2pem.inputs import check_rows, node_split, simulated_graph
+from p2pem.inputs import check_rows, graph_over_parties, node_split, simulated_graph
 from p2pem.protocols import ProtocolSpec
 from p2pem.registry import make_protocol
 from p2pem.saved import SavedModel, read_model, write_model
@@ -153,7 +154,7 @@ class DistributedMixture:
             in sorted order of their ids (:func:`p2pem.data.relabel_ids`).  One party
             alone has nothing to aggregate: its model is fitted locally (``centralized``).
         graph : networkx.Graph, optional
-            Nodes ``0..n-1``; default: the ``graph`` parameter, else a random geometric
+            Nodes ``0..n-1``, or the parties' ids of ``node_ids`` (``nx.cycle_graph(sites)``); default: the ``graph`` parameter, else a random geometric
             graph over the nodes drawn from ``random_state`` (:func:`p2pem.inputs.simulated_graph`).
 
         Returns
@@ -177,6 +178,8 @@ class DistributedMixture:
             spec = make_protocol("centralized")  # one party: nothing to aggregate, every protocol is local EM
         if graph is None:
             graph = simulated_graph(len(parts), spec, np.random.default_rng(streams["graph"]))
+        else:
+            graph = graph_over_parties(graph, split.node_ids, len(parts))
         result = run_protocol(parts, graph, spec, settings, seed=streams["protocol"], engine=self.engine, record_trace=self.record_trace)
         self.result_: RunResult = result
         # the model as its family's parameters read back (what save writes and load reads): a family whose EM works in
@@ -184,6 +187,7 @@ class DistributedMixture:
         params = result.family.params_from_dict(result.family.to_dict(result.params), self.n_components, d)
         self._set_model(result.family, params, n_features_in=d, loglik=result.loglik, n_iter=result.n_iter,
                         converged=result.converged, n_rows=len(split.row_nodes))
+        self._warn_convergence(result.converged, len(split.row_nodes), d)
         self.graph_ = graph
         self.row_nodes_ = split.row_nodes
         self.node_ids_ = split.node_ids
@@ -193,6 +197,32 @@ class DistributedMixture:
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
         return self
+
+    def _warn_convergence(self, converged: bool, n_rows: int, n_features: int) -> None:
+        """scikit-learn's warnings after a fit: EM that stopped at ``max_iter`` short of its
+        tolerance, and components too light to estimate (fewer rows' weight than
+        ``n_features + 1``: their covariance is ``reg_covar``'s more than the data's)."""
+        name = type(self).__name__
+        if self.tol > 0 and self.max_iter > 0 and not converged:
+            warnings.warn(
+                f"{name} did not converge in max_iter = {self.max_iter} EM iterations (tol = {self.tol:g}): "
+                "increase max_iter or tol, or check for degenerate data",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        weights = getattr(self._params, "weights", None)
+        if weights is None:
+            return
+        mass = np.asarray(weights, dtype=np.float64) * n_rows
+        light = np.flatnonzero(~(mass >= n_features + 1))
+        if light.size:
+            shown = ", ".join(f"{k} ({mass[k]:.2g} rows)" for k in light[:5]) + (", ..." if light.size > 5 else "")
+            warnings.warn(
+                f"{name}: {light.size} of {self.n_components} components hold fewer rows' weight than n_features + 1 = "
+                f"{n_features + 1}: {shown}; they are degenerate (their covariance rests on reg_covar): decrease n_components",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
 
     def _family(self, n_features: int | None = None) -> MixtureFamily:
         """The model family this estimator fits (from its constructor parameters and, where
@@ -629,6 +659,8 @@ def load(path: str | os.PathLike[str]) -> DistributedMixture:
         model.feature_names_in_ = np.asarray(saved.feature_names, dtype=object)
     model.protocol_ = saved.protocol
     model.saved_graph_ = saved.graph
+    ids = (saved.graph or {}).get("node_ids")
+    model.node_ids_ = None if ids is None else tuple(ids)  # the parties' names, as fitted
     model.row_nodes_ = None if saved.row_nodes is None else np.asarray(saved.row_nodes)
     model.saved_ = saved
     return model

@@ -10,8 +10,8 @@ name                    what it is
 ``dp-central``          differentially private EM, a trusted aggregator adds the noise
 ``dp-distributed``      differentially private EM, every node adds a noise share
                         before ``secure-sum`` or ``pdmm-sp`` sums (see :mod:`p2pem.dp`)
-``dp-msnm``             DP-MSNM (Wu 2021), a central skew-normal baseline replicated with
-                        its flaws (:mod:`p2pem.dp.msnm`)
+``dp-msnm``             DP-MSNM (Wu 2021), a central skew-normal baseline as printed:
+                        its budget split and Lemmas 1-4 (:mod:`p2pem.dp.msnm`)
 ======================  ============================================================
 
 This module sits above both protocol packages (:mod:`p2pem.protocols`, :mod:`p2pem.dp`) and

@@ -83,13 +83,17 @@ def output_header(form: tuple[str, int], scenario: Scenario | None) -> dict[str,
     """The fields a JSON output about a scenario starts with.
 
     ``format`` and ``version`` from ``form``, then the scenario it came from: ``scenario``
-    (name), ``scenario_file`` and ``seed``, all None when there is none (a deployment kit
-    run without its scenario file).
+    (name), ``scenario_file`` and ``seed``, and ``parties``, the one mapping of node ids to
+    the parties' own names (node ``i`` is ``parties[i]``; None when the nodes are only
+    numbered); all None when there is no scenario (a deployment kit run without its
+    scenario file).
     """
     fmt, version = form
     if scenario is None:
-        return {"format": fmt, "version": version, "scenario": None, "scenario_file": None, "seed": None}
-    return {"format": fmt, "version": version, "scenario": scenario.name, "scenario_file": str(scenario.path), "seed": scenario.seed}
+        return {"format": fmt, "version": version, "scenario": None, "scenario_file": None, "seed": None, "parties": None}
+    parties = scenario.parties
+    return {"format": fmt, "version": version, "scenario": scenario.name, "scenario_file": str(scenario.path), "seed": scenario.seed,
+            "parties": None if parties is None else list(parties)}
 
 
 @dataclass

@@ -23,7 +23,9 @@ Schema (keys not listed are errors; ``[leakage]`` is free-form)::
                                    #   false: no header row, columns named "0", "1", ...
     node_column = "site"           # csv, optional: the party of each row (ids of any
                                    #   kind; nodes 0..n-1 in sorted id order, see
-                                   #   p2pem.data.relabel_ids); not a feature; no split
+                                   #   p2pem.data.relabel_ids); not a feature; no split;
+                                   #   with a schema too (not a schema column): each
+                                   #   party's rows are exactly its own
     standardize = true             # optional, default false
     pca = 2                        # optional: keep that many principal components
     [data.public]                  # optional: public preprocessing constants (standardize = true)
@@ -124,7 +126,7 @@ from typing import Any
 import numpy as np
 
 from p2pem.data import SPLITS, Preprocessing, parse_ids, read_text_column, relabel_ids
-from p2pem.errors import ConfigError, GraphError
+from p2pem.errors import ConfigError, DataError, GraphError
 from p2pem.families import GAUSSIAN, MixtureFamily, make_family
 from p2pem.families.encoding import TableEncoding
 from p2pem.families.toml import parse_family
@@ -134,7 +136,7 @@ from p2pem.registry import PROTOCOLS as _REGISTRY
 from p2pem.registry import make_protocol
 from p2pem.streams import STREAMS as _STREAMS
 from p2pem.streams import scenario_streams
-from p2pem.tabular import DEFAULT_BINS, Schema, load_schema, schema_from_dict
+from p2pem.tabular import DEFAULT_BINS, Schema, load_schema, read_table_parties, schema_from_dict
 from p2pem.tomltable import REQUIRED, Table, is_int, read_toml, show
 
 __all__ = [
@@ -453,6 +455,21 @@ class Scenario:
         """The independent random streams of this scenario, see :func:`p2pem.streams.scenario_streams`."""
         return scenario_streams(self.seed)
 
+    @property
+    def parties(self) -> tuple[Any, ...] | None:
+        """The parties' own ids (site names) of nodes ``0..n-1``: the data's node column, else
+        the edge file's node names; None when the nodes are only numbered.  Every output
+        about the scenario writes this one mapping (``parties``: node ``i`` is ``parties[i]``)."""
+        return self.data.node_ids or self.graph.node_ids
+
+    def node_index(self, name: Any) -> int | None:
+        """Node id of party ``name`` (compared as text, as a file writes it), or None."""
+        parties = self.parties
+        if parties is None:
+            return None
+        text = [str(p) for p in parties]
+        return text.index(str(name)) if str(name) in text else None
+
 
 # ---------------------------------------------------------------------------- loading
 
@@ -498,7 +515,13 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     seed = top.integer("seed", minimum=0)
     data = _parse_data(top.section("data", _DATA_KEYS), file.parent)
     graph = _parse_graph(top.section("graph", ("kind", "n_nodes", "radius", "edges", "path")), file.parent, data.node_ids)
-    em = _parse_em(top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "family", "init")), data)
+    em_keys = ("n_components", "max_iter", "tol", "reg_covar", "family", "init")
+    synth_model = document.get("synth", {}).get("model") if isinstance(document.get("synth"), dict) else None
+    if not top.has("em") and (top.has("bayesnet") or synth_model in ("privbayes", "hmprivbayes")):
+        # a Bayesian-network release fits no mixture: its [em] would be unused (one component stands in)
+        em = _parse_em(Table(where, {"n_components": 1}, "em", em_keys), data)
+    else:
+        em = _parse_em(top.section("em", em_keys), data)
     protocols = _parse_protocols(top)
     leakage = top.free_table("leakage")
     deploy = _parse_deploy(top)
@@ -548,7 +571,7 @@ _SCHEMA_ONLY = ("test", "test_fraction", "binned", "n_bins", "atoms")
 _CSV_ONLY = ("path", "columns", "drop_columns", "header", "node_column", "schema", *_SCHEMA_ONLY)
 _SYNTHETIC_ONLY = ("n_samples", "n_features", "n_components", "separation")
 #: [data] keys of float tables that a schema replaces (it names the columns; the encoding scales them)
-_NOT_WITH_SCHEMA = ("columns", "drop_columns", "standardize", "pca", "header", "node_column")
+_NOT_WITH_SCHEMA = ("columns", "drop_columns", "standardize", "pca", "header")
 
 
 def _parse_data(sec: Table, folder: Path) -> DataConfig:
@@ -643,8 +666,19 @@ def _parse_schema_data(sec: Table, folder: Path, common: dict[str, Any], path: P
     if sec.has("atoms"):
         table = sec.section("atoms", None)
         atoms = [(name, tuple(table.number_array(name, ndim=1).tolist())) for name in table.table]
+    node_column = sec.string("node_column", default=None)
+    node_ids = None
+    if node_column is not None:
+        # the party of every row, read beside the schema's columns (it is not one of them)
+        if sec.has("split"):
+            sec.fail(f"{sec.key('split')!r} is not used with {sec.key('node_column')!r} (the column assigns every row to its node)")
+        try:
+            node_ids = relabel_ids(parse_ids(read_table_parties(path, schema, node_column)[1]))[1]
+        except DataError as exc:
+            sec.fail(f"{sec.key('node_column')!r}: {exc}")
     data = DataConfig(
-        **common, path=path, schema=schema, test=test, test_fraction=test_fraction, binned=tuple(binned), n_bins=n_bins, atoms=tuple(atoms)
+        **common, path=path, schema=schema, test=test, test_fraction=test_fraction, binned=tuple(binned), n_bins=n_bins, atoms=tuple(atoms),
+        node_column=node_column, node_ids=node_ids,
     )
     try:
         data.encoding  # noqa: B018  (validates the binned names and atoms against the schema)

@@ -14,6 +14,17 @@ scenario's, then children of its ``"init"`` stream) and the best log-likelihood 
 Everything a fit releases is what a run of the protocol releases, so a sweep of m fits
 releases m runs' worth.
 
+**Over a differentially private protocol** (``dp-central``, ``dp-distributed``, ``dp-msnm``:
+Wu 2021's Table 2 compares DP fits by AIC and BIC) a run releases no log-likelihood, so each
+fit pays for one more release: the network's total log-likelihood of the final (public,
+noisy) model, every row's log-density clipped to the public range ``loglik_range`` (per row,
+nats), with Laplace noise of scale (hi - lo) / ``loglik_epsilon`` (replacing a row, p2pem's
+neighbouring relation, moves the clipped sum by at most hi - lo).  Every fit of the sweep sees the same rows, so
+the budgets add up (sequential composition): the document's ``privacy`` block gives each
+fit's epsilon and delta, the log-likelihood's, the number of fits and the totals, and lists
+as public the row count (n of BIC) and the clipping range.  The information criteria and the
+choice of the best restart are post-processing of those releases.
+
 A skew-normal fit that reaches the boundary of its parameter space (|delta| -> 1, e.g. one
 component on data it cannot otherwise follow) is recorded with ``boundary = true``: its
 likelihood is a supremum approached, not a maximum.
@@ -30,6 +41,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from p2pem.builders import build_graph, build_protocols, em_settings, load_data
 from p2pem.em import EMSettings
@@ -137,13 +150,28 @@ def restart_seed(scenario: Scenario, restart: int) -> int:
     return init_seed(streams) if restart == 0 else int(child(streams["init"], restart).generate_state(1)[0])
 
 
-def _fit(parts, graph, spec, base: EMSettings, scenario_seed: int, task) -> dict[str, Any] | None:  # noqa: ANN001 - a worker's task
+@dataclass(frozen=True)
+class PrivateLoglik:
+    """How a private fit's log-likelihood is released: clipping range per row and epsilon (module docstring)."""
+
+    low: float
+    high: float
+    epsilon: float
+
+    @property
+    def scale(self) -> float:
+        return (self.high - self.low) / self.epsilon  # replace-one: a row's clipped term moves by at most hi - lo
+
+
+def _fit(parts, graph, spec, base: EMSettings, scenario_seed: int, private: PrivateLoglik | None, task) -> dict[str, Any] | None:  # noqa: ANN001
     """One fit of the selection, in whichever worker: what the table needs, or None when it failed.
 
     Every fit draws its protocol randomness from a fresh copy of the scenario's protocol stream
-    (as a run of the scenario does), so a fit's numbers do not depend on the fits before it.
+    (as a run of the scenario does), so a fit's numbers do not depend on the fits before it;
+    a private fit's log-likelihood noise comes from the ``"montecarlo"`` stream's child for
+    that (family, G, restart).
     """
-    family, k, _, seed = task
+    family, k, restart, seed = task
     settings = dataclasses.replace(base, n_components=k, family=family, init_seed=seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -151,8 +179,16 @@ def _fit(parts, graph, spec, base: EMSettings, scenario_seed: int, task) -> dict
             run = run_protocol(parts, graph, spec, settings, seed=scenario_streams(scenario_seed)["protocol"])
         except ProtocolError:  # e.g. a collapsed component: this restart fails, the sweep goes on
             return None
+    if private is None:
+        mean_loglik = float(run.loglik[-1])
+    else:
+        # each node sums its rows' clipped log-densities under the released model; the sum gets the noise
+        total = float(sum(np.clip(family.score_samples(p, run.params), private.low, private.high).sum() for p in parts))
+        key = (list(FAMILIES).index(family.name), k, restart)
+        rng = np.random.default_rng(child(scenario_streams(scenario_seed)["montecarlo"], *key))
+        mean_loglik = (total + float(rng.laplace(0.0, private.scale))) / int(sum(len(p) for p in parts))
     return {
-        "mean_loglik": float(run.loglik[-1]),
+        "mean_loglik": mean_loglik,
         "n_iter": run.n_iter,
         "converged": run.converged,
         "boundary": any(issubclass(w.category, BoundaryWarning) for w in caught),
@@ -169,6 +205,8 @@ def run_selection(
     n_init: int = 1,
     progress: Callable[[str, int, int], None] | None = None,
     workers: Workers | None = None,
+    loglik_epsilon: float | None = None,
+    loglik_range: tuple[float, float] = (-30.0, 5.0),
 ) -> dict[str, Any]:
     """Fit every (family, G) through one protocol and return the ``select.json`` document.
 
@@ -189,6 +227,11 @@ def run_selection(
     workers : p2pem.parallel.Workers, optional
         Where the fits run (each from its own public seeds: the same numbers wherever they
         run); default here.
+    loglik_epsilon : float, optional
+        A private protocol's log-likelihood release per fit (module docstring); default a
+        tenth of the protocol's epsilon.
+    loglik_range : (float, float)
+        Public clipping range of one row's log-density for that release (nats).
 
     Returns
     -------
@@ -201,18 +244,26 @@ def run_selection(
     Raises
     ------
     ConfigError
-        An unknown family (with "did you mean"), ``n_init`` < 1, or a private protocol that
-        needs a fixed number of iterations while the scenario has ``tol`` > 0.
+        An unknown family (with "did you mean"), ``n_init`` < 1, a private protocol that
+        needs a fixed number of iterations while the scenario has ``tol`` > 0, or a private
+        protocol with no noise (epsilon = inf) or a bad ``loglik_epsilon`` / ``loglik_range``.
     """
     if not isinstance(n_init, int) or n_init < 1:
         raise ConfigError(f"--n-init must be a positive integer, got {n_init!r}")
     fams = [_family(scenario, name) for name in families]
     spec = _protocol(scenario, protocol)
-    if hasattr(spec, "epsilon"):  # dp-central, dp-distributed, dp-msnm
-        raise ConfigError(
-            f"{spec.name}: a differentially private run releases no log-likelihood, so it cannot be compared by AIC or BIC: "
-            "choose pdmm-sp, secure-sum or federated (--protocol)"
-        )
+    private: PrivateLoglik | None = None
+    if hasattr(spec, "epsilon"):  # dp-central, dp-distributed, dp-msnm: each fit pays for its log-likelihood
+        epsilon = float(spec.epsilon)
+        if not math.isfinite(epsilon):
+            raise ConfigError(f"{spec.name}: epsilon = inf adds no noise: compare exact fits with pdmm-sp, secure-sum or federated (--protocol)")
+        ll_eps = epsilon / 10 if loglik_epsilon is None else float(loglik_epsilon)
+        if not (math.isfinite(ll_eps) and ll_eps > 0):
+            raise ConfigError(f"--loglik-epsilon must be a finite number > 0, got {loglik_epsilon!r}")
+        low, high = (float(v) for v in loglik_range)
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ConfigError(f"--loglik-range must be two finite numbers LO < HI, got {loglik_range!r}")
+        private = PrivateLoglik(low, high, ll_eps)
     parts = load_data(scenario)
     n_rows = int(sum(len(p) for p in parts))
     d = int(parts[0].shape[1])
@@ -228,7 +279,9 @@ def run_selection(
             family, k, restart, _ = tasks[done - 1]
             progress(family.name, k, restart)
 
-    fit = functools.partial(_fit, parts, g, spec, base, scenario.seed)
+    if private is not None:
+        spec.check_settings(dataclasses.replace(base, family=fams[0]))  # e.g. tol > 0: one line before any fit
+    fit = functools.partial(_fit, parts, g, spec, base, scenario.seed, private)
     fits = (workers or Workers()).map(fit, tasks, progress=step)
     for text in dict.fromkeys(t for f in fits if f is not None for t in f["warnings"]):  # each once, here
         warnings.warn(text, UserWarning, stacklevel=2)
@@ -278,6 +331,28 @@ def run_selection(
         "rows": [r.to_json() for r in rows],
         "best": {"by_family": best_by_family, "bic": {"family": overall.family, "n_components": overall.n_components}},
         "wall_s": time.perf_counter() - t0,
+        **({} if private is None else {"privacy": _privacy(spec, private, len(tasks))}),
+    }
+
+
+def _privacy(spec, private: PrivateLoglik, n_fits: int) -> dict[str, Any]:  # noqa: ANN001 - a private ProtocolSpec
+    """The sweep's budget: every fit's run and log-likelihood release, composed sequentially over the fits."""
+    epsilon, delta = float(spec.epsilon), float(getattr(spec, "delta", 0.0))
+    claimed_only = spec.name == "dp-msnm"
+    return {
+        "accountant": "basic (sequential composition over the fits, which all see the same rows)",
+        "epsilon_per_fit": epsilon,
+        "delta_per_fit": delta,
+        "loglik_epsilon": private.epsilon,
+        "loglik_range": [private.low, private.high],
+        "fits": n_fits,
+        "epsilon_total": n_fits * (epsilon + private.epsilon),
+        "delta_total": n_fits * delta,
+        "public": ["n_rows", "n_features", "n_nodes", "loglik_range"],
+        "excluded": [
+            *(["the fits' epsilon is DP-MSNM's claim, not a guarantee (p2pem.dp.msnm)"] if claimed_only else []),
+            "what each fit's own privacy block excludes (its protocol_params)",
+        ],
     }
 
 

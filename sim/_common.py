@@ -103,3 +103,53 @@ def before_issue10(topo):
     before = Topology(topo.n_nodes, diameter=topo.diameter, indptr=topo.indptr, indices=topo.dst)
     before.__dict__["eccentricity"] = np.full(topo.n_nodes, topo.diameter)
     return PdmmSP(accel="none", c=1.0 / (lam2 * lmax) ** 0.5), before
+
+
+def cpu_info() -> dict:
+    """The host a benchmark ran on: CPU model, the cores this process may use, NumPy, SciPy, Python."""
+    import platform
+    from pathlib import Path
+
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import numpy as np
+    import scipy
+
+    from p2pem.protocols.pdmm.engine import usable_cores
+
+    return {"model": model, "usable_cores": usable_cores(), "numpy": np.__version__, "scipy": scipy.__version__,
+            "python": platform.python_version()}
+
+
+def cuda_info() -> dict:
+    """The GPU the device path runs on: model, memory, NVIDIA driver (from ``nvidia-smi``, None
+    where it is missing), CUDA driver API and runtime versions, CuPy's version."""
+    import shutil
+    import subprocess
+
+    import cupy
+
+    dev = cupy.cuda.Device()
+    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    name = props["name"]
+    driver = None
+    if shutil.which("nvidia-smi"):
+        try:
+            driver = subprocess.run(["nvidia-smi", f"--id={dev.id}", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=30, check=True).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            driver = None
+
+    def version(v: int) -> str:
+        return f"{v // 1000}.{v % 1000 // 10}"
+
+    return {"model": name.decode() if isinstance(name, bytes) else str(name), "memory_gib": props["totalGlobalMem"] / 2**30,
+            "compute_capability": f"{props['major']}.{props['minor']}", "driver": driver,
+            "cuda_driver_api": version(cupy.cuda.runtime.driverGetVersion()),
+            "cuda_runtime": version(cupy.cuda.runtime.runtimeGetVersion()), "cupy": cupy.__version__}

@@ -26,6 +26,9 @@ Usage::
     .venv/bin/python sim/bench_gpu.py --sizes 10000,100000 --em-n 0 --json /tmp/gpu.json
     .venv/bin/python sim/bench_gpu.py --device array-api-strict --sizes 2000 --em-n 0   # no GPU: smoke test
 
+The JSON (``--json``) records the host (``_common.cpu_info``) and, on CUDA, the GPU's model,
+the NVIDIA driver and the CUDA and CuPy versions (``_common.cuda_info``).
+
 Not a test: nothing is asserted.  BLAS is limited to one thread on the CPU side.
 """
 
@@ -40,7 +43,7 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from _common import print_table
+from _common import cpu_info, cuda_info, print_table
 from p2pem.graphs import geometric_edges
 from p2pem.protocols import PdmmSP
 from p2pem.protocols.base import Topology
@@ -190,7 +193,10 @@ def main(argv: list[str] | None = None) -> int:
                   "(install the gpu extra on a CUDA machine, or try --device array-api-strict)")
             return 0
     print(f"device {args.device}; cpus {len(os.sched_getaffinity(0))}, load average {os.getloadavg()[0]:.2f}")
-    result: dict = {"device": args.device}
+    result: dict = {"device": args.device, "machine": cpu_info()}
+    if args.device == "cuda":
+        result["gpu"] = cuda_info()  # model, NVIDIA driver, CUDA and CuPy versions
+        print(f"gpu {result['gpu']}", flush=True)
     with threadpool_limits(limits=1):
         if args.sizes:
             result["per_round"] = part_a(args)

@@ -8,6 +8,7 @@ settings are small (a few iterations) to keep the whole file around a minute on 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -715,3 +716,63 @@ def test_mixed_type_deployment_equals_simulate(tmp_path):
     from p2pem.deploy.roster import Roster
 
     assert Roster.load(tmp_path / "dep" / "roster.toml").em["family"] == family
+
+
+def test_host_with_a_two_column_file_names_itself_and_no_honest_node_is_blamed(tmp_path):
+    """The newcomer's misconfigured host: node 3's data.csv holds 2 of the run's 3 columns.
+    The roster comes from `p2pem keys roster` (the multi-host path, which once recorded no
+    feature count): it carries the public schema, node 3 stops before going online with one
+    line naming its own file, and the others stop naming node 3 and nobody else.  Over the
+    network-namespace hosts where they can be made, else over local processes."""
+    n, victim = 4, 3
+    path = scenario_file(tmp_path, n_nodes=n, max_iter=2, timeout=3.0)
+    columns = ["MDVP:Fo(Hz)", "MDVP:Fhi(Hz)", "MDVP:Flo(Hz)"]
+    data = f'[data]\nsource = "csv"\npath = {json.dumps(str(ROOT / "data" / "parkinsons.data"))}\ncolumns = {json.dumps(columns)}\nsplit = "even"\n\n'
+    path.write_text(re.sub(r"(?s)\[data\].*?(?=\[graph\])", lambda _: data, path.read_text()))
+    nets = Namespaces(n) if _netns_unavailable() is None else None
+    host = "10.77.0.1" if nets is not None else "127.0.0.1"
+    timeouts = Timeouts(timeout=3.0, startup_timeout=6.0)
+    with nets if nets is not None else contextlib.nullcontext():
+        kit = prepare_kit(load_scenario(path), tmp_path / "out", broker=(host, 1883 if nets else free_port()), seeded=True, timeouts=timeouts)
+        pubs = [str(kit.root / "nodes" / f"node{i}" / "node.pub") for i in range(n)]
+        cli = subprocess.run(
+            [sys.executable, "-m", "p2pem", "keys", "roster", str(path), "--public", *pubs, "--run-id", kit.run_id, "--out", str(tmp_path / "roster.toml")],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert cli.returncode == 0, cli.stderr
+        os.replace(tmp_path / "roster.toml", kit.roster_path)
+        roster = Roster.load(kit.roster_path)
+        assert roster.n_features == 3 and roster.columns == tuple(columns)
+        bad = kit.root / "nodes" / f"node{victim}" / "data.csv"
+        lines = bad.read_text().splitlines()
+        bad.write_text("\n".join(",".join(line.split(",")[:2]) for line in lines) + "\n")
+        if nets is not None:
+            broker = subprocess.Popen(["ip", "netns", "exec", nets.broker, str(find_mosquitto()), "-c", str(kit.broker_dir / "mosquitto.conf")],
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            log = kit.broker_dir / "mosquitto.log"
+            wait_until(lambda: log.exists() and " running" in log.read_text(), 10, "the broker in its namespace")
+
+            def stop() -> None:
+                broker.terminate()
+                broker.wait(10)
+
+        else:
+            stop = start_kit_broker(kit).stop
+        try:
+            dep = Deployment(kit, wrap=None if nets is None else (lambda i: ["ip", "netns", "exec", nets.nodes[i]]))
+            dep.start()
+            try:
+                codes = dep.wait(watchdog=60)
+            finally:
+                dep.terminate()
+        finally:
+            stop()
+    reports = node_reports(kit)
+    assert codes[victim] == 3 and reports[victim]["exit_code"] == 3
+    own = reports[victim]["error"]
+    assert f"node {victim}: {bad}" in own and "'MDVP:Flo(Hz)'" in own and "\n" not in own, own
+    assert "never came online" not in own and not reports[victim].get("culprits")
+    for i in range(n):
+        if i != victim:
+            assert codes[i] != 0 and set(reports[i].get("culprits") or []) <= {victim}, reports[i]
+            assert "violation" not in reports[i]["error"], reports[i]["error"]

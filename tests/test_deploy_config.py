@@ -50,7 +50,7 @@ def test_roster_topology_equals_the_simulators(tmp_path):
     g = build_graph(scenario)
     spec = make_protocol("pdmm-sp", {"mode": "sync"})
     settings = em_settings(scenario)
-    path = Roster.build("run-1", g, settings, spec, keys(20)).save(tmp_path / "roster.toml")
+    path = Roster.build("run-1", g, settings, spec, keys(20), n_features=2).save(tmp_path / "roster.toml")
     roster = Roster.load(path)
     ref = Topology.from_graph(g)
     topo = roster.topology()
@@ -67,8 +67,49 @@ def test_roster_topology_equals_the_simulators(tmp_path):
     assert roster.protocol_spec() == spec
     # the digest is a property of the content, not of the file
     assert Roster.load(path).digest() == roster.digest()
-    other = Roster.build("run-2", g, settings, spec, list(roster.keys))
+    other = Roster.build("run-2", g, settings, spec, list(roster.keys), n_features=2)
     assert other.digest() != roster.digest()
+
+
+def test_roster_schema_and_each_nodes_own_check_of_its_data(tmp_path):
+    """The roster records the public schema (width, column names); a node reads the roster's
+    columns from its own file by name, and a file or node config that does not fit is this
+    node's error, naming its own file, before it goes online.  An EM roster without a width
+    (written by an older p2pem) is refused: a node could not tell its own wrong file from a
+    peer's wrong message."""
+    from p2pem.deploy.bootstrap import own_rows
+    from p2pem.errors import DataError
+
+    columns = ("alcohol", "ash", "hue")
+    roster = Roster.load(
+        Roster.build("r", ring_with_chord(4), EMSettings(2, 3), make_protocol("pdmm-sp"), keys(4), n_features=3, columns=columns)
+        .save(tmp_path / "roster.toml")
+    )
+    assert (roster.n_features, roster.columns) == (3, columns)
+    rows = np.arange(12.0).reshape(4, 3)
+
+    def node(text: str, columns=None) -> NodeConfig:
+        (tmp_path / "data.csv").write_text(text)
+        return NodeConfig(2, roster.path, tmp_path / "k", tmp_path / "data.csv", tmp_path / "x", BrokerConfig("h"), columns=columns,
+                          path=tmp_path / "node.toml")
+
+    shuffled = "site,hue,alcohol,ash\n" + "".join(f"h3,{r[2]},{r[0]},{r[1]}\n" for r in rows)
+    assert np.array_equal(own_rows(node(shuffled), roster), rows)  # read by name, in the roster's order
+    with pytest.raises(DataError) as info:
+        own_rows(node("alcohol,ash\n1,2\n"), roster)
+    assert str(info.value).startswith(f"node 2: {tmp_path / 'data.csv'} has no column(s) 'hue' of the run's public schema")
+    with pytest.raises(DataError, match=r"^node 2: .*node.toml reads columns 'hue', 'ash', 'alcohol' of .*data.csv, but the run's public schema"):
+        own_rows(node(shuffled, columns=("hue", "ash", "alcohol")), roster)
+    unnamed = Roster.load(Roster.build("r", ring_with_chord(4), EMSettings(2, 3), make_protocol("pdmm-sp"), keys(4), n_features=3)
+                          .save(tmp_path / "unnamed.toml"))
+    with pytest.raises(DataError, match=r"^node 2: .*data.csv has 2 columns, but the roster .* says every node's data has 3"):
+        own_rows(node("a,b\n1,2\n"), unnamed)
+    text = (tmp_path / "unnamed.toml").read_text()
+    (tmp_path / "unnamed.toml").write_text(text.replace("n_features = 3\n", ""))
+    with pytest.raises(ConfigError, match="missing required key 'em.n_features'.*`p2pem keys roster`"):
+        Roster.load(tmp_path / "unnamed.toml")
+    with pytest.raises(ConfigError, match="needs n_features"):
+        Roster.build("r", ring_with_chord(4), EMSettings(2, 3), make_protocol("pdmm-sp"), keys(4))
 
 
 def test_roster_carries_an_explicit_init_bit_for_bit(tmp_path):
@@ -76,7 +117,7 @@ def test_roster_carries_an_explicit_init_bit_for_bit(tmp_path):
 
     init = GMMParams(np.array([0.25, 0.75]), np.array([[0.1, -1 / 3], [2.0, 1e-300]]), np.array([np.eye(2), 2 * np.eye(2)]))
     settings = EMSettings(2, 5, 0.0, 1e-6, init, 7)
-    roster = Roster.build("r", ring_with_chord(5), settings, make_protocol("pdmm-sp"), keys(5))
+    roster = Roster.build("r", ring_with_chord(5), settings, make_protocol("pdmm-sp"), keys(5), n_features=2)
     back = Roster.load(roster.save(tmp_path / "r.toml")).em_settings()
     assert back.init.means.tobytes() == init.means.tobytes()
     assert back.init.covariances.tobytes() == init.covariances.tobytes()
@@ -87,7 +128,7 @@ def test_roster_init_errors_name_the_file_and_key(tmp_path):
     from p2pem.gmm import GMMParams
 
     init = GMMParams(np.array([0.25, 0.75]), np.array([[0.0, 1.0], [2.0, 3.0]]), np.array([np.eye(2), 2 * np.eye(2)]))
-    path = Roster.build("r", ring_with_chord(5), EMSettings(2, 5, 0.0, 1e-6, init, 7), make_protocol("pdmm-sp"), keys(5)).save(tmp_path / "r.toml")
+    path = Roster.build("r", ring_with_chord(5), EMSettings(2, 5, 0.0, 1e-6, init, 7), make_protocol("pdmm-sp"), keys(5), n_features=2).save(tmp_path / "r.toml")
     text = path.read_text()
     path.write_text(text.replace("0.25,", "0.35,", 1))
     with pytest.raises(ConfigError) as info:
@@ -104,7 +145,7 @@ def _array(key: str, *values: int) -> str:
 
 
 def _edit_roster(tmp_path: Path, old: str, new: str, count: int = 1) -> str:
-    path = Roster.build("run-1", ring_with_chord(6), EMSettings(2, 3), make_protocol("pdmm-sp"), keys(6)).save(tmp_path / "r.toml")
+    path = Roster.build("run-1", ring_with_chord(6), EMSettings(2, 3), make_protocol("pdmm-sp"), keys(6), n_features=2).save(tmp_path / "r.toml")
     text = path.read_text()
     assert old in text
     path.write_text(text.replace(old, new, count))
@@ -126,7 +167,7 @@ def test_roster_rejects_inconsistent_topologies(tmp_path):
 
 def test_roster_rejects_shared_keys(tmp_path):
     k = keys(1)[0]
-    roster = Roster.build("r", ring_with_chord(4), EMSettings(2, 3), make_protocol("pdmm-sp"), [k, *keys(3)])
+    roster = Roster.build("r", ring_with_chord(4), EMSettings(2, 3), make_protocol("pdmm-sp"), [k, *keys(3)], n_features=2)
     path = roster.save(tmp_path / "r.toml")
     text = path.read_text()
     first = text.index(k.signing_key)
@@ -297,6 +338,46 @@ def test_keys_new_show_and_roster(tmp_path, capsys):
     (pubs / "node3.pub").unlink()
     assert main([*argv[:-2], "--force"]) == 2
     assert "no public key for node(s) 3" in capsys.readouterr().err
+
+
+def test_keys_default_names_fingerprints_and_tls(tmp_path, capsys, monkeypatch):
+    """Every host's `keys new --node-id I` writes nodeI.key/.pub (distinct names for the
+    coordinator); `keys roster` prints each node's fingerprint and `keys show` prints the same
+    for a .pub file or the roster (no complaint about a public file's mode); `keys tls` makes a
+    broker certificate that names the broker's address and verifies against its CA."""
+    import ssl
+
+    monkeypatch.chdir(tmp_path)
+    for i in range(4):
+        assert main(["keys", "new", "--node-id", str(i)]) == 0
+    printed = capsys.readouterr().out
+    fingerprints = [Identity.load(tmp_path / f"node{i}.key").public.fingerprint for i in range(4)]
+    assert all(f'fingerprint = "{f}"' in printed for f in fingerprints) and (tmp_path / "node3.pub").exists()
+    assert main(["keys", "new"]) == 2 and "give --node-id I" in capsys.readouterr().err
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(
+        'seed = 3\n[data]\nsource = "synthetic"\nn_samples = 40\n[graph]\nkind = "edges"\n'
+        "edges = [[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]]\n[em]\nn_components = 2\nmax_iter = 4\n"
+        '[[protocols]]\nname = "pdmm-sp"\n'
+    )
+    assert main(["keys", "roster", str(scenario), "--public", *(f"node{i}.pub" for i in range(4)), "--out", "roster.toml"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"node {i}: {f}" in out for i, f in enumerate(fingerprints))
+    (tmp_path / "roster.toml").chmod(0o644)
+    assert main(["keys", "show", "roster.toml"]) == 0
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("node ")] == [f"node {i}: {f}" for i, f in enumerate(fingerprints)]
+    assert main(["keys", "show", "node2.pub"]) == 0 and f'fingerprint = "{fingerprints[2]}"' in capsys.readouterr().out
+    assert main(["keys", "tls", "--host", "10.20.0.7", "--host", "broker.example.org", "--out", "tls"]) == 0
+    assert sorted(p.name for p in (tmp_path / "tls").iterdir()) == ["ca.crt", "server.crt", "server.key"]
+    assert (tmp_path / "tls" / "server.key").stat().st_mode & 0o077 == 0
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate((tmp_path / "tls" / "server.crt").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(a) for a in names.get_values_for_type(x509.IPAddress)] == ["10.20.0.7"]
+    assert names.get_values_for_type(x509.DNSName) == ["broker.example.org"]
+    context = ssl.create_default_context(cafile=str(tmp_path / "tls" / "ca.crt"))
+    context.load_verify_locations(cafile=str(tmp_path / "tls" / "ca.crt"))  # the CA a node trusts loads
 
 
 def test_keys_roster_warns_about_cut_vertices_and_lonely_nodes(tmp_path, caplog):

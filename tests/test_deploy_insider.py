@@ -56,13 +56,14 @@ class RewritingLink(MqttLink):
             await super().publish(t, p, qos, timeout=timeout, retain=retain)
 
 
-def run_with_insider(kit, make_insider):
-    """Every node but INSIDER as a process; INSIDER in a thread of this process, rewriting."""
+def run_with_insider(kit, make_insider, link_class=None):
+    """Every node but INSIDER as a process; INSIDER in a thread of this process, rewriting
+    (``link_class``: another link for it, taking the same arguments as :class:`RewritingLink`)."""
     dep = Deployment(kit, nodes=[i for i in range(kit.n_nodes) if i != INSIDER])
     insider = make_insider(dep.launch)
     config = NodeConfig.load(kit.config_path(INSIDER))
     roster = Roster.load(kit.roster_path)
-    link = RewritingLink(
+    link = (link_class or RewritingLink)(
         config.broker.host,
         config.broker.port,
         subscriptions=subscriptions_for(roster.run_id, INSIDER, roster.neighbours[INSIDER]),
@@ -216,7 +217,7 @@ def test_data_file_of_the_wrong_width_stops_that_node_at_load(tmp_path):
     data.write_text("\n".join([lines[0] + ",extra"] + [ln + ",1.0" for ln in lines[1:]]) + "\n")
     broker = start_kit_broker(kit)
     try:
-        with pytest.raises(DeploymentFailed, match=r"node 2: .*data.csv has 3 columns, but the roster's model has 2 features"):
+        with pytest.raises(DeploymentFailed, match=r"node 2: .*data.csv has 3 columns, but the roster .* says every node's data has 2"):
             run_deployment(kit)
     finally:
         broker.stop()
@@ -285,3 +286,40 @@ def test_dropout_continue_with_a_killed_node_equals_the_simulation_of_that_sched
     assert set(left["witnesses"]) <= set(roster.neighbours[victim])
     assert codes[victim] == -signal.SIGKILL and all(codes[i] == 0 for i in range(kit.n_nodes) if i != victim)
     assert compare_with_simulate(kit, doc) <= 1e-9
+
+
+class HoldingLink(RewritingLink):
+    """Node INSIDER's own link, holding each of its publishes from the ``rewrite``-th on for
+    ``lag`` seconds (in order) while its unmodified runtime and watchdog go on."""
+
+    lag = 3.5
+
+    async def publish(self, topic, payload, qos=None, *, timeout=None, retain=False):
+        if self.rewrite(topic, payload):
+            await asyncio.sleep(self.lag)
+        await MqttLink.publish(self, topic, payload, qos, timeout=timeout, retain=retain)
+
+
+def test_a_member_whose_link_holds_its_messages_cannot_frame_its_neighbour(small_kit):
+    """The third red team's shape: node INSIDER holds its messages back and lets its own
+    watchdog compare its neighbours' "still waiting for you" with what it queued.  Before, it
+    signed SLOW against a waiting neighbour and every honest node named that neighbour.  Now
+    "sent" is what its link took, slowness is evidence, and the launcher reports the run as
+    unattributable: no node is convicted."""
+    kit, sim = small_kit
+    count = {"n": 0}
+
+    def hold(topic, payload):
+        count["n"] += 1
+        return count["n"] > 40  # once the EM iterations are under way
+
+    codes, reports, _ = run_with_insider(kit, lambda launch: hold, link_class=HoldingLink)
+    assert count["n"] > 40
+    failed = honest_outcome(codes, reports, sim)
+    assert failed, "a member that holds every message past the timeout went unnoticed"
+    for i in range(kit.n_nodes):
+        if i != INSIDER:
+            assert reports[i]["culprits"] == [] and not reports[i]["attributable"], reports[i]["error"]
+    with pytest.raises(DeploymentFailed, match=r"unattributable \(no node is proved to have broken the protocol\): suspects") as info:
+        collect_results(kit, [codes[i] for i in range(kit.n_nodes)], 0.0)
+    assert "proved: " not in str(info.value)

@@ -121,7 +121,7 @@ def test_a_certificate_that_does_not_verify_ends_the_node_at_once(tmp_path):
     assert "Traceback" not in kit.log_path(2).read_text() and rep["timings"].get("connected_s") is None
     for i in (1, 3):  # node 2's neighbours in the 4-node ring with a chord
         other_rep = json.loads(kit.result_path(i).read_text())
-        assert other_rep["status"] == "failed" and "2" in str(other_rep["culprits"] + [other_rep["error"]])
+        assert other_rep["status"] == "failed" and "2" in str(other_rep["suspects"] + [other_rep["error"]])
 
 
 def test_two_sites_joined_by_a_mosquitto_bridge_give_the_same_model(tmp_path):

@@ -150,7 +150,7 @@ def test_watchdog_names_the_silent_neighbour_after_the_timeout_only():
     with pytest.raises(NodeFailure) as info:
         dog.check([1, 2], 110.5, "EM iteration 3, protocol round 7", first_done=True)
     failure = info.value
-    assert failure.reason == Reason.SILENT and failure.culprits == (2,) and failure.exit_code == TransportError.exit_code
+    assert failure.reason == Reason.SILENT and failure.suspects == (2,) and failure.culprits == () and failure.exit_code == TransportError.exit_code
     assert str(failure) == "node 5: neighbour node 2 fell silent in EM iteration 3, protocol round 7: nothing received for 10.5 s (timeout 10 s)"
     assert dog.silent([1], 110.5) == []  # heard 5.5 s ago
 
@@ -165,7 +165,7 @@ def test_watchdog_stall_limit_is_longer_until_the_first_aggregation_finished():
     dog.heard(1, 60.5)
     with pytest.raises(NodeFailure) as info:
         dog.check([1], 60.5, "there", first_done=False)
-    assert info.value.reason == Reason.STALLED and info.value.culprits == (1,) and "alive but stuck" in str(info.value)
+    assert info.value.reason == Reason.STALLED and info.value.suspects == (1,) and not info.value.attributable and "alive but stuck" in str(info.value)
     with pytest.raises(NodeFailure, match=r"no progress for 30\.5 s"):
         dog.check([1], 30.5, "there", first_done=True)
     dog.progressed(30.5)
@@ -182,7 +182,7 @@ def hello(sender: int, seq: int, epoch: int = 0, digests=(11, 22), status=(1, 3,
 def test_handshake_starts_when_every_neighbour_was_heard_and_repairs_reconnections():
     hs = Handshake(1, (11).to_bytes(32, "big"), 22)
     mine = hs.hello((0, 2), epoch=0, status=(1, 4, 2, 0, 2))
-    assert mine.meta == (0, 1, 4, 2, 0, 2) and mine.payload == (11, 22) and mine.round == 1 and hs.hello((0, 2), 0).round == 2
+    assert mine.meta == (0, 1, 4, 2, 0, 2) and mine.payload == (11, 22) and mine.round >= 1 and hs.hello((0, 2), 0).round == mine.round + 1
     status = hs.receive(hello(0, 1), True, (0, 2), started=False, now=5.0)
     assert status == Status(RUNNING, 3, 7, frozenset({0}), 5.0)
     assert hs.hello_due and not hs.start_due
@@ -198,7 +198,7 @@ def test_handshake_refuses_another_roster_or_other_step_parameters_naming_the_ne
     hs = Handshake(1, (11).to_bytes(32, "big"), 22)
     with pytest.raises(NodeFailure) as info:
         hs.receive(hello(0, 1, digests=(12, 22)), True, (0, 2), started=False)
-    assert info.value.reason == Reason.MISMATCH and info.value.culprits == (0,) and info.value.exit_code == ConfigError.exit_code
+    assert info.value.reason == Reason.MISMATCH and info.value.suspects == (0,) and info.value.culprits == () and info.value.exit_code == ConfigError.exit_code
     assert "neighbour node 0 runs with a different roster" in str(info.value)
     with pytest.raises(NodeFailure, match="neighbour node 2 derived other public step parameters"):
         hs.receive(hello(2, 1, digests=(11, 23)), True, (0, 2), started=False)
@@ -237,7 +237,7 @@ def test_startup_timeout_names_the_neighbours_never_heard():
     hs.check_startup((0, 2), waited=60.0, startup_timeout=60.0)
     with pytest.raises(NodeFailure) as info:
         hs.check_startup((0, 2), waited=60.1, startup_timeout=60.0)
-    assert info.value.reason == Reason.OFFLINE and info.value.culprits == (2,)
+    assert info.value.reason == Reason.OFFLINE and info.value.suspects == (2,)
     assert str(info.value) == "node 1: node 2 never came online (no hello within 60 s of start-up)"
 
 
@@ -341,6 +341,10 @@ def test_a_flooded_statement_is_verified_once_and_a_forgery_of_it_still_fails(ke
         (Reason.SILENT, 5, (), (), "it names nobody"),
         (Reason.STOP, 5, (1,), (0, 3, 8), None),  # a stop's origin may be anywhere
         (Reason.SPLIT, FINAL_PHASE, (0,), (1,), "does not separate"),  # 3 reaches 1 by 2
+        (Reason.EQUIVOCATION, FINAL_PHASE, (1,), (), None),  # a final's origin may be anywhere
+        (Reason.EQUIVOCATION, FINAL_PHASE, (0, 1), (), "exactly one node"),
+        (Reason.RESTARTED, 5, (2,), (), None),
+        (Reason.RESTARTED, 5, (1,), (), "cannot have watched node(s) 1"),
     ],
 )
 def test_an_abort_no_honest_origin_signs_is_implausible(signers, reason, round_, culprits, evidence, why):
@@ -348,7 +352,8 @@ def test_an_abort_no_honest_origin_signs_is_implausible(signers, reason, round_,
     abort = make_abort(signers[origin], reason, 4, round_, origin, culprits, evidence, (5, 6) if reason == Reason.STOP else ())
     found = implausible(abort, peers, 4, lambda v, a, b: separates(NEIGHBOURS, v, a, b))
     assert (found is None) if why is None else (why in found), found
-    assert implausible(abort, peers, 9, lambda v, a, b: False) is not None  # signed 5 EM iterations away
+    if reason != Reason.RESTARTED:  # a restarted node is behind by the iterations it lost
+        assert implausible(abort, peers, 9, lambda v, a, b: False) is not None  # signed 5 EM iterations away
 
 
 def test_eviction_needs_two_witnesses_and_convicts_a_vote_no_honest_node_casts(signers):
@@ -409,7 +414,7 @@ def test_watchdog_names_a_neighbour_that_holds_its_messages_back():
     dog.reported(1, Status(RUNNING, 3, 4, frozenset(), 10.5))
     with pytest.raises(NodeFailure) as info:
         dog.check([1], 10.5, "here", first_done=True)
-    assert info.value.reason == Reason.SLOW and info.value.culprits == (1,) and "waits for nobody" in str(info.value)
+    assert info.value.reason == Reason.SLOW and info.value.suspects == (1,) and info.value.culprits == () and "waits for nobody" in str(info.value)
     # one that waits for someone else is blocked, not slow: the stall limit names it
     other = Watchdog(5, Timeouts(timeout=10.0, startup_timeout=30.0, heartbeat=1.0))
     other.restart((1,), now=0.0)
@@ -436,7 +441,7 @@ def test_watchdog_names_a_neighbour_that_claims_to_miss_what_it_was_sent():
     dog.reported(1, Status(RUNNING, 3, 4, frozenset({5}), 20.5))
     with pytest.raises(NodeFailure) as info:
         dog.claims(sent, 20.5, "here")
-    assert info.value.reason == Reason.SLOW and info.value.culprits == (1,) and "sent and re-sent" in str(info.value)
+    assert info.value.reason == Reason.SLOW and info.value.suspects == (1,) and info.value.culprits == () and "sent and re-sent" in str(info.value)
     # waiting for a round this node has not sent yet is honest; nor is a neighbour whose messages were garbled named
     fair = Watchdog(5, Timeouts(timeout=10.0, startup_timeout=30.0, heartbeat=1.0))
     for t in range(0, 40):
@@ -485,7 +490,7 @@ def test_agreement_floods_signed_results_and_compares_model_and_loglik(signers):
     ll_off[-1] = -4.1
     with pytest.raises(NodeFailure) as info:
         other.receive(makers[2].message(NEIGHBOURS[2], ll_off, 4, 5), 0.0)
-    assert info.value.reason == Reason.DISAGREE and info.value.culprits == (2,) and "log-likelihood" in str(info.value)
+    assert info.value.reason == Reason.DISAGREE and info.value.suspects == (2,) and info.value.culprits == () and "log-likelihood" in str(info.value)
     with pytest.raises(NodeFailure, match="neighbour node 0 finished after 5 EM iterations, this node after 4"):
         other.receive(makers[0].message(NEIGHBOURS[0], result, 5, 6), 0.0)
     # a remote origin that differs: no failure yet, the boundary is found by neighbours
@@ -523,7 +528,7 @@ def test_each_reason_has_its_exit_code_and_the_reason_it_is_told_as():
         ((9, 3, -1, 0, (1,)), "node 0 reports that node 1 finished with a different model than it did"),
         ((5, 1, 2, 3, ()), "node 3 reports that it hit a protocol error in EM iteration 1, protocol round 2"),
         ((13, 4, 20, 2, (7,)), "node 2 reports that the stop proposal signed by node 7 in EM iteration 4 contradicts its counters"),
-        ((12, 4, 20, 2, (1,)), "node 2 reports that node 1 held back the messages it waited for in EM iteration 4, protocol round 20"),
+        ((12, 4, 20, 2, (1,)), "node 2 reports that the messages of node 1 it waited for in EM iteration 4, protocol round 20 were overdue (a slow edge)"),
     ],
 )
 def test_describe_abort(fields, line):
@@ -610,7 +615,7 @@ def test_node_restarted_over_survivors_speaks_in_the_ids_of_the_full_graph():
 
 @pytest.mark.parametrize("violation", [False, True])
 def test_launcher_names_the_failure_from_the_reasons_in_the_results(tmp_path, violation):
-    """collect_results reads each node's reason and culprits, not the wording of its error: a
+    """collect_results reads each node's reason, culprits and suspects, not the wording of its error: a
     violation a node caught beats a silence, a silence beats a relayed abort, and among the
     silences the node most accused is named (a node woken from SIGSTOP accuses everyone)."""
     import json
@@ -628,13 +633,20 @@ def test_launcher_names_the_failure_from_the_reasons_in_the_results(tmp_path, vi
     }
     if violation:
         reports[0] = ("node 0: in EM iteration 2: protocol violation by node 4", "violation", [4])
-    for i, (error, reason, culprits) in reports.items():
+    for i, (error, reason, named) in reports.items():
         kit.node_dir(i).mkdir(parents=True)
-        kit.result_path(i).write_text(json.dumps({"status": "failed", "error": error, "reason": reason, "culprits": culprits}))
+        proof = reason == "violation"
+        kit.result_path(i).write_text(json.dumps({"status": "failed", "error": error, "reason": reason,
+                                                  "culprits": named if proof else [], "suspects": [] if proof else named}))
     with pytest.raises(DeploymentFailed) as info:
         collect_results(kit, [5, 5, -9, 5, 5], 0.0)
     expected = reports[0][0] if violation else reports[1][0]
     assert str(info.value).startswith(f"deployment failed: {expected}; 4 other nodes stopped too")
+    # only a node holding proof convicts; otherwise the run is unattributable, its suspects counted
+    if violation:
+        assert "; proved: node 4 (shown to node 0)" in str(info.value)
+    else:
+        assert "unattributable" in str(info.value) and "suspects node 2 (named by 3)" in str(info.value) and "; proved:" not in str(info.value)
 
 
 def test_launcher_names_the_silent_node_when_one_neighbour_saw_it_and_the_woken_node_accuses_another(tmp_path):
@@ -648,7 +660,7 @@ def test_launcher_names_the_silent_node_when_one_neighbour_saw_it_and_the_woken_
     from p2pem.deploy.supervise import DeploymentFailed
 
     kit = Kit(root=tmp_path, run_id="r", n_nodes=5, scenario_file=None, protocol="pdmm-sp", broker_host="127.0.0.1", broker_port=1)
-    relay = ("run stopped in EM iteration 2: node 2 fell silent (detected by node 4); relayed by node 4", "aborted", [2])
+    relay = ("run stopped in EM iteration 2: node 2 fell silent (detected by node 4); relayed by node 4", "aborted", [4, 2])
     reports = {
         0: (f"node 0: {relay[0]}", *relay[1:]),
         1: (f"node 1: {relay[0]}", *relay[1:]),
@@ -656,9 +668,11 @@ def test_launcher_names_the_silent_node_when_one_neighbour_saw_it_and_the_woken_
         3: (f"node 3: {relay[0]}", *relay[1:]),
         4: ("node 4: neighbour node 2 fell silent in EM iteration 2, protocol round 5", "silent", [2]),
     }
-    for i, (error, reason, culprits) in reports.items():
+    for i, (error, reason, named) in reports.items():
         kit.node_dir(i).mkdir(parents=True)
-        kit.result_path(i).write_text(json.dumps({"status": "failed", "error": error, "reason": reason, "culprits": culprits}))
+        proof = reason == "violation"
+        kit.result_path(i).write_text(json.dumps({"status": "failed", "error": error, "reason": reason,
+                                                  "culprits": named if proof else [], "suspects": [] if proof else named}))
     with pytest.raises(DeploymentFailed) as info:
         collect_results(kit, [5, 5, 5, 5, 5], 0.0)
     assert str(info.value).startswith(f"deployment failed: {reports[4][0]}; 4 other nodes stopped too")

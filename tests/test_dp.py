@@ -492,5 +492,5 @@ def test_a_scenario_whose_private_protocol_cannot_run_runs_nothing(tmp_path, cap
     )
     assert main(["simulate", str(path), "--out", str(tmp_path / "out"), "-q"]) != 0
     err = capsys.readouterr().err
-    assert "dp-central-gaussian: a private run needs at least one EM iteration, got max_iter = 0 (em.max_iter)" in err
+    assert "dp-central-gaussian: a private run needs at least one EM iteration, got max_iter = 0 (the estimator's max_iter; [em] max_iter in a scenario)" in err
     assert ran == [] and not (tmp_path / "out").exists()

@@ -1,4 +1,4 @@
-"""``dp-msnm`` (Wu 2021) replicated with its flaws, and the trade-off sweep over model families."""
+"""``dp-msnm`` (Wu 2021) as printed: its budget split and Lemmas 1-4, and the trade-off sweep over model families."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from p2pem import geometric_graph, make_protocol, run_protocol
 from p2pem.cli import main
-from p2pem.dp.msnm import MSNM_SPLIT, min_max_weights, msnm_sensitivities
+from p2pem.dp.msnm import MSNM_SPLIT, MsnmHook, min_max_weights, msnm_budgets, msnm_sensitivities
 from p2pem.em import EMSettings
 from p2pem.errors import ConfigError
 from p2pem.families import SKEW_NORMAL
@@ -29,35 +29,106 @@ def test_min_max_step_maps_every_two_component_model_to_the_same_weights() -> No
     np.testing.assert_allclose(min_max_weights(np.array([[1.0]]), 0.1), [[1.0]])
 
 
-def test_lemmas_as_replicated_understate_their_correct_forms() -> None:
-    """Flaws 1 and 2 in numbers, with R1 and R2 from SciPy's truncated normal at the box's corners:
-    Lemma 2 uses R - R3 where the triangle inequality gives R + R3, Lemma 3 divides by R2, an upper
-    bound of t2, where a lower bound of the denominator sum_i z_ik t2_ik (at most n_k r2_min) belongs."""
-    import itertools
+def test_budget_split_is_algorithm_2_and_composes_to_epsilon() -> None:
+    """eps_Lambda = 0.6 eps/(T G), eps_xi = eps_eta = 0.13 eps/(T G), the weights the rest (0.14 eps/T):
+    T (eps_pi + G (eps_xi + eps_eta + eps_Lambda)) = eps."""
+    for eps, T, G in [(1.0, 20, 2), (1000.0, 7, 3), (0.1, 1, 1)]:
+        b_pi, b_xi, b_eta, b_lam = msnm_budgets(eps, T, G)
+        assert b_lam == pytest.approx(0.6 * eps / (T * G), rel=1e-14)
+        assert b_xi == pytest.approx(0.13 * eps / (T * G), rel=1e-14) and b_eta == b_xi
+        assert b_pi == pytest.approx(0.14 * eps / T, rel=1e-12)
+        assert T * (b_pi + G * (b_xi + b_eta + b_lam)) == pytest.approx(eps, rel=1e-14)
+    assert MSNM_SPLIT == (0.14, 0.13, 0.13, 0.6)
 
+
+def _truncnorm_moments(params: SkewNormalParams, j: int, corners) -> tuple[float, float]:
+    """R1, R2 of component j over the box's corners: the largest E[tau | x], E[tau^2 | x] by SciPy."""
     from scipy import stats
+
+    ginv = np.linalg.inv(params.gammas[j])
+    m2 = 1.0 / (1.0 + params.deltas[j] @ ginv @ params.deltas[j])
+    moments = []
+    for corner in corners:
+        mu = m2 * params.deltas[j] @ ginv @ (np.array(corner) - params.locations[j])
+        tn = stats.truncnorm(-mu / math.sqrt(m2), np.inf, loc=mu, scale=math.sqrt(m2))
+        moments.append((tn.mean(), tn.moment(2)))
+    return max(m[0] for m in moments), max(m[1] for m in moments)
+
+
+def test_sensitivities_are_lemmas_1_to_4_as_printed_and_scale_the_noise() -> None:
+    """Lemmas 1-4 of Wu (2021) from R = max ||x||_1 over the box, R1 and R2 from SciPy's truncated
+    normal at the box's corners, R3 = ||eta_k||_1; the hook's Laplace scales are S / eps."""
+    import itertools
 
     bound, n = 2.0, 100
     params = SkewNormalParams.from_direct([0.5, 0.5], [[0.0, 0.0], [1.0, 1.0]], [np.eye(2), 0.5 * np.eye(2)], [[3.0, 1.0], [-2.0, 2.0]])
-    s_pi, s_xi, s_eta, s_lam = (a[0] for a in msnm_sensitivities(SKEW_NORMAL.broadcast(params, 1), n, bound))
-    np.testing.assert_allclose(s_pi, 1 / n)
-    radius = math.sqrt(2) * bound
+    batch = SKEW_NORMAL.broadcast(params, 1)
+    sens = [a[0] for a in msnm_sensitivities(batch, n, bound)]
+    corners = list(itertools.product([-bound, bound], repeat=2))
+    R = max(np.abs(c).sum() for c in corners)
+    G = 2
+    hook = MsnmHook(n, 20, bound, 5.0, 0.1, np.random.default_rng(0))
+    scales = [a[0] for a in hook.scales(batch)]
     for j in range(2):
-        ginv = np.linalg.inv(params.gammas[j])
-        m2 = 1.0 / (1.0 + params.deltas[j] @ ginv @ params.deltas[j])
-        moments = []
-        for corner in itertools.product([-bound, bound], repeat=2):
-            mu = m2 * params.deltas[j] @ ginv @ (np.array(corner) - params.locations[j])
-            tn = stats.truncnorm(-mu / math.sqrt(m2), np.inf, loc=mu, scale=math.sqrt(m2))
-            moments.append((tn.mean(), tn.moment(2)))
-        r1, r2 = max(m[0] for m in moments), max(m[1] for m in moments)
-        r2_min = min(m[1] for m in moments)
-        eta, xi, n_k = np.linalg.norm(params.deltas[j]), np.linalg.norm(params.locations[j]), n * params.weights[j]
-        assert s_xi[j] == pytest.approx(abs(radius - r1 * eta) / n_k, rel=1e-10)
-        assert s_xi[j] < (radius + r1 * eta) / n_k  # the correct Lemma 2
-        assert s_eta[j] == pytest.approx(r1 * (radius + xi) / (n * r2), rel=1e-10)
-        assert s_eta[j] < r1 * (radius + xi) / (n_k * r2_min)  # with a lower bound of the denominator
-    assert sum(MSNM_SPLIT) == pytest.approx(1.0) and np.all(s_lam > 0)
+        R1, R2 = _truncnorm_moments(params, j, corners)
+        R3 = np.abs(params.deltas[j]).sum()
+        printed = (G / n, 4 * G * abs(R - R3) / n, 2 * G * R * R1 / (n * R2), 2 * G * (R**2 + 4 * R * R1 * R3 + 4 * R2 * R3**2) / n)
+        for s, ref, scale, eps in zip(sens, printed, scales, msnm_budgets(5.0, 20, G), strict=True):
+            assert s[j] == pytest.approx(ref, rel=1e-9)
+            assert scale[j] == pytest.approx(ref / eps, rel=1e-9)
+
+
+def _m_step(X: np.ndarray, r0: np.ndarray, r1: np.ndarray, r2: np.ndarray, eta: np.ndarray):
+    """Eqs. (8)-(10) of Wu (2021) for one component, d = 1, written out: (pi, xi, eta, Lambda)."""
+    N = r0.sum()
+    xi = (r0 @ X - eta * (r0 @ r1)) / N
+    eta_new = (r0 * r1) @ (X - xi) / N
+    lam = (r0 @ (X - xi) ** 2 - 2 * eta_new * ((r0 * r1) @ (X - xi)) + eta_new**2 * (r0 @ r2)) / N
+    return N / len(X), xi, eta_new, lam
+
+
+def test_brute_force_over_neighbours_lemma_1_holds_and_lemma_2_does_not() -> None:
+    """Every neighbour D' = D minus one row of a small data set in [-1, 1] whose components both keep
+    N_k >= n / (2G) (the paper's assumption): the weights move by at most Lemma 1's G / n, but with
+    ||eta_k||_1 = R the printed Lemma 2 allows xi_k no change at all, and it moves (flaw 1)."""
+    from p2pem.snmix import log_responsibilities
+
+    bound, G = 1.0, 2
+    X = np.linspace(-1.0, 1.0, 12)[:, None]
+    params = SkewNormalParams.from_working([0.5, 0.5], [[-0.6], [0.4]], [[1.0], [-0.3]], [[[0.2]], [[0.3]]])
+    s_pi, s_xi, _, _ = (a[0] for a in msnm_sensitivities(SKEW_NORMAL.broadcast(params, 1), len(X), bound))
+    assert s_xi[0] == 0.0  # R - R3 = 1 - 1
+
+    def fit(rows):
+        log_resp, _ = log_responsibilities(rows, params)
+        r0 = np.exp(log_resp)
+        out = []
+        for k in range(G):
+            c = np.linalg.solve(params.gammas[k], params.deltas[k])
+            m2 = 1.0 / (1.0 + params.deltas[k] @ c)
+            mu = m2 * (rows - params.locations[k]) @ c
+            r1 = mu + math.sqrt(m2) * stats_lambda(mu / math.sqrt(m2))
+            r2 = mu * r1 + m2
+            out.append(_m_step(rows[:, 0], r0[:, k], r1, r2, params.deltas[k, 0]))
+        return np.array(out), r0.sum(axis=0)
+
+    full, counts = fit(X)
+    assert np.all(counts >= len(X) / (2 * G))
+    moved_pi, moved_xi = 0.0, 0.0
+    for i in range(len(X)):
+        part, counts = fit(np.delete(X, i, axis=0))
+        assert np.all(counts >= (len(X) - 1) / (2 * G))
+        moved_pi = max(moved_pi, np.abs(full[:, 0] - part[:, 0]).sum())
+        moved_xi = max(moved_xi, abs(full[0, 1] - part[0, 1]))
+    assert moved_pi <= s_pi[0]
+    assert moved_xi > 1e-3 > s_xi[0]
+
+
+def stats_lambda(z: np.ndarray) -> np.ndarray:
+    """phi(z) / Phi(z) by SciPy (the inverse Mills ratio of the truncated normal)."""
+    from scipy import stats
+
+    return stats.norm.pdf(z) / stats.norm.cdf(z)
 
 
 def _parts():

@@ -69,7 +69,7 @@ def test_result_json_names_the_family_and_validates(tmp_path: Path) -> None:
 def test_roster_carries_the_family_and_reads_old_rosters_as_gaussian(tmp_path: Path) -> None:
     g = nx.cycle_graph(5)
     keys = [Identity.generate().public for _ in range(5)]
-    roster = Roster.build("r", g, EMSettings(2, 5, 0.0, 1e-6, None, 7), make_protocol("pdmm-sp"), keys)
+    roster = Roster.build("r", g, EMSettings(2, 5, 0.0, 1e-6, None, 7), make_protocol("pdmm-sp"), keys, n_features=2)
     path = roster.save(tmp_path / "r.toml")
     assert Roster.load(path).em["family"] == {"name": "gaussian"}
     assert Roster.load(path).em_settings().family == GAUSSIAN

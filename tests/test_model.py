@@ -155,3 +155,62 @@ def test_skew_normal_estimator_attributes_inference_and_criteria() -> None:
     init = {"weights": m.weights_, "locations": m.locations_, "scales": m.scales_, "shapes": m.shapes_}
     again = DistributedSkewNormalMixture(2, protocol="federated", max_iter=0, init=init).fit(parts, geometric_graph(12, seed=2))
     np.testing.assert_allclose(again.shapes_, m.shapes_, rtol=1e-12)
+
+
+# --------------------------------------------------------------------------- parties and warnings
+
+
+def test_graph_over_site_names_is_the_graph_over_their_ids() -> None:
+    """fit(X, node_ids=names, graph=nx.cycle_graph(names)): the names label the graph's nodes
+    exactly as they label the rows (sorted order), so the fit equals the one over 0..n-1."""
+    import networkx as nx
+
+    X, groups = _data(1)
+    names = np.array([f"site-{i:02d}" for i in range(12)])
+    g = geometric_graph(12, seed=2)
+    by_ids = DistributedGMM(2, protocol="federated", max_iter=5, random_state=0).fit(X, node_ids=groups, graph=g)
+    labelled = nx.relabel_nodes(g, dict(enumerate(names)))
+    by_names = DistributedGMM(2, protocol="federated", max_iter=5, random_state=0).fit(X, node_ids=names[groups], graph=labelled)
+    np.testing.assert_array_equal(by_ids.means_, by_names.means_)
+    assert sorted(by_names.graph_.edges) == sorted(g.edges)
+    stray = nx.relabel_nodes(labelled, {"site-03": "site-3"})
+    with pytest.raises(ConfigError, match="graph's nodes must be the 12 parties of node_ids or 0..11; unknown node.*'site-3'"):
+        DistributedGMM(2, protocol="federated", max_iter=5).fit(X, node_ids=names[groups], graph=stray)
+
+
+@pytest.mark.parametrize("missing", [None, float("nan"), np.nan])
+def test_a_missing_party_id_is_an_error_naming_its_row(missing) -> None:
+    X, groups = _data(1)
+    ids = [f"h{g}" for g in groups]
+    ids[17] = missing
+    with pytest.raises(DataError, match=r"node_ids has no party for row 17 "):
+        DistributedGMM(2, max_iter=5).fit(X, node_ids=ids)
+    with pytest.raises(DataError, match=r"no party for row 17 "):
+        DistributedGMM(2, max_iter=5).fit(X, node_ids=np.array(ids, dtype=object))
+
+
+def test_a_column_name_as_node_ids_gets_a_hint() -> None:
+    pd = pytest.importorskip("pandas")
+    X, groups = _data(1)
+    frame = pd.DataFrame(X, columns=["a", "b"]).assign(hospital=groups)
+    with pytest.raises(DataError, match=r"got the string 'hospital'; it is a column of X: pass node_ids=X\['hospital'\]"):
+        DistributedGMM(2, max_iter=5).fit(frame, node_ids="hospital")
+
+
+def test_convergence_warnings_as_scikit_learn_warns() -> None:
+    """EM stopped by max_iter short of tol, and components too light to estimate, warn with
+    p2pem's ConvergenceWarning (a UserWarning, as scikit-learn's); a converged fit of
+    well-separated components does not."""
+    import warnings
+
+    from p2pem import ConvergenceWarning
+
+    X, _ = _data(2)
+    with pytest.warns(ConvergenceWarning, match="did not converge in max_iter = 2 EM iterations"):
+        DistributedGMM(3, max_iter=2, tol=1e-12, random_state=0, n_nodes=4, protocol="federated").fit(X)
+    with pytest.warns(ConvergenceWarning, match=r"components hold fewer rows' weight than n_features \+ 1 = 3"):
+        DistributedGMM(60, max_iter=3, tol=0.0, reg_covar=1e-3, random_state=0, n_nodes=4, protocol="federated").fit(X[:90])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit = DistributedGMM(3, max_iter=200, tol=1e-3, random_state=0, n_nodes=4, protocol="federated").fit(X)
+    assert fit.converged_ and issubclass(ConvergenceWarning, UserWarning)

@@ -5,7 +5,6 @@ must still read the 0600 files `keys roster` wrote), and one `p2pem node` per ho
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import re
@@ -52,58 +51,38 @@ def world() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _certificates(folder: Path) -> None:
-    """A CA and a server certificate for localhost/127.0.0.1 (what step 3 assumes exists)."""
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
-    server = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-              .issuer_name(ca_name).public_key(key.public_key()).serial_number(2).not_valid_before(now)
-              .not_valid_after(now + datetime.timedelta(days=1))
-              .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                             critical=False)
-              .sign(ca_key, hashes.SHA256()))
-    pem = serialization.Encoding.PEM
-    (folder / "ca.crt").write_bytes(ca.public_bytes(pem))
-    (folder / "server.crt").write_bytes(server.public_bytes(pem))
-    (folder / "server.key").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    (folder / "server.key").chmod(0o600)
+def _step3_blocks() -> list[str]:
+    """The README's step-3 shell blocks (the certificate recipe, then the installation)."""
+    text = (NODES / "README.md").read_text()
+    step = re.search(r"### 3\. On the broker host(.*?)\n### 4", text, re.S)
+    assert step, "nodes/README.md has no step 3"
+    blocks = re.findall(r"```sh\n(.*?)```", step.group(1), re.S)
+    assert len(blocks) == 2, "nodes/README.md's step 3 has a certificate block and an installation block"
+    return blocks
 
 
 def _step3_commands(etc: Path, log: Path) -> list[str]:
-    """The README's step-3 shell block, with this test's folders for /etc/mosquitto and /var/log."""
-    text = (NODES / "README.md").read_text()
-    block = re.search(r"### 3\. On the broker host.*?```sh\n(.*?)```", text, re.S)
-    assert block, "nodes/README.md has no shell block in step 3"
-    lines = [line.split("#")[0].strip() for line in block.group(1).splitlines()]
+    """The README's step-3 installation block, with this test's folders for /etc/mosquitto and /var/log."""
+    lines = [line.split("#")[0].strip() for line in _step3_blocks()[1].splitlines()]
     commands = [line.removeprefix("sudo ") for line in lines if line.startswith("sudo install")]
     assert len(commands) >= 4 and any("broker/passwords broker/acl" in c for c in commands), commands
     return [c.replace("/etc/mosquitto", str(etc)).replace("/var/log/mosquitto", str(log)) for c in commands]
 
 
-def test_the_multi_host_page_followed_on_loopback(world: Path, capsys) -> None:
+def test_the_multi_host_page_followed_on_loopback(world: Path, capsys, monkeypatch) -> None:
     mosquitto = find_mosquitto()
     assert mosquitto is not None, "make test installs mosquitto"
     hosts = [world / f"host{i}" for i in range(4)]
     # 1. every node host: an identity
     for i, host in enumerate(hosts):
         host.mkdir()
-        assert main(["keys", "new", "--node-id", str(i), "--out", str(host / "node.key"), "-q"]) == 0
+        monkeypatch.chdir(host)
+        assert main(["keys", "new", "--node-id", str(i), "-q"]) == 0  # the page's command: node<i>.key, node<i>.pub
     # 2. the coordinator: the roster and the broker files (from the .pub files only)
     coordinator = world / "coordinator"
     (coordinator / "pubs").mkdir(parents=True)
     for i, host in enumerate(hosts):
-        shutil.copy(host / "node.pub", coordinator / "pubs" / f"node{i}.pub")
+        shutil.copy(host / f"node{i}.pub", coordinator / "pubs")
     (coordinator / "study.toml").write_text(STUDY)
     assert main(["keys", "roster", str(coordinator / "study.toml"), "--public", str(coordinator / "pubs"), "--run-id", "study-readme",
                  "--out", str(coordinator / "roster.toml"), "--broker-dir", str(coordinator / "broker")]) == 0
@@ -112,13 +91,16 @@ def test_the_multi_host_page_followed_on_loopback(world: Path, capsys) -> None:
     # 3. the broker host: the template, the files installed as the page says
     etc, log = world / "etc" / "mosquitto", world / "log"
     (etc / "certs").mkdir(parents=True)
-    certs = world / "certs"
-    certs.mkdir()
-    _certificates(certs)
+    # the page's recipe for the broker's certificate, for the address the nodes connect to (here: localhost)
+    recipe = _step3_blocks()[0].split("#")[0].split()
+    assert recipe[:5] == ["p2pem", "keys", "tls", "--host", "10.20.0.7"] and recipe[5:] == ["--out", "tls/"], recipe
+    assert main(["keys", "tls", "--host", "localhost", "--host", "127.0.0.1", "--out", str(world / "tls"), "-q"]) == 0
+    certs = world / "tls"
+    certs.chmod(0o755)
     as_root = os.geteuid() == 0
     if as_root:  # the case the page is about: Mosquitto drops to its own user
         for command in _step3_commands(etc, log):
-            subprocess.run(command, shell=True, check=True, cwd=coordinator if "broker/" in command else certs)
+            subprocess.run(command, shell=True, check=True, cwd=coordinator if "broker/" in command else world)
         password_dir = etc / "p2pem"
     else:  # an ordinary user's Mosquitto stays that user and reads the files in place
         password_dir, log = coordinator / "broker", world / "log"

@@ -57,7 +57,8 @@ def test_select_cli_through_pdmm_sp_writes_a_valid_document_and_a_figure(tmp_pat
         (["--components", "two"], "--components must look like 1..5 or 2,3,4, got 'two'"),
         (["--families", "gausian"], "did you mean 'gaussian'?"),
         (["--protocol", "dp-central", "--components", "1", "--families", "gaussian", "--n-init", "1"],
-         "a differentially private run releases no log-likelihood"),
+         "a private run has a fixed number of EM iterations: set tol = 0"),
+        (["--protocol", "dp-central", "--loglik-range=5,-30"], "--loglik-range must be two finite numbers LO < HI, got '5,-30'"),
         (["--families", "mixed"], "--families: 'mixed' needs a public schema of the columns ([data] schema in ais_skew.toml)"),
         (["scenario:synth_ais.toml", "--families", "mixed,gaussian"],
          "--families: 'gaussian' cannot fit the categorical or binned columns of synth_ais.toml (sex, sport)"),
@@ -88,3 +89,67 @@ def test_a_table_with_categorical_columns_is_selected_among_mixed_models(tmp_pat
     doc = json.loads((out / "select.json").read_text())
     assert list(doc["families"]) == ["mixed"] and doc["families"]["mixed"]["stratify"] == 0
     assert sorted(row["n_components"] for row in doc["rows"]) == [2, 4]
+
+
+DP_SELECT = """
+name = "dp_select"
+seed = 3
+[data]
+source = "csv"
+path = "PATH"
+columns = ["BMI", "Bfat"]
+standardize = true
+split = "even"
+[data.public]
+center = [22.9498, 13.5177]
+scale = [3.0114, 6.13878]
+[graph]
+kind = "geometric"
+n_nodes = 10
+[em]
+n_components = 2
+max_iter = 5
+tol = 0.0
+[[protocols]]
+name = "dp-central"
+mechanism = "laplace"
+accountant = "basic"
+delta = 0.0
+bound = 4.0
+epsilon = 1000.0
+"""
+
+
+def test_select_over_a_private_protocol_pays_for_every_fit_and_its_loglikelihood(tmp_path: Path) -> None:
+    """Wu (2021)'s Table 2 compares DP fits by AIC/BIC: each fit releases its clipped log-likelihood
+    with Laplace noise, and the sweep's epsilon is the sum over its fits.  With a huge
+    log-likelihood budget the released value is the clipped log-likelihood of the fit's model."""
+    import dataclasses
+
+    import numpy as np
+
+    from p2pem.builders import build_graph, build_protocols, em_settings, load_data
+    from p2pem.families import make_family
+    from p2pem.selection import restart_seed
+    from p2pem.simulate import run_protocol
+    from p2pem.streams import scenario_streams
+
+    (tmp_path / "s.toml").write_text(DP_SELECT.replace("PATH", str(ROOT / "data" / "ais.csv")))
+    scenario = load_scenario(tmp_path / "s.toml")
+    doc = run_selection(scenario, [1, 2], ["gaussian", "skew-normal"], n_init=2, loglik_epsilon=1e12, loglik_range=(-30.0, 5.0))
+    from test_schemas import validate
+
+    validate(doc)
+    pr = doc["privacy"]
+    assert pr["fits"] == 8 and pr["epsilon_total"] == pytest.approx(8 * (1000.0 + 1e12)) and pr["delta_total"] == 0.0
+    assert "n_rows" in pr["public"] and doc["protocol"] == "dp-central-laplace"
+    parts, g = load_data(scenario), build_graph(scenario)
+    spec = build_protocols(scenario)[0]
+    row = next(r for r in doc["rows"] if r["family"] == "gaussian" and r["n_components"] == 2)
+    family = make_family("gaussian")
+    settings = dataclasses.replace(em_settings(scenario), n_components=2, family=family, init=None, init_seed=restart_seed(scenario, row["restart"]))
+    run = run_protocol(parts, g, spec, settings, seed=scenario_streams(scenario.seed)["protocol"])
+    clipped = sum(np.clip(family.score_samples(p, run.params), -30.0, 5.0).sum() for p in parts)
+    assert row["loglik"] == pytest.approx(clipped, abs=1e-6)
+    noisy = run_selection(scenario, [2], ["gaussian"], n_init=1, loglik_epsilon=0.01)
+    assert noisy["privacy"]["loglik_epsilon"] == 0.01 and abs(noisy["rows"][0]["loglik"] - row["loglik"]) > 1.0

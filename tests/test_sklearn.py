@@ -173,7 +173,7 @@ def test_dataframe_feature_names_and_their_warnings() -> None:
     frame = pd.DataFrame(_blobs(90), columns=["height", "weight"])
     model = DistributedGMM(3, max_iter=10, random_state=0, n_nodes=5).fit(frame)
     assert list(model.feature_names_in_) == ["height", "weight"]
-    with pytest.warns(UserWarning, match="feature names should match"):
+    with pytest.raises(DataError, match="(?s)feature names should match.*unseen at fit time:\n- mass.*yet now missing:\n- weight"):
         model.score(frame.rename(columns={"weight": "mass"}))
     with pytest.warns(UserWarning, match="X does not have valid feature names"):
         model.score(frame.to_numpy())
@@ -194,3 +194,26 @@ def test_bad_rows_are_value_errors(X, message: str) -> None:
     with pytest.raises(DataError, match=message) as info:
         DistributedGMM().fit(X)
     assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("method", ["predict", "predict_proba", "score_samples", "score"])
+def test_shuffled_columns_raise_as_scikit_learn_raises(method: str, tmp_path: Path) -> None:
+    """The newcomer's case: ``predict(df[reversed columns])`` once warned and then predicted on
+    the wrong columns.  Now it raises exactly where scikit-learn's own GaussianMixture raises
+    (same exception type, same first line), for a fitted and for a saved-and-loaded model."""
+    from sklearn.mixture import GaussianMixture
+
+    import p2pem
+
+    frame = pd.DataFrame(_blobs(90), columns=["alcohol", "ash", "hue"][:2])
+    shuffled = frame[list(reversed(frame.columns))]
+    reference = GaussianMixture(3, random_state=0).fit(frame)
+    with pytest.raises(ValueError) as theirs:
+        getattr(reference, method)(shuffled)
+    model = DistributedGMM(3, max_iter=5, random_state=0, n_nodes=5).fit(frame)
+    loaded = p2pem.load(model.save(tmp_path / "m.json"))
+    for fitted in (model, loaded):
+        with pytest.raises(DataError) as ours:
+            getattr(fitted, method)(shuffled)
+        assert str(ours.value) == str(theirs.value)
+    assert np.array_equal(model.predict(frame), loaded.predict(frame))  # the right order still predicts

@@ -55,6 +55,9 @@ def test_whole_run_writes_versioned_json_and_figure(tmp_path: Path, capsys: pyte
         ("starts = 3", "startz = 3", "unknown key 'leakage.whole_run.startz'"),
         ("tolerance = 1e-3", "tolerance = -1.0", "'leakage.whole_run.tolerance' must be a number > 0"),
         ("iterations_seen = [0, 1, 2, 5, 11]", "iterations_seen = [1, 1]", "'leakage.whole_run.iterations_seen' names a value more than once"),
+        ("starts = 3", "starts = 3\nmax_minutes = 0", "'leakage.whole_run.max_minutes' must be a number of minutes > 0"),
+        # an attack estimated past the limit is refused before it starts, with the estimate and what to change
+        ("starts = 3", "starts = 3\nmax_minutes = 1e-12", "the whole-run attack on pdmm-sp would take about"),
     ],
 )
 def test_whole_run_errors_are_one_line_and_leave_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, message: str) -> None:
@@ -83,3 +86,31 @@ def test_whole_run_with_a_public_init_has_no_initialisation_to_see(tmp_path: Pat
     assert main(["leakage", str(path), "--whole-run", "--out", str(out), "-q"]) == 0
     runs = json.loads((out / "whole_run.json").read_text())["runs"]
     assert all(r["iterations_seen"] == [1, 3] for r in runs)
+
+
+def test_the_attack_cost_counts_every_solve_of_the_closed_form_size(tmp_path: Path) -> None:
+    """attack_solves counts, per disclosed group and T, the equations of aggregations 0..T:
+    1 + d + d(d+1)/2 for the initialisation and K(1 + d + d(d+1)/2) + 1 per EM iteration (the
+    attack module's closed form), the unknowns m d, and starts x max_nfev evaluations."""
+    from p2pem.builders import build_graph, build_protocols, em_settings, load_data
+    from p2pem.leakage.wholerun import record_whole_run
+    from p2pem.leakage.wholerun_analysis import BUDGETS, _attack_tasks, adversaries_for, attack_seconds, attack_solves, parse_whole_run
+    from p2pem.scenario import load_scenario
+
+    import numpy as np
+
+    sc = load_scenario(SCENARIOS / "fig1_wholerun.toml")
+    config = parse_whole_run(sc)
+    parts, spec, settings = load_data(sc), build_protocols(sc)[0], em_settings(sc)
+    views = record_whole_run(parts, build_graph(sc), spec, settings, adversaries_for(spec.name, config), seed=sc.streams()["protocol"])
+    seen = (0, 1, 2)
+    tasks = _attack_tasks(views, parts, seen, np.random.SeedSequence(0), config.starts)
+    d, k = parts[0].shape[1], settings.n_components
+    per_init, per_iteration = 1 + d + d * (d + 1) // 2, k * (1 + d + d * (d + 1) // 2) + 1
+    expected = []
+    for task in tasks.values():
+        m = task.rows.shape[0]
+        _, starts, nfev = next(b for b in BUDGETS if m <= b[0])
+        expected += [(per_init + t * per_iteration, m * d, (starts or config.starts) * nfev) for t in seen]
+    assert attack_solves(list(tasks.values())) == expected
+    assert attack_seconds([(3, 2, 5)], 1.0) == 5 * 3 * 2**2

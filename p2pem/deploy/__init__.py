@@ -23,7 +23,7 @@ per process, next to its own data file.  Rooms:
 ``p2pem.deploy.watchdog``
     Silent neighbours and stalled runs, on clock times passed in.
 ``p2pem.deploy.failures``
-    Why a node stops: one enum of reasons, one typed failure (node, reason, culprits).
+    Why a node stops: one enum of reasons, one typed failure (node, reason, culprits on proof, suspects).
 ``p2pem.deploy.report``, ``p2pem.deploy.process``
     The node's ``result.json``; the process entry (signals, a result file whatever happens).
 ``p2pem.deploy.clock``

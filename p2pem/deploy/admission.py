@@ -96,10 +96,15 @@ class Rejected:
 
 @dataclass(frozen=True)
 class Convicted:
-    """Only the authenticated ``culprit`` can have sent this: a protocol violation."""
+    """Only the authenticated ``culprit`` can have sent this: a protocol violation.
+
+    ``check`` names the check for the runtime when it matters (``"window"``: a message beyond
+    the next EM iteration, which a restarted receiver also sees from honest neighbours).
+    """
 
     culprit: int
     detail: str
+    check: str | None = None
 
 
 Verdict = Union[Admitted, Ignored, Rejected, Convicted]
@@ -278,7 +283,7 @@ class Admission:
                 return Convicted(j, str(v))
             if env.iteration > iteration + 1:
                 v = ProtocolViolation(j, env.iteration, env.round, "window", f"{env.kind} message for EM iteration {env.iteration}, this node is in EM iteration {iteration}")
-                return Convicted(j, str(v))
+                return Convicted(j, str(v), "window")
         try:
             msg = self.codec.open(env)
         except TamperedMessage as exc:

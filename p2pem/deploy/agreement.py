@@ -19,7 +19,12 @@ its own neighbours, so each final reaches every node, and compares each with its
 
 A node finishes (:meth:`Agreement.done`) once the finals of every node still in the run have
 arrived and agree with its own.  An origin that signs two different finals shows each to
-different neighbours, whose relays bring the other one back to them: they disagree with it.
+different neighbours, whose relays bring the other one to them: two signed values for one slot
+are proof (:attr:`~p2pem.deploy.failures.Reason.EQUIVOCATION`, naming the origin).  A
+different final model is evidence only (:attr:`~p2pem.deploy.failures.Reason.DISAGREE`: the
+boundary between the two results runs between this node and that neighbour, and either side
+may have been fed a perturbed broadcast): the run stops, unattributable, naming the neighbour
+as a suspect.
 """
 
 from __future__ import annotations
@@ -119,6 +124,14 @@ class Agreement:
         versions = self.finals.setdefault(origin, [])
         if any(n == n_iter and np.array_equal(r, result, equal_nan=True) for n, r in versions):
             return False
+        if versions:
+            # an honest node signs one final: two signed values for one slot prove equivocation
+            n_first, _ = versions[0]
+            raise NodeFailure(
+                Reason.EQUIVOCATION, self.node_id,
+                f"node {origin} signed two different final results (after {n_first} and {n_iter} EM iterations; relayed by node {msg.sender})",
+                (origin,),
+            )
         versions.append((n_iter, result))
         if self.mine is not None:
             self._compare(origin, n_iter, result, now)

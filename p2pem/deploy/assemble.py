@@ -56,7 +56,7 @@ def assemble_roster(
         or the protocol cannot be deployed.
     """
     from p2pem.deploy.crypto import PublicIdentity
-    from p2pem.builders import build_graph, em_settings, validate_protocol
+    from p2pem.builders import build_graph, em_settings, feature_columns, validate_protocol
     from p2pem.scenario import load_scenario
 
     scenario = load_scenario(scenario_path)
@@ -91,9 +91,11 @@ def assemble_roster(
     if missing:
         raise ConfigError(f"no public key for node(s) {', '.join(map(str, missing[:20]))} (the graph has {n} nodes{'; -1 is the server' if has_server else ''})")
     on_dropout = str(scenario.deploy.get("on_dropout", "stop"))
+    # the public schema of every node's data file: each node checks its own against it before going online
+    n_features, columns = feature_columns(scenario)
     roster = Roster.build(
         run_id or make_run_id(scenario.name), graph, em_settings(scenario), spec, [keys[i] for i in range(n)],
-        on_dropout=on_dropout, server_key=keys.get(-1) if has_server else None,
+        n_features=n_features, columns=columns, on_dropout=on_dropout, parties=scenario.parties, server_key=keys.get(-1) if has_server else None,
     )
     for line in cut_warnings(roster.neighbours):
         log.warning("%s: %s", out, line)

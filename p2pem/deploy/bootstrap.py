@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections import Counter
 
 import numpy as np
@@ -59,7 +60,7 @@ from p2pem.task import Task
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Handshake", "NodeSetup", "ServerSetup", "connect", "load_node", "load_server", "peers_for", "public_parameters_digest"]
+__all__ = ["Handshake", "NodeSetup", "ServerSetup", "connect", "load_node", "load_server", "own_rows", "peers_for", "public_parameters_digest"]
 
 #: Pause between attempts to reach the broker at start-up, in seconds.
 CONNECT_PAUSE = 0.25
@@ -151,21 +152,59 @@ def load_node(config: NodeConfig, *, link: Link | None = None, launch: bytes = b
         node.validate = True
         rows = int(sum(len(part) for part in getattr(task, "parts", ())))
         return NodeSetup(config, roster, identity, codec, node, spec, link, rows)
-    X = load_node_data(config.data, config.columns)
-    n_features = roster.n_features
-    if n_features is None and settings.init is not None:
-        n_features = int(settings.init.means.shape[1])
-    if n_features is not None and X.shape[1] != n_features:
-        raise DataError(
-            f"node {i}: {config.data} has {X.shape[1]} columns, but the roster's model has {n_features} features "
-            f"(every node's data must have the same columns)"
-        )
+    X = own_rows(config, roster)
     # the other parts are empty: binding reads only the node count and the public bound from them
     spec, settings, parts = spec.bind(settings, [X] + [X[:0]] * (roster.n_nodes - 1), seed=0)
     spec = spec.placed(topology)  # a private protocol's shares, sized for its colluders' worst placement
     node = Node.for_em(NodeContext(i, topology, config.protocol_rng()), parts[0], settings, spec)
     node.validate = True
     return NodeSetup(config, roster, identity, codec, node, spec, link, int(X.shape[0]))
+
+
+def own_rows(config: NodeConfig, roster: Roster) -> np.ndarray:
+    """This node's rows, checked against the roster's public schema before the node goes online.
+
+    The roster records the width of every node's data (``em.n_features``) and, where the
+    rows have them, the column names (``em.columns``).  A data file that does not fit is this
+    node's own mistake: the node stops before it connects, with one line naming its file,
+    so that no peer's correct messages are ever taken for a peer's fault.  Without
+    ``columns`` in the node config, the roster's columns are read by name (a file may hold
+    more, in any order); with them, the chosen columns must be the roster's, in its order.
+
+    Raises
+    ------
+    DataError
+        Naming this node and its file: a column the roster names is missing, the chosen
+        columns are not the roster's, or the width differs from the roster's.
+    """
+    from p2pem.data import read_header
+
+    i, path, expected = config.node_id, config.data, roster.columns
+    assert path is not None
+    columns = config.columns
+    if expected is not None:
+        if columns is None:
+            have = read_header(path)
+            missing = [c for c in expected if c not in have]
+            if missing:
+                raise DataError(
+                    f"node {i}: {path} has no column(s) {', '.join(map(repr, missing))} of the run's public schema "
+                    f"(the roster {roster.where} names {len(expected)}: {', '.join(map(repr, expected))}); fix this node's data file"
+                )
+            columns = expected
+        elif tuple(columns) != expected:
+            raise DataError(
+                f"node {i}: {config.path} reads columns {', '.join(map(repr, columns))} of {path}, but the run's public schema "
+                f"(roster {roster.where}) is {', '.join(map(repr, expected))} in this order; fix 'columns' in {config.path}"
+            )
+    X = load_node_data(path, columns)
+    width = roster.n_features
+    if width is not None and X.shape[1] != width:
+        raise DataError(
+            f"node {i}: {path} has {X.shape[1]} columns, but the roster {roster.where} says every node's data has {width} "
+            "(this node's data file is wrong, not its peers' messages)"
+        )
+    return X
 
 
 @dataclass
@@ -309,7 +348,11 @@ class Handshake:
         # a burst of a few dozen, then one per tick (answers, reconnections) and one per heartbeat
         self.capacity, self.rate = 30.0, 2.0 / tick + 1.0
         self.heard: dict[int, int] = {}
-        self._seq = 0
+        # Sequence numbers start at the wall clock's microseconds, so a restarted process (the
+        # same key and launch nonce: a supervisor's crash-restart) sends hellos newer than its
+        # previous incarnation's instead of ones its neighbours drop as stale, and they learn
+        # that it restarted (its status says it starts again, see Peer._incarnation).
+        self._seq = time.time_ns() // 1000
         self._seen: dict[int, int] = {}
         self._buckets: dict[int, TokenBucket] = {}
         self.hello_due = False

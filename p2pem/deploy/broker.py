@@ -199,6 +199,11 @@ def write_mosquitto_config(
       wait for a delayed ACK (40 ms on Linux) instead of a fraction of a millisecond.
     * Persistence is off: a broker restart forgets sessions, subscriptions and queued
       messages, so clients must re-subscribe (see ``MqttLink.reconnect``).
+    * ``max_topic_alias 0``: no MQTT v5 topic aliases.  A member's packet that fits under
+      ``max_packet_size`` thanks to an alias grows by its full topic when the broker forwards
+      it over a bridge (which speaks MQTT 3.1.1); past the other broker's limit the bridge
+      drops the connection and reconnects, for every copy of a retained packet, and the two
+      sites are cut apart.  Without aliases a packet is the same size on both sides.
     """
     directory = Path(directory).resolve()
     if not 0 < int(port) < 65536:
@@ -209,6 +214,7 @@ def write_mosquitto_config(
         "persistence false",
         f"allow_anonymous {'false' if password_file is not None else 'true'}",
         f"max_queued_messages {int(max_queued_messages)}",
+        "max_topic_alias 0",
         "set_tcp_nodelay true",
         f"log_dest file {_config_path(directory / _LOG_NAME)}",
         "log_type error",
@@ -284,6 +290,7 @@ def acl_rules(
     admin: str | None = "admin",
     observer: str | None = "observer",
     bridge: str | None = None,
+    peers: Mapping[int, Iterable[int]] | None = None,
 ) -> str:
     """Mosquitto ACL text for one run.
 
@@ -301,6 +308,10 @@ def acl_rules(
     bridge : str, optional
         User a bridge from another site's broker logs in as: it reads and writes the run's
         topics (it carries every node's messages of the other site).
+    peers : mapping of int to iterable of int, optional
+        Whom each node exchanges messages with.  Given, every node's grants are exact topics
+        (no wildcard): it may write its broadcast topic and its topic to each peer, and read
+        each peer's broadcast topic and that peer's topic to it; nothing else of the run.
 
     Returns
     -------
@@ -320,11 +331,19 @@ def acl_rules(
     root = f"p2pem/{run_id}"
     blocks = []
     for node_id in sorted({int(i) for i in node_ids}):
-        blocks.append(
-            f"user {username_for(node_id)}\n"
-            f"topic write {root}/from/{node_id}/#\n"
-            f"topic read {root}/#\n"
-        )
+        if peers is None:
+            blocks.append(
+                f"user {username_for(node_id)}\n"
+                f"topic write {root}/from/{node_id}/#\n"
+                f"topic read {root}/#\n"
+            )
+            continue
+        mine = sorted({int(j) for j in peers[node_id]})
+        lines = [f"user {username_for(node_id)}", f"topic write {root}/from/{node_id}/all"]
+        lines += [f"topic write {root}/from/{node_id}/to/{j}" for j in mine]
+        for j in mine:
+            lines += [f"topic read {root}/from/{j}/all", f"topic read {root}/from/{j}/to/{node_id}"]
+        blocks.append("\n".join(lines) + "\n")
     if admin is not None:
         blocks.append(f"user {admin}\ntopic readwrite {root}/#\n")
     if observer is not None:

@@ -39,9 +39,11 @@ equals `p2pem simulate` up to the consensus error; --insecure-reproducible-seed 
 from the scenario seed instead (bit-identical to simulate, NOT private: whoever has the
 scenario file undoes the privacy noise).  Every message is validated; a node that breaks the
 protocol is named and the run stops; no node reports success before every node showed it the
-same signed final model.  With `on_dropout = "continue"` in the scenario's [deploy] table the
-run goes on without a node that at least two of its neighbours signed fell silent (each
-eviction is printed with its witnesses).  Every protocol but centralized deploys (federated and
+same signed final model.  A node is named a culprit only on proof (a statement it signed
+that no honest node makes); a silence, a slow link or a different final model stops the run
+as unattributable, naming the suspects.  With `on_dropout = "continue"` in the scenario's
+[deploy] table the run goes on without a node that a quorum of its neighbours (more than
+`tolerate`, or all of them) signed fell silent (each eviction is printed with its witnesses).  Every protocol but centralized deploys (federated and
 dp-central with a server process beside the nodes).  --tls makes a CA and a broker certificate
 and runs the broker with TLS; --sites 2 runs two brokers joined by a Mosquitto bridge, as two
 sites would.  Ctrl-C, or killing this launcher, stops every node process and the broker.
@@ -50,7 +52,9 @@ sites would.  Ctrl-C, or killing this launcher, stops every node process and the
 KEYS_HELP = """\
 Node identities for a multi-host deployment: `keys new` on every host (the private key
 never leaves it), `keys roster` on the coordinator to assemble the roster from the public
-files and write the broker's password file and ACL.  See nodes/README.md.
+files and write the broker's password file and ACL, `keys tls` for the broker's TLS
+certificate, `keys show` to print the fingerprints to compare out of band.  See
+nodes/README.md.
 """
 
 
@@ -100,13 +104,30 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     keys = sub.add_parser("keys", help="generate node keys and assemble a roster (multi-host deployments)", description=KEYS_HELP, formatter_class=raw)
     ksub = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     new = ksub.add_parser("new", help="generate this host's node identity", description="Generate an Ed25519 signing key and an X25519 agreement key, write both to KEY_FILE (mode 0600) and the public half to KEY_FILE with suffix .pub, and print the public half.")
-    new.add_argument("--out", required=True, metavar="KEY_FILE", help="private key file to write, e.g. node3.key")
+    new.add_argument("--out", metavar="KEY_FILE", help="private key file to write (default with --node-id I: nodeI.key, so every host's .pub file has its own name)")
     new.add_argument("--node-id", type=int, metavar="I", help="record this node id in the .pub file (the roster needs it)")
     new.add_argument("--force", action="store_true", help="overwrite an existing key file (a roster that pins the old key stops working)")
     new.set_defaults(func=cmd_keys_new, out_kind="file")
-    show = ksub.add_parser("show", help="print the public half of a key file", description="Print the public keys and fingerprint of a private key file, as TOML.")
-    show.add_argument("key_file", metavar="KEY_FILE")
+    show = ksub.add_parser(
+        "show",
+        help="print the public keys and fingerprints of a key file, a .pub file or a roster",
+        description="Print the public keys and fingerprint of a private key file or a .pub file, as TOML; for a roster, every "
+        "node's (and the server's) fingerprint, one line each: what the owners compare over a second channel.",
+    )
+    show.add_argument("key_file", metavar="FILE", help="a private key file (mode 0600), a .pub file or roster.toml")
     show.set_defaults(func=cmd_keys_show)
+    tls = ksub.add_parser(
+        "tls",
+        help="make a certificate authority and the broker's TLS certificate",
+        description="Write ca.crt (give it to every node: its broker.ca_file), server.crt and server.key (mode 0600, for the broker: "
+        "the certfile and keyfile of nodes/mosquitto.conf.template) into DIR.  The certificate names every --host, the "
+        "addresses the nodes connect to (IP addresses or DNS names); the CA's private key is not kept, so nothing else can "
+        "ever be signed by it.",
+    )
+    tls.add_argument("--host", action="append", required=True, metavar="ADDRESS", help="the broker's address as the nodes write it in broker.host (repeat for several)")
+    tls.add_argument("--out", required=True, metavar="DIR", help="folder to write ca.crt, server.crt and server.key into")
+    tls.add_argument("--days", type=int, default=90, metavar="N", help="validity in days (default 90)")
+    tls.set_defaults(func=cmd_keys_tls)
     roster = ksub.add_parser(
         "roster",
         help="assemble roster.toml from the nodes' public key files",
@@ -329,9 +350,11 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
     from p2pem.deploy.keys import public_path, public_toml
     from p2pem.files import atomic_write
 
-    path = Path(args.out)
     if args.node_id is not None and args.node_id < 0:
         raise ConfigError(f"--node-id must be >= 0, got {args.node_id}")
+    if args.out is None and args.node_id is None:
+        raise ConfigError("give --node-id I (the key file is then nodeI.key) or --out KEY_FILE")
+    path = Path(args.out if args.out is not None else f"node{args.node_id}.key")
     identity = Identity.generate()
     identity.save(path, overwrite=args.force)
     text = public_toml(identity.public, args.node_id)
@@ -344,9 +367,37 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
 
 def cmd_keys_show(args: argparse.Namespace) -> int:
     from p2pem.deploy.crypto import Identity
-    from p2pem.deploy.keys import public_toml
+    from p2pem.deploy.keys import public_toml, read_public
 
+    kind, doc = read_public(Path(args.key_file))
+    if kind == "roster":
+        from p2pem.deploy.roster import Roster
+
+        roster = Roster.load(args.key_file)
+        print(f"# roster of run {roster.run_id}: compare each fingerprint with the one its owner's `p2pem keys new` printed")
+        for i, key in enumerate(roster.keys):
+            name = f" ({roster.parties[i]})" if roster.parties is not None else ""
+            print(f"node {i}{name}: {key.fingerprint}")
+        if roster.server_key is not None:
+            print(f"server: {roster.server_key.fingerprint}")
+        return 0
+    if kind == "public":
+        print(public_toml(doc[1], doc[0]), end="")
+        return 0
     print(public_toml(Identity.load(args.key_file).public), end="")
+    return 0
+
+
+def cmd_keys_tls(args: argparse.Namespace) -> int:
+    from p2pem.deploy.crypto import write_tls_files
+
+    if args.days < 1:
+        raise ConfigError(f"--days must be >= 1, got {args.days}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ca, cert, key = write_tls_files(out, list(args.host), days=args.days, files=("ca.crt", "server.crt", "server.key"))
+    print(f"wrote {ca} (give it to every node: broker.ca_file), {cert} and {key} (the broker's certfile and keyfile; keep the key there)")
+    print(f"  the certificate names {', '.join(args.host)}, valid {args.days} days; nodes must connect to one of these addresses")
     return 0
 
 
@@ -357,6 +408,11 @@ def cmd_keys_roster(args: argparse.Namespace) -> int:
         args.scenario, args.public, args.out, run_id=args.run_id, protocol=args.protocol, broker_dir=args.broker_dir
     )
     print(f"wrote {args.out}: run {roster.run_id}, {roster.n_nodes} nodes, diameter {roster.diameter}")
+    print("  fingerprints (each node's owner compares its own over a second channel):")
+    for i, key in enumerate(roster.keys):
+        print(f"    node {i}{f' ({roster.parties[i]})' if roster.parties is not None else ''}: {key.fingerprint}")
+    if roster.server_key is not None:
+        print(f"    server: {roster.server_key.fingerprint}")
     if broker_files is not None:
         print(f"wrote broker files to {broker_files}: give node<i>.password to node i's host; load passwords and acl into Mosquitto")
     return 0

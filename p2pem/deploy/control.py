@@ -57,11 +57,13 @@ __all__ = [
     "STOP",
     "Abort",
     "Signer",
+    "StatementBudget",
     "abort_message",
     "bye_message",
     "check_bye",
     "parse_abort",
     "plausible_receivers",
+    "statement_limit",
     "violation",
 ]
 
@@ -182,6 +184,48 @@ class Signer:
         self._verified.add(key)
 
 
+class StatementBudget:
+    """At most ``limit`` signed statements (finals, stops, drop votes, aborts) per sender and EM iteration.
+
+    An honest node sends or relays each statement once: its own final and the first copy of
+    every other origin's, the stop proposals that lower the known stop round (at most one per
+    origin and aggregation attempt), each new drop vote, an abort.  :func:`statement_limit`
+    bounds that count for a run; a sender over it floods (each statement costs its receivers a
+    signature check), which convicts it: it authenticated every one of them.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = int(limit)
+        self._window = -2
+        self._spent: dict[int, int] = {}
+
+    def spend(self, msg: Message, iteration: int) -> None:
+        """Count one statement of ``msg.sender`` received in EM ``iteration``.
+
+        Raises
+        ------
+        ProtocolViolation
+            Naming the sender: more than ``limit`` statements in this EM iteration.
+        """
+        if iteration != self._window:
+            self._window, self._spent = iteration, {}
+        spent = self._spent.get(msg.sender, 0) + 1
+        self._spent[msg.sender] = spent
+        if spent > self.limit:
+            raise violation(msg, "flood", f"more than {self.limit} signed statements in EM iteration {iteration}: no honest node sends or relays as many")
+
+
+def statement_limit(n_nodes: int, n_edges: int) -> int:
+    """Signed statements one honest sender may send a neighbour in one EM iteration, with room.
+
+    Finals: at most ``n`` (its own and one relay per origin).  Stop proposals: at most one per
+    origin and attempt, and at most ``n + 1`` attempts (one per dropout).  Drop votes: one per
+    (victim, witness) pair, ``2 |E|`` per EM iteration, for the receiver's iteration and its two
+    neighbours (votes of the next and the previous iteration count).  Aborts: a few.
+    """
+    return n_nodes + n_nodes * (n_nodes + 1) + 3 * 2 * n_edges + 16
+
+
 # ------------------------------------------------------------------------------ aborts
 
 
@@ -258,7 +302,8 @@ def parse_abort(msg: Message, n_nodes: int, server: bool = False) -> Abort:
 def implausible(abort: Abort, peers_of, iteration: int, separates) -> str | None:
     """Why no honest node signs ``abort`` (None when it is plausible).
 
-    The rules: the abort's EM iteration lies within two of the receiver's; the culprits of a
+    The rules: the abort's EM iteration lies within two of the receiver's (but for a restart:
+    the restarted node is behind by the EM iterations it lost); the culprits of a
     silence, stall, slowness, start-up, mismatch, violation or protocol error are neighbours of
     the origin (it cannot have watched anyone else); a disagreement is signed in the final
     phase and names one neighbour; a contradicted stop names the stop's origin (checked
@@ -279,7 +324,8 @@ def implausible(abort: Abort, peers_of, iteration: int, separates) -> str | None
         roster's graph passes ``v``.
     """
     reason, origin, culprits = abort.reason, abort.origin, abort.culprits
-    if not iteration - 2 <= abort.iteration <= iteration + 2:
+    # a restarted node signs in the EM iteration it starts again from, however far behind
+    if reason != Reason.RESTARTED and not iteration - 2 <= abort.iteration <= iteration + 2:
         return f"it is signed in EM iteration {abort.iteration}, this node is in EM iteration {iteration}"
     near = set(peers_of(origin))
     if reason in (Reason.BROKER, Reason.INTERRUPTED, Reason.INTERNAL, Reason.MODEL):
@@ -290,8 +336,9 @@ def implausible(abort: Abort, peers_of, iteration: int, separates) -> str | None
         if len(culprits) != 1 or culprits[0] not in near:
             return "a disagreement on the final model names exactly one neighbour of its origin"
         return None
-    if reason in (Reason.STOP, Reason.DROPPED_OUT):
-        # a stop's origin, a dropped node: anywhere in the graph (the signed stop, the votes reach every node)
+    if reason in (Reason.STOP, Reason.DROPPED_OUT, Reason.EQUIVOCATION):
+        # a stop's origin, a dropped node, a final's origin: anywhere in the graph (the signed
+        # stops, the votes and the finals reach every node)
         return None if len(culprits) == 1 else f"a {Reason(reason).name.lower()} abort names exactly one node"
     if reason == Reason.SPLIT:
         (a,) = abort.evidence

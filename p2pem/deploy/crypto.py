@@ -521,11 +521,14 @@ def verify(public: PublicIdentity, data: bytes, signature: bytes) -> None:
     public.verify(data, signature)
 
 
-def write_tls_files(directory: str | os.PathLike[str], hosts: list[str], *, days: int = 30) -> tuple[Path, Path, Path]:
+def write_tls_files(
+    directory: str | os.PathLike[str], hosts: list[str], *, days: int = 30, files: tuple[str, str, str] = ("ca.crt", "broker.crt", "broker.key")
+) -> tuple[Path, Path, Path]:
     """A fresh certificate authority and a broker certificate it signed, as PEM files.
 
     Writes ``ca.crt`` (give it to every node: it is what they trust), ``broker.crt`` and
-    ``broker.key`` (mode 0600, for the broker only) into ``directory``.  The broker
+    ``broker.key`` (mode 0600, for the broker only) into ``directory`` (other names may be
+    given as ``files``, in that order).  The broker
     certificate names every entry of ``hosts`` (IP addresses as IP subject alternative names,
     others as DNS names), so a node that connects to one of them verifies it.  Both keys are
     ECDSA P-256, valid for ``days`` days from now.  The CA's private key is not kept: nothing
@@ -581,7 +584,7 @@ def write_tls_files(directory: str | os.PathLike[str], hosts: list[str], *, days
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    paths = directory / "ca.crt", directory / "broker.crt", directory / "broker.key"
+    paths = directory / files[0], directory / files[1], directory / files[2]
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())

@@ -3,11 +3,15 @@
 With ``on_dropout = "continue"`` (in the roster, so every node runs with the same) a node that
 sees a neighbour fall silent signs a *vote* ``(victim, EM iteration, witness)`` and sends it to
 its neighbours, the victim included; every node checks it and relays it once, so every vote
-reaches every node, and the victim learns who declared it silent.  A node drops the victim
-only when enough of the victim's neighbours have voted for the same EM iteration
-(:meth:`Eviction.threshold`): two of them, or all of them when the victim has two or fewer
-neighbours.  One member therefore cannot evict an honest, alive node: its vote alone is not
-enough, and the victim's other neighbours, hearing it, do not vote.
+reaches every node, and the victim learns who declared it silent.  A vote is evidence, not
+proof (a member can sign that an alive node fell silent), so a node drops the victim only on
+a quorum of the victim's neighbours voting for the same EM iteration (:func:`quorum`): more
+than the run's ``tolerate`` colluders (the protocol's ``tolerate`` where it has one, else
+floor(n / 2)), or all of the victim's neighbours when it has no more.  Up to ``tolerate``
+colluding members therefore cannot evict an honest, alive node: their votes are not enough,
+and the victim's other neighbours, hearing them, do not vote.  A node that voted and sees no
+quorum within the timeout stops the run as unattributable (it names the silent node as a
+suspect); the launcher checks every eviction's witnesses against the same quorum.
 
 A vote convicts the neighbour that sent it (it signed it, or relayed it unchecked) when it is
 forged, comes from a node that is not the victim's neighbour, is cast in a run whose roster
@@ -22,7 +26,19 @@ from p2pem.deploy.admission import CONTROL
 from p2pem.deploy.control import DROP, Signer, describe_payload, violation
 from p2pem.messages import Message
 
-__all__ = ["Eviction"]
+__all__ = ["Eviction", "colluders", "quorum"]
+
+
+def colluders(spec, n_nodes: int) -> int:
+    """The run's ``tolerate``: the protocol's own bound on colluding members where it has one
+    (dp-distributed), else floor(n / 2)."""
+    t = getattr(spec, "tolerate", None)
+    return n_nodes // 2 if t is None else int(t)
+
+
+def quorum(neighbours: Sequence[Sequence[int]], victim: int, tolerate: int) -> int:
+    """Votes needed to drop ``victim``: ``tolerate + 1`` of its neighbours, or all of them when it has no more."""
+    return min(tolerate + 1, len(neighbours[victim]))
 
 
 class Eviction:
@@ -36,6 +52,8 @@ class Eviction:
     on_dropout : {"stop", "continue"}
         The roster's setting.
     signer : Signer
+    tolerate : int
+        Colluding members the quorum must outnumber (:func:`colluders`).
 
     Attributes
     ----------
@@ -43,8 +61,9 @@ class Eviction:
         ``(victim, iteration)`` to ``{witness: signature}``.
     """
 
-    def __init__(self, node_id: int, neighbours: Sequence[Sequence[int]], on_dropout: str, signer: Signer) -> None:
+    def __init__(self, node_id: int, neighbours: Sequence[Sequence[int]], on_dropout: str, signer: Signer, tolerate: int = 1) -> None:
         self.node_id = node_id
+        self.tolerate = int(tolerate)
         self.neighbours = neighbours
         self.n_nodes = len(neighbours)
         self.on_dropout = on_dropout
@@ -52,8 +71,8 @@ class Eviction:
         self.votes: dict[tuple[int, int], dict[int, tuple[int, int]]] = {}
 
     def threshold(self, victim: int) -> int:
-        """Votes needed to drop ``victim``: two of its neighbours, or all when it has at most two."""
-        return min(2, len(self.neighbours[victim]))
+        """Votes needed to drop ``victim`` (:func:`quorum`)."""
+        return quorum(self.neighbours, victim, self.tolerate)
 
     def message(self, sender: int, receivers: tuple[int, ...], victim: int, iteration: int, witness: int) -> Message:
         """The vote of ``witness`` (signed by it), sent or relayed by ``sender``."""

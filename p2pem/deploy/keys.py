@@ -13,17 +13,19 @@ the only importer of ``cryptography``; this module only lays their files out.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from p2pem.deploy.config import toml_dumps
 from p2pem.files import atomic_write
 
-__all__ = ["public_path", "public_toml", "write_broker_auth"]
+__all__ = ["public_path", "public_toml", "read_public", "write_broker_auth"]
 
 
-def write_broker_auth(directory: Path, run_id: str, parties: int | Sequence[int], *, bridge: bool = False) -> dict[str, str]:
+def write_broker_auth(
+    directory: Path, run_id: str, parties: int | Sequence[int], *, bridge: bool = False, peers: Mapping[int, Sequence[int]] | None = None
+) -> dict[str, str]:
     """Write the broker's hashed password file, ACL and the plain per-user passwords.
 
     Files in ``directory`` (all mode 0600): ``passwords`` (Mosquitto password file, hashed),
@@ -37,6 +39,9 @@ def write_broker_auth(directory: Path, run_id: str, parties: int | Sequence[int]
         The node count (nodes ``0..n-1``), or the ids (the server is -1).
     bridge : bool
         Also a ``bridge`` user, for a second site's broker bridged to this one.
+    peers : mapping of int to sequence of int, optional
+        Whom each party exchanges messages with: the ACL then grants exact topics only
+        (:func:`~p2pem.deploy.broker.acl_rules`).
 
     Returns
     -------
@@ -52,7 +57,7 @@ def write_broker_auth(directory: Path, run_id: str, parties: int | Sequence[int]
     if bridge:
         users["bridge"] = secrets.token_urlsafe(18)
     write_password_file(directory / "passwords", users)
-    atomic_write(directory / "acl", acl_rules(run_id, ids, bridge="bridge" if bridge else None), mode=0o600)
+    atomic_write(directory / "acl", acl_rules(run_id, ids, bridge="bridge" if bridge else None, peers=peers), mode=0o600)
     for i in ids:
         atomic_write(directory / f"{username_for(i)}.password", users[username_for(i)] + "\n", mode=0o600)
     header = "broker users for monitoring (admin may publish, observer may only read); keep secret"
@@ -75,4 +80,23 @@ def public_toml(public, node_id: int | None = None) -> str:
     doc.update(public.to_dict())
     doc["fingerprint"] = public.fingerprint
     return toml_dumps(doc, header="p2pem public identity: send this file to whoever assembles the roster")
+
+
+def read_public(path: Path) -> tuple[str, Any]:
+    """What ``path`` is, for ``keys show``: ``("roster", None)``, ``("public", (node id or None,
+    PublicIdentity))`` for a ``.pub`` file, or ``("private", None)`` for anything else (a key file)."""
+    import tomllib
+
+    from p2pem.deploy.crypto import PublicIdentity
+
+    try:
+        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return "private", None
+    if "nodes" in doc and "run_id" in doc:
+        return "roster", None
+    if "signing_key" in doc and "agreement_key" in doc:
+        node_id = doc.get("id") if isinstance(doc.get("id"), int) else None
+        return "public", (node_id, PublicIdentity.from_dict({k: doc[k] for k in ("signing_key", "agreement_key")}))
+    return "private", None
 

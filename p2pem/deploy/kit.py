@@ -316,7 +316,7 @@ def prepare_kit(
     """
     from p2pem.deploy.broker import free_port, username_for
     from p2pem.deploy.crypto import Identity, write_tls_files
-    from p2pem.builders import build_graph, em_settings, load_data, validate_protocol
+    from p2pem.builders import build_graph, em_settings, feature_columns, load_data, validate_protocol
 
     root = Path(out)
     if root.exists() and (not root.is_dir() or (not force and any(root.iterdir()))):
@@ -328,6 +328,7 @@ def prepare_kit(
     spread = scenario_spread if max_node_spread is None else float(max_node_spread)
     spec = pick_protocol(scenario, protocol)
     parts = load_data(scenario) if task is None else None
+    names = feature_columns(scenario)[1] if parts is not None else None
     graph = build_graph(scenario)
     validate_protocol(scenario, graph, spec)
     settings = em_settings(scenario)
@@ -353,14 +354,16 @@ def prepare_kit(
     on_dropout = str(scenario.deploy.get("on_dropout", "stop")) if on_dropout is None else on_dropout
     roster = Roster.build(
         run_id, graph, settings, spec, [ident.public for ident in identities], n_features=None if parts is None else int(parts[0].shape[1]),
+        columns=names,
         on_dropout=on_dropout, server_key=None if server_identity is None else server_identity.public,
-        task=None if task is None else task.table,
+        task=None if task is None else task.table, parties=scenario.parties,
     )
     roster.save(root / "roster.toml")
     for line in cut_warnings(roster.neighbours):
         log.warning("roster of run %s: %s", run_id, line)
     parties = list(range(n)) + ([SERVER] if has_server else [])
-    users = write_broker_auth(broker_dir, run_id, parties, bridge=sites == 2)
+    peers = {i: tuple(range(n)) if i == SERVER else (*roster.neighbours[i], *((SERVER,) if has_server else ())) for i in parties}
+    users = write_broker_auth(broker_dir, run_id, parties, bridge=sites == 2, peers=peers)
     host, port = broker
     bridge_port = free_port(host) if sites == 2 else None
     tls_files = write_tls_files(broker_dir, [host]) if tls else None
@@ -376,7 +379,7 @@ def prepare_kit(
         os.replace(broker_dir / f"{username_for(i)}.password", pw)
         data = None
         if i != SERVER and parts is not None:
-            data = write_node_data(d / "data.csv", parts[i])
+            data = write_node_data(d / "data.csv", parts[i], names)
         elif i != SERVER and task is not None:
             data = d / "data.csv"
             task.write_rows(i, data)

@@ -16,6 +16,7 @@ neighbour that sees it grow knows the node may have missed messages.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
@@ -66,8 +67,8 @@ class Outbox:
     last_broadcast : float
         Clock time of the last message to every neighbour (heartbeats fill the silences).
     sent : dict
-        Receiver to the furthest position (EM iteration, round) of a protocol message
-        published to it (a neighbour that says it still waits for one is checked against it,
+        Receiver to the furthest position (EM iteration, round) of a protocol message the link
+        has taken for it (a neighbour that says it still waits for one is checked against it,
         :meth:`p2pem.deploy.watchdog.Watchdog.claims`).
     """
 
@@ -101,8 +102,8 @@ class Outbox:
         ``n_neighbours`` tells a broadcast (to every neighbour) apart, for the heartbeat.
         """
         items = []
+        marks: list[tuple[tuple[int, ...], tuple[int, int]] | None] = []
         now = self.clock()
-        sent = self.sent
         for m in msgs:
             envelope = self.codec.encode(m)
             topic = topic_for(self.run_id, m)
@@ -110,16 +111,15 @@ class Outbox:
             if m.iteration >= 0:
                 key = (m.iteration, m.round)
                 self._remember(key, topic, envelope)
-                for r in m.receivers:
-                    if sent.get(r, (-1, -1)) < key:
-                        sent[r] = key
+                marks.append((m.receivers, key))
             else:
+                marks.append(None)
                 self.counters["control_sent"] += 1
                 if m.kind in REMEMBERED and self._recent_keys:
                     self._recent.append((self._recent_keys[-1], topic, envelope))
             if len(m.receivers) == n_neighbours and n_neighbours > 1 or n_neighbours == 1:
                 self.last_broadcast = now
-        self._publish(items)
+        self._publish(items, marks)
 
     def forget(self) -> None:
         """Drop the remembered envelopes (they belong to an abandoned attempt)."""
@@ -133,25 +133,37 @@ class Outbox:
             self._recent = [r for r in self._recent if r[0] in keep]
         self._recent.append((key, topic, envelope))
 
-    def _publish(self, items: list[tuple[str, bytes]]) -> None:
-        """Hand envelopes to the link without waiting for the broker's acknowledgements."""
+    def _publish(self, items: list[tuple[str, bytes]], marks: Sequence[tuple[tuple[int, ...], tuple[int, int]] | None] = ()) -> None:
+        """Hand envelopes to the link without waiting for the broker's acknowledgements.
+
+        ``marks[k]``: the receivers and position of item k's protocol message, recorded in
+        :attr:`sent` once the link has taken it (not when it was queued: a node whose link
+        holds its messages back must not see them as sent, see :meth:`Watchdog.claims`).
+        """
         if self._error is not None:
             return  # the link is broken; check() will recover and re-publish
         self.counters["published"] += len(items)
         self.counters["wire_bytes"] += sum(len(e) for _, e in items)
         loop = asyncio.get_running_loop()
-        for topic, envelope in items:
+        for k, (topic, envelope) in enumerate(items):
             task = loop.create_task(self.link.publish(topic, envelope), name=f"publish {topic}")
             self._inflight[task] = self.epoch
-            task.add_done_callback(self._published)
+            mark = marks[k] if k < len(marks) else None
+            task.add_done_callback(self._published if mark is None else functools.partial(self._published, mark=mark))
 
-    def _published(self, task: asyncio.Task[None]) -> None:
+    def _published(self, task: asyncio.Task[None], mark: tuple[tuple[int, ...], tuple[int, int]] | None = None) -> None:
         epoch = self._inflight.pop(task, self.epoch)
         if task.cancelled():
             return
         exc = task.exception()
         if exc is not None and epoch == self.epoch and self._error is None:
             self._error = exc
+        if exc is None and mark is not None:
+            receivers, key = mark
+            sent = self.sent
+            for r in receivers:
+                if sent.get(r, (-1, -1)) < key:
+                    sent[r] = key
 
     async def check(self, where: Callable[[], str], hello: Callable[[], Message]) -> bool:
         """Repair a failed publish (reconnect and re-publish: True), or raise what is not a lost link."""

@@ -32,13 +32,13 @@ from p2pem.deploy.admission import CONTROL, Admission, Admitted, Convicted, Igno
 from p2pem.deploy.bootstrap import Handshake, connect
 from p2pem.deploy.clock import Clock, loop_clock
 from p2pem.deploy.config import Timeouts
-from p2pem.deploy.control import ABORT, BYE, FINAL_PHASE, HELLO, STOP, Abort, Signer, abort_message, bye_message, check_bye, implausible, make_abort, parse_abort, plausible_receivers, violation
+from p2pem.deploy.control import ABORT, BYE, DROP, FINAL, FINAL_PHASE, HELLO, STOP, Abort, Signer, StatementBudget, abort_message, bye_message, check_bye, implausible, make_abort, parse_abort, plausible_receivers, statement_limit, violation
 from p2pem.deploy.cuts import separates
 from p2pem.deploy.failures import NodeFailure, Reason, describe_abort, nodes_text
 from p2pem.deploy.limits import LogLimiter
 from p2pem.deploy.outbox import Outbox
 from p2pem.deploy.transports.base import ConnectionLost, Incoming, Link, LinkTimeout
-from p2pem.deploy.watchdog import Watchdog
+from p2pem.deploy.watchdog import STARTING, Status, Watchdog
 from p2pem.errors import P2pemError, ProtocolError, TransportError
 from p2pem.messages import SERVER, Message
 from p2pem.protocols.base import ProtocolViolation
@@ -49,6 +49,13 @@ __all__ = ["ABORT_PUBLISH_S", "Peer"]
 
 #: Seconds an abort may take to reach the broker before the peer stops anyway.
 ABORT_PUBLISH_S = 2.0
+#: Checks a neighbour's message fails when it is ahead of this party: proof, unless this party
+#: may be a restarted process that starts again from the beginning (:meth:`Peer.fresh_incarnation`;
+#: the price: in the first round of a run such a message, or a stop proposal this party cannot
+#: place yet, is only evidence against its sender).
+_AHEAD = frozenset({"window", "ahead", "state", "stop"})
+#: Control messages that carry a signed statement (each costs a signature check): budgeted per sender.
+_STATEMENTS = frozenset({FINAL, STOP, DROP, ABORT})
 
 
 class Peer:
@@ -123,6 +130,8 @@ class Peer:
         self.admission = Admission(self.run_id, codec, node_id, kinds=spec.message_kinds, max_entries=max_entries, max_fields=n + 16)
         self.outbox = Outbox(link, codec, self.run_id, node_id, self.clock, timeouts.reconnect_s, self.counters)
         self.signer = Signer(identity, keys, self.run_id, launch)
+        n_edges = sum(len(nbrs) for nbrs in roster.neighbours) // 2
+        self.budget = StatementBudget(statement_limit(n, n_edges))
         self.watchdog = Watchdog(node_id, timeouts)
         self.logs = LogLimiter()
         self.started = False
@@ -334,6 +343,8 @@ class Peer:
                 # messages on a peer's topics that do not authenticate: it, or the path, garbles them
                 self.watchdog.garbled[verdict.sender] = self.clock()
         else:
+            if verdict.check in _AHEAD and self.fresh_incarnation():
+                raise self._behind(verdict.culprit, verdict.detail)
             raise NodeFailure(Reason.VIOLATION, self.node_id, f"in {self.where()}: {verdict.detail}", (verdict.culprit,))
 
     def reject(self, reason: str, detail: str) -> None:
@@ -344,7 +355,23 @@ class Peer:
             log.warning("node %d: rejected a message (%s, %d so far): %s", self.node_id, reason, self.logs.count(key), detail)
 
     def violated(self, exc: ProtocolViolation) -> NodeFailure:
+        if exc.check in _AHEAD and self.fresh_incarnation():
+            return self._behind(exc.sender, str(exc))
         return NodeFailure(Reason.VIOLATION, self.node_id, f"in {self.where()}: {exc}", (exc.sender,))
+
+    def fresh_incarnation(self) -> bool:
+        """Whether this party has not yet done anything a restarted process would not have done
+        (then a neighbour's message far ahead may mean that this party restarted: evidence,
+        not proof against the neighbour).  Subclasses say when."""
+        return False
+
+    def _behind(self, j: int, detail: str) -> NodeFailure:
+        return NodeFailure(
+            Reason.RESTARTED, self.node_id,
+            f"in {self.where()}: node {j} is further ahead than an honest neighbour can be ({detail}): this node restarted "
+            f"(or started late), or node {j} broke the protocol; the run stops (unattributable)",
+            (j,),
+        )
 
     def plausible(self, msg: Message) -> bool:
         full = sorted(self.peers_of(msg.sender)) if msg.sender == SERVER else self.roster.neighbours[msg.sender]
@@ -354,9 +381,12 @@ class Peer:
         """Hello, bye and abort here; the subclass's kinds in :meth:`on_control`."""
         j = msg.sender
         try:
+            if msg.kind in _STATEMENTS:
+                self.budget.spend(msg, self.iteration)
             if msg.kind == HELLO:
                 status = self.handshake.receive(msg, self.plausible(msg), self.neighbours, self.started, self.clock())
                 if status is not None:
+                    self._incarnation(j, self.watchdog.status.get(j), status)
                     self.watchdog.reported(j, status)
             elif msg.kind == BYE:
                 check_bye(msg)
@@ -365,12 +395,43 @@ class Peer:
                 abort = self.check_abort(msg)
                 if abort.origin == self.node_id:
                     return  # our own abort, relayed back
-                text = f"run stopped in {self.where()}: {describe_abort(abort.reason, abort.iteration, abort.round, abort.origin, abort.culprits, abort.evidence)}; relayed by node {j}"
-                raise NodeFailure(Reason.ABORTED, self.node_id, text, abort.culprits, relay=abort)
+                # the origin's claim: whatever proof it holds was shown to it, not to this node,
+                # so the origin and those it names are suspects here, none a culprit
+                suspects = (abort.origin, *abort.culprits)
+                text = (f"run stopped in {self.where()}: {describe_abort(abort.reason, abort.iteration, abort.round, abort.origin, abort.culprits, abort.evidence)}; "
+                        f"relayed by node {j} (its word, unattributable here: suspects {nodes_text(suspects)})")
+                raise NodeFailure(Reason.ABORTED, self.node_id, text, suspects, relay=abort)
             else:
                 await self.on_control(msg)
         except ProtocolViolation as exc:
             raise self.violated(exc) from None
+
+    def _incarnation(self, j: int, previous: Status | None, status: Status) -> None:
+        """Stop with :attr:`~Reason.RESTARTED` when node ``j`` or this node restarted mid-run.
+
+        A neighbour whose newer hello says it is starting again after it said it was running
+        is a new incarnation under the same key and launch nonce (a crash-restart): it lost
+        its state, and nobody can resume it.  A neighbour that says it is more than one EM
+        iteration ahead of this node (honest neighbours stay within one) means this node is
+        the new incarnation, or that the neighbour lies.  Either way nobody is proved guilty:
+        the failure names ``j`` as a suspect, never a third node.
+        """
+        if j == SERVER or self.node_id == SERVER:
+            return
+        if previous is not None and previous.phase != STARTING and status.phase == STARTING:
+            raise NodeFailure(
+                Reason.RESTARTED, self.node_id,
+                f"node {j} restarted in {self.where()} (a new incarnation under its key and this launch: its hellos start again); "
+                f"its state is lost and the run stops (unattributable)",
+                (j,),
+            )
+        if status.phase != STARTING and status.iteration > self.iteration + 1:
+            raise NodeFailure(
+                Reason.RESTARTED, self.node_id,
+                f"neighbour node {j} says it is in EM iteration {status.iteration}, while this node is in {self.where()}: this node restarted "
+                f"(or started late), or node {j} lies; the run stops (unattributable)",
+                (j,),
+            )
 
     def check_abort(self, msg: Message) -> Abort:
         """The abort ``msg`` relays, checked: form, the origin's signature, plausibility.
@@ -411,7 +472,7 @@ class Peer:
             await self.outbox.publish_retained(abort_message(self.node_id, self.neighbours, exc.relay), ABORT_PUBLISH_S)
         elif isinstance(exc, NodeFailure):
             if exc.reason != Reason.EVICTED:  # the others no longer listen to an evicted node
-                await self._abort(exc.reason, exc.culprits, exc.evidence, exc.extra_signature)
+                await self._abort(exc.reason, exc.named, exc.evidence, exc.extra_signature)
         else:
             await self._abort(Reason.PROTOCOL if isinstance(exc, ProtocolError) else Reason.BROKER, ())
 

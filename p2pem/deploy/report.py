@@ -123,10 +123,12 @@ def write_report(path: Path, report: Mapping[str, Any]) -> Path:
 
 def failure_fields(error: P2pemError | None) -> dict[str, Any]:
     """``reason`` (a :class:`~p2pem.deploy.failures.Reason` name in lower case, None when the
-    error is not a node's failure of the run) and ``culprits`` (the node ids it blames)."""
+    error is not a node's failure of the run), ``culprits`` (the node ids it convicts on proof),
+    ``suspects`` (those it names on evidence only) and ``attributable`` (whether it convicts
+    anyone); see :mod:`p2pem.deploy.failures`."""
     if isinstance(error, NodeFailure):
-        return {"reason": error.reason.name.lower(), "culprits": list(error.culprits)}
-    return {"reason": None, "culprits": []}
+        return {"reason": error.reason.name.lower(), "culprits": list(error.culprits), "suspects": list(error.suspects), "attributable": error.attributable}
+    return {"reason": None, "culprits": [], "suspects": [], "attributable": False}
 
 
 def write_failure(config: NodeConfig, error: P2pemError) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from p2pem.deploy.failures import nodes_text
 from p2pem.deploy.roster import Roster
 from p2pem.deploy.kit import Kit
 from p2pem.deploy.supervise import DeploymentFailed
@@ -72,6 +73,8 @@ def collect_results(
     sets = {tuple(sorted(int(d["node"]) for d in rep.get("dropped", []))) for rep in ok}
     if len(sets) > 1:
         raise DeploymentFailed(f"deployment failed: the surviving nodes disagree on who dropped out ({sorted(sets)})")
+    if dropped:
+        _check_quorum(Roster.load(kit.roster_path), dropped)
     doc = _combine(kit, ok, wall, exit_times or {}, launched_unix)
     doc["deployment"]["evicted"] = [
         {"node": k, "iteration": int(d["iteration"]), "witnesses": [int(w) for w in d["witnesses"]]} for k, d in sorted(dropped.items())
@@ -80,6 +83,27 @@ def collect_results(
     if server is not None:
         doc["deployment"]["server"] = {k: server.get(k) for k in ("aggregations", "messages", "bytes", "wire", "timings", "costs", "cpu_s")}
     return doc
+
+
+def _check_quorum(roster: Roster, dropped: Mapping[int, dict[str, Any]]) -> None:
+    """Refuse a run whose evictions rest on fewer witnesses than the quorum (:func:`~p2pem.deploy.eviction.quorum`).
+
+    A vote is evidence, not proof: an eviction on fewer witnesses than ``tolerate + 1`` (or all
+    of the victim's neighbours) may be the work of colluding members, so the run is not a
+    success; the message prints the witnesses it had.
+    """
+    from p2pem.deploy.eviction import colluders, quorum
+
+    t = colluders(roster.protocol_spec(), roster.n_nodes)
+    for k, d in sorted(dropped.items()):
+        witnesses = sorted({int(w) for w in d.get("witnesses", []) if int(w) in roster.neighbours[k]})
+        need = quorum(roster.neighbours, k, t)
+        if len(witnesses) < need:
+            raise DeploymentFailed(
+                f"deployment failed: unattributable: node {k} was evicted in EM iteration {int(d['iteration'])} on the word of "
+                f"{len(witnesses)} of its neighbours ({nodes_text(witnesses)}), but an eviction needs {need} "
+                f"(more than tolerate = {t} colluders, or all of its neighbours)"
+            )
 
 
 def _failure_summary(kit: Kit, codes: Mapping[int, int], reports: Mapping[int, dict | None], failed: list[int]) -> str:
@@ -95,10 +119,14 @@ def _failure_summary(kit: Kit, codes: Mapping[int, int], reports: Mapping[int, d
 
     reasons = {i: reason(i) for i in failed}
     kinds = {i: (reports[i] or {}).get("reason") for i in failed}
+    proved = {i: [int(c) for c in (reports[i] or {}).get("culprits", [])] for i in failed}
 
-    # Prefer a node that failed by itself (bad data, a violation it caught) over one that only
-    # noticed a neighbour's absence, and that over one told by a neighbour or stopped by a signal.
+    # Prefer a node that holds proof against a culprit, then one that failed by itself (bad
+    # data) over one that only noticed a neighbour's absence, and that over one told by a
+    # neighbour or stopped by a signal.
     def rank(i: int) -> int:
+        if proved[i]:
+            return -1
         if kinds[i] in _TOLD:
             return 2
         return 1 if kinds[i] in _ABSENCE or (reports[i] is None and codes.get(i, 0) < 0) else 0
@@ -108,12 +136,33 @@ def _failure_summary(kit: Kit, codes: Mapping[int, int], reports: Mapping[int, d
     # them all (or the first it misses), while its neighbours agree on it.  A node stopped by a
     # relayed abort votes for the abort's culprits: a neighbour that saw the silence first
     # signed them, so one early detector is not outvoted by the woken node alone.
-    accused = {i: (reports[i] or {}).get("culprits", []) if kinds[i] in ("silent", "aborted") else [] for i in failed}
+    accused = {i: (reports[i] or {}).get("suspects", []) if kinds[i] in ("silent", "aborted") else [] for i in failed}
     votes = collections.Counter(a for names in accused.values() for a in set(names))
     primary = min(failed, key=lambda i: (rank(i), -max((votes[a] for a in accused[i]), default=0), i))
     others = len(failed) - 1
     more = f"; {others} other node{'s' if others != 1 else ''} stopped too" if others else ""
-    return f"deployment failed: {reasons[primary]}{more} (logs: {kit.root / 'nodes'}/node*/node.log)"
+    return f"deployment failed: {reasons[primary]}{more}; {_verdict(proved, reports, failed)} (logs: {kit.root / 'nodes'}/node*/node.log)"
+
+
+def _verdict(proved: Mapping[int, list[int]], reports: Mapping[int, dict | None], failed: list[int]) -> str:
+    """Who is convicted, and by whom, or ``unattributable`` with the suspects (docs/threats.md).
+
+    Only a node that holds proof (a statement the culprit authenticated itself) convicts; the
+    suspects are the nodes the others name on evidence (a silence, a slow edge, a different
+    final model, another node's abort), with how many nodes name each.
+    """
+    by: dict[int, list[int]] = {}
+    for i in failed:
+        for c in proved[i]:
+            by.setdefault(c, []).append(i)
+    if by:
+        return "proved: " + "; ".join(f"node {c} (shown to {nodes_text(w)})" for c, w in sorted(by.items()))
+    named = collections.Counter(int(a) for i in failed for a in set((reports[i] or {}).get("suspects", [])))
+    if not named:
+        return "unattributable: no node is named"
+    return "unattributable (no node is proved to have broken the protocol): suspects " + ", ".join(
+        f"node {a} (named by {k})" for a, k in sorted(named.items(), key=lambda x: (-x[1], x[0]))
+    )
 
 
 #: Failure reasons (``result.json``'s ``reason``) of a node that was told to stop, or stopped by a signal.
@@ -220,6 +269,8 @@ def _document(kit: Kit, roster: Roster, family: MixtureFamily, reports: list[dic
         doc: dict[str, Any] = {**output_header(RESULT_FORMAT, scenario), "graph": graph_summary(build_graph(scenario))}
     else:
         doc = {**output_header(RESULT_FORMAT, None), "graph": {"n_nodes": roster.n_nodes, "diameter": roster.diameter}}
+    if roster.parties is not None:  # the roster's names are what the nodes ran under
+        doc["parties"] = list(roster.parties)
     if roster.task is None:
         doc["family"] = family.describe()
     else:

@@ -28,6 +28,8 @@ Layout::
     reg_covar = 1e-06
     init_seed = 2868129180             # public: seeds the initial means
     family = { name = "gaussian" }     # the model family and its public settings
+    n_features = 22                    # the public schema of every node's data file:
+    columns = ["MDVP:Fo(Hz)", ...]     #   its width and, where the rows have them, its columns
 
     [protocol]
     name = "pdmm-sp"
@@ -36,6 +38,7 @@ Layout::
 
     [[nodes]]
     id = 0
+    name = "hospital-a"                # optional: the party's own name (a node column's, an edge file's)
     neighbours = [2, 5, 9]
     signing_key = "<64 hex digits>"    # Ed25519, from `p2pem keys new`
     agreement_key = "<64 hex digits>"  # X25519
@@ -111,8 +114,10 @@ class Roster:
         Graph diameter (public; pdmm-sp's stopping rule uses it).
     em : dict
         ``n_components``, ``max_iter``, ``tol``, ``reg_covar``, ``init_seed``, ``family``
-        (:meth:`~p2pem.families.base.MixtureFamily.describe`; absent: Gaussian) and optionally
-        ``init`` (the family's parameters as nested lists).
+        (:meth:`~p2pem.families.base.MixtureFamily.describe`; absent: Gaussian),
+        ``n_features`` (required without a ``task``: what lets a node tell its own wrong data
+        file from a peer's wrong message), optionally ``columns`` (the data file's column
+        names, in order) and ``init`` (the family's parameters as nested lists).
     protocol : dict
         ``name`` plus every protocol parameter.
     keys : tuple of PublicIdentity
@@ -127,6 +132,9 @@ class Roster:
         node runs with the same.
     server_key : PublicIdentity, optional
         The pinned keys of the server process (``federated``, ``dp-central``).
+    parties : tuple, optional
+        The parties' own names of nodes ``0..n-1`` (``[[nodes]] name``), written into the
+        deployment's result beside the ids; None when the nodes are only numbered.
     task : dict, optional
         What every node computes instead of the EM: a public table with a ``kind``
         (:data:`p2pem.registry.TASKS`) that every node builds the same task from, with its
@@ -146,6 +154,7 @@ class Roster:
     on_dropout: str = "stop"
     server_key: Any = None
     task: Mapping[str, Any] | None = None
+    parties: tuple[Any, ...] | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -157,9 +166,15 @@ class Roster:
 
     @property
     def n_features(self) -> int | None:
-        """Columns every node's data must have (``em.n_features``; None in rosters written without it)."""
+        """Columns every node's data must have (``em.n_features``; None in a roster of a ``task``)."""
         value = self.em.get("n_features")
         return None if value is None else int(value)
+
+    @property
+    def columns(self) -> tuple[str, ...] | None:
+        """The names of the columns every node's data file must have, in order (``em.columns``), or None."""
+        value = self.em.get("columns")
+        return None if value is None else tuple(str(c) for c in value)
 
     # -- what a node builds from it -----------------------------------------------------
 
@@ -223,14 +238,19 @@ class Roster:
         keys: Sequence[Any],
         *,
         n_features: int | None = None,
+        columns: Sequence[str] | None = None,
         on_dropout: str = "stop",
         server_key: Any = None,
         task: Mapping[str, Any] | None = None,
+        parties: Sequence[Any] | None = None,
     ) -> Roster:
         """Roster for ``graph`` (nodes ``0..n-1``), EM ``settings``, protocol ``spec`` and public ``keys``.
 
-        ``n_features`` (the data's column count) lets every node check its data file at load.
-        ``task`` replaces the EM by a task every node builds from it (see the class).
+        ``n_features`` (the data's column count; required without a ``task``) and
+        ``columns`` (their names, when the rows have them) let every node check its own data
+        file before it goes online.
+        ``task`` replaces the EM by a task every node builds from it (see the class);
+        ``parties``: the parties' names of the nodes (a scenario's :attr:`~p2pem.scenario.Scenario.parties`).
         The protocol's topology of the graph is written (``secure-sum``: with its ring).
 
         Raises
@@ -260,13 +280,21 @@ class Roster:
         }
         if n_features is not None:
             em["n_features"] = int(n_features)
+        elif task is None:
+            raise ConfigError("the roster of an EM run needs n_features (the public width of every node's data)")
+        if columns is not None:
+            if len(columns) != n_features:
+                raise ConfigError(f"{len(columns)} column names for {n_features} features")
+            em["columns"] = [str(c) for c in columns]
         if settings.init is not None:
             em["init"] = settings.family.to_dict(settings.init)
         protocol = {"name": spec.name, **spec.params()}
         if task is not None and (server_key is not None or not isinstance(task.get("kind"), str)):
             raise ConfigError(f"{spec.name}: a task needs a 'kind' and a protocol without a server")
+        if parties is not None and len(parties) != topo.n_nodes:
+            raise ConfigError(f"{len(parties)} party names for {topo.n_nodes} nodes")
         return cls(run_id, topo.neighbours, topo.diameter, em, protocol, tuple(keys), topo.ring, on_dropout=on_dropout, server_key=server_key,
-                   task=None if task is None else dict(task))
+                   task=None if task is None else dict(task), parties=None if parties is None else tuple(parties))
 
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -276,7 +304,8 @@ class Roster:
             "em": _plain(self.em),
             "protocol": _plain(self.protocol),
             "nodes": [
-                {"id": i, "neighbours": list(nb), **self.keys[i].to_dict()} for i, nb in enumerate(self.neighbours)
+                {"id": i, **({"name": self.parties[i]} if self.parties is not None else {}), "neighbours": list(nb), **self.keys[i].to_dict()}
+                for i, nb in enumerate(self.neighbours)
             ],
         }
         if self.ring is not None:
@@ -333,7 +362,7 @@ class Roster:
         n = topo.integer("n_nodes", minimum=2)
         diameter = topo.integer("diameter", minimum=1)
         ring = topo.int_list("ring", default=None)
-        em_t = top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "init_seed", "n_features", "family", "init"))
+        em_t = top.section("em", ("n_components", "max_iter", "tol", "reg_covar", "init_seed", "n_features", "columns", "family", "init"))
         family = parse_family(em_t)
         em: dict[str, Any] = {
             "n_components": em_t.integer("n_components", minimum=1),
@@ -345,6 +374,16 @@ class Roster:
         }
         if "n_features" in em_t.table:
             em["n_features"] = em_t.integer("n_features", minimum=1)
+        elif "task" not in doc:
+            # without it a node would take its own data file's width for the run's, and blame a
+            # peer whose (correct) messages do not fit a wrong file of its own
+            em_t.fail("missing required key 'em.n_features' (the public width of every node's data; "
+                      "a roster written by an older p2pem: write it again with `p2pem keys roster`)")
+        if "columns" in em_t.table:
+            column_names = em_t.string_list("columns")
+            if len(column_names) != em.get("n_features"):
+                em_t.fail(f"'em.columns' must name each of the {em.get('n_features')} features, got {len(column_names)} names")
+            em["columns"] = list(column_names)
         if "init" in em_t.table:
             init_t = em_t.section("init", None)
             parse_init(init_t, family, em["n_components"], em.get("n_features"))  # the same checks as a scenario's
@@ -359,9 +398,10 @@ class Roster:
         if len(raw_nodes) != n:
             top.fail(f"'topology.n_nodes' is {n} but there are {len(raw_nodes)} [[nodes]] entries")
         neighbours: dict[int, tuple[int, ...]] = {}
+        names: dict[int, Any] = {}
         keys: dict[int, PublicIdentity] = {}
         for index, entry in enumerate(raw_nodes):
-            node_t = Table(where, entry, f"nodes[{index}]", ("id", "neighbours", "signing_key", "agreement_key", "fingerprint"))
+            node_t = Table(where, entry, f"nodes[{index}]", ("id", "name", "neighbours", "signing_key", "agreement_key", "fingerprint"))
             i = node_t.integer("id", minimum=0)
             if i >= n:
                 node_t.fail(f"'nodes[{index}].id' is {i}, but ids run from 0 to {n - 1}")
@@ -377,6 +417,11 @@ class Roster:
             if not nb:
                 node_t.fail(f"node {i} has no neighbours")
             neighbours[i] = tuple(sorted(nb))
+            if "name" in entry:
+                name = entry["name"]
+                if isinstance(name, bool) or not isinstance(name, (str, int)) or name == "":
+                    node_t.fail(f"'nodes[{index}].name' must be a party's name (a string or an integer), got {name!r}")
+                names[i] = name
             try:
                 public = PublicIdentity.from_dict({k: node_t.string(k) for k in ("signing_key", "agreement_key")})
             except ConfigError as exc:
@@ -417,8 +462,12 @@ class Roster:
             task = dict(top.section("task", None).table)
             if not isinstance(task.get("kind"), str):
                 top.fail("missing required key 'task.kind' (a string)")
+        if names and len(names) != n:
+            top.fail(f"{len(names)} of the {n} [[nodes]] have a 'name': name every node or none")
+        if len(set(map(str, names.values()))) != len(names):
+            top.fail("two [[nodes]] have the same 'name'")
         roster = cls(run_id, nbrs, diameter, em, protocol, tuple(keys[i] for i in range(n)), None if ring is None else tuple(ring), path,
-                     on_dropout=on_dropout, server_key=server_key, task=task)
+                     on_dropout=on_dropout, server_key=server_key, task=task, parties=tuple(names[i] for i in range(n)) if names else None)
         spec = roster.protocol_spec()
         if (server_key is None) != (spec.server_aggregation(roster.topology(), 0) is None):
             top.fail(f"protocol {spec.name!r} {'needs' if server_key is None else 'has no'} a [server] entry")

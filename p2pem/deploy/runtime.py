@@ -40,7 +40,7 @@ from p2pem.deploy.config import NodeConfig
 from p2pem.deploy.control import DROP, FINAL, STOP, violation
 from p2pem.deploy.cuts import separator
 from p2pem.deploy.dropout import survivor_topology
-from p2pem.deploy.eviction import Eviction
+from p2pem.deploy.eviction import Eviction, colluders
 from p2pem.deploy.failures import NodeFailure, Reason, nodes_text
 from p2pem.deploy.peer import Peer
 from p2pem.deploy.report import node_report, write_report
@@ -136,7 +136,7 @@ class NodeRuntime(Peer):
         self.on_dropout = roster.on_dropout
         self.agreement = Agreement(i, roster.n_nodes, roster.neighbours, task.summary_size(), spec.agreement_rtol, self.signer)
         self.stops = Stops(i, roster.n_nodes, self.signer)
-        self.eviction = Eviction(i, roster.neighbours, roster.on_dropout, self.signer)
+        self.eviction = Eviction(i, roster.neighbours, roster.on_dropout, self.signer, colluders(spec, roster.n_nodes))
         #: dropouts so far: the number of the current attempt at the running aggregation
         self.attempt = 0
         self._voted: dict[int, float] = {}
@@ -171,6 +171,11 @@ class NodeRuntime(Peer):
 
     def abort_round(self) -> int:
         return self.node.round
+
+    def fresh_incarnation(self) -> bool:
+        """Still in the first rounds of EM iteration 0: a restarted process is here, waiting
+        for messages its neighbours sent long ago (see :meth:`Peer.fresh_incarnation`)."""
+        return self.node.iteration == 0 and self.node.round <= 1
 
     def awaiting(self) -> list[int]:
         """Whom this node waits for now: neighbours not yet heard (before it starts), those
@@ -225,10 +230,12 @@ class NodeRuntime(Peer):
                     await self._vote(k, now)
             for k, since in self._voted.items():
                 if k not in self.dropped and now - since > self.timeouts.timeout:
+                    witnesses = self.eviction.witnesses(k, self.node.iteration)
                     raise NodeFailure(
                         Reason.SILENT, self.node_id,
                         f"neighbour node {k} fell silent in {self.where()}, and too few of its neighbours signed that it did "
-                        f"(it needs {self.eviction.threshold(k)}: {nodes_text(self.eviction.witnesses(k, self.node.iteration)) or 'none'})",
+                        f"(an eviction needs {self.eviction.threshold(k)} witnesses; it has {len(witnesses)}: {nodes_text(witnesses)}): "
+                        f"unattributable, stopping",
                         (k,),
                     )
             awaited = [j for j in awaited if j not in self._voted]
@@ -320,7 +327,8 @@ class NodeRuntime(Peer):
         its aggregation began); a model error (the task failed on the network average) names
         nobody; any other refusal by the state machine of an authenticated, fresh, well-formed
         ``msg`` (e.g. two rounds ahead) is a violation by its sender, as honest peers never
-        send one.
+        send one, unless this node may be a restarted process (:meth:`fresh_incarnation`):
+        then it is evidence only.
         """
         if isinstance(exc, ProtocolViolation):
             return self.violated(exc)
@@ -329,6 +337,8 @@ class NodeRuntime(Peer):
             return NodeFailure(Reason.MODEL, self.node_id, f"{detail} (in {self.where()}; nobody in particular is to blame)")
         if msg is None:
             return NodeFailure(Reason.PROTOCOL, self.node_id, f"in {self.where()}: {exc}")
+        if self.fresh_incarnation():  # this node may be a restarted process, behind its honest neighbours
+            return self._behind(msg.sender, str(exc))
         return NodeFailure(Reason.VIOLATION, self.node_id, f"in {self.where()}, after a {msg.kind} message from node {msg.sender}: {exc}", (msg.sender,))
 
     def _stop_contradicted(self, exc: StopContradicted) -> NodeFailure:

@@ -9,8 +9,9 @@ waits for:
 * *silent*: nothing at all (not even a heartbeat) came from j for ``timeout`` seconds: it
   died, or its link did (:attr:`~p2pem.deploy.failures.Reason.SILENT`);
 * *slow*: the awaited message itself is overdue by ``timeout`` while j's heartbeats say it
-  waits for nobody: j holds its messages back (:attr:`~p2pem.deploy.failures.Reason.SLOW`);
-  a member that delays every message just past the timeout is named at the first;
+  waits for nobody: j holds its messages back, or the path from j loses them
+  (:attr:`~p2pem.deploy.failures.Reason.SLOW`); a member that delays every message just past
+  the timeout stops the run at the first;
 * j waits for someone else: j is blocked, and the node that blocks it is found by j or by
   the node j waits for; this node waits on, up to the stall limit;
 * *stalled*: nothing progressed for ``3 * timeout`` although the awaited neighbours are alive
@@ -20,8 +21,15 @@ waits for:
 
 And for a neighbour j whose heartbeats say it waits for *this* node at a position (EM
 iteration, round) this node has already sent to it: after ``timeout`` this node re-publishes
-its recent messages (the broker may have lost them), after ``2 * timeout`` it names j as slow
-(:meth:`Watchdog.claims`): j claims to miss what it was sent twice.  Neither rule names a
+its recent messages (the broker may have lost them), after ``2 * timeout`` it stops the run
+(:meth:`Watchdog.claims`): j claims to miss what it was sent twice.  "Sent" is what this node's
+link has taken for j (per neighbour, :attr:`~p2pem.deploy.outbox.Outbox.sent`), not what it
+queued: a node whose link withholds its messages to j sees them as unsent and cannot accuse j.
+
+Slowness is evidence, not proof (:mod:`p2pem.deploy.failures`): the watchdog cannot tell a
+neighbour that holds its messages back from a path that delays them, nor a neighbour that
+claims to miss a message from one that did miss it.  Every failure here names the neighbour
+on the other side of the edge as a suspect and convicts nobody.  Neither rule names a
 neighbour whose topics carried a message that failed to authenticate (:attr:`Watchdog.garbled`):
 its messages and this node's may be garbled on the way (another key, other step parameters),
 so only the stall limit names it.
@@ -156,7 +164,8 @@ class Watchdog:
                     Reason.SLOW,
                     self.node_id,
                     f"the message of neighbour node {j} awaited in {where} is {late:.1f} s overdue (timeout {self.timeouts.timeout:g} s), "
-                    f"although its heartbeats say {says}: it holds its messages back",
+                    f"although its heartbeats say {says}: the edge from node {j} to node {self.node_id} is slow "
+                    f"(node {j} holds its messages back or the path delays them; unattributable)",
                     (j,),
                 )
         limit = self.timeouts.stall if first_done else self.timeouts.stall + self.timeouts.startup_timeout
@@ -199,7 +208,8 @@ class Watchdog:
                     Reason.SLOW,
                     self.node_id,
                     f"neighbour node {j} has claimed for {now - since:.1f} s to wait for this node's message of EM iteration {position[0]}, "
-                    f"protocol round {position[1]}, which this node sent and re-sent ({where})",
+                    f"protocol round {position[1]}, which this node sent and re-sent ({where}): the edge from node {self.node_id} "
+                    f"to node {j} is slow (the path loses the messages or node {j} claims to miss them; unattributable)",
                     (j,),
                 )
             if now - since > timeout and not again:

@@ -1,47 +1,57 @@
-"""``dp-msnm``: DP-MSNM of Wu (*Sci. Rep.* 11:11009, 2021), a replication with its flaws, as a baseline.
+"""``dp-msnm``: DP-MSNM as printed in Wu (*Sci. Rep.* 11:11009, 2021), as a baseline.
 
-**A replication, not a recommendation.**  DP-MSNM fits a skew-normal mixture centrally (a
-trusted curator holds every row) by EM in the working parametrisation of Lin (2009):
+Wu, W. (2021) "Differentially private density estimation with skew-normal mixtures model",
+*Scientific Reports* 11:11009, doi:10.1038/s41598-021-90276-6.
+
+**A reproduction, not a recommendation.**  DP-MSNM fits a skew-normal mixture centrally (a
+trusted curator holds every row) by EM in the working parametrisation of its eqs. (8)-(10):
 weights pi, locations xi, skew vectors eta (= Delta of :mod:`p2pem.snmix`) and Lambda
 (= Gamma).  After every M-step it perturbs the *outputs* with Laplace noise (output
-perturbation) and post-processes them:
+perturbation) and post-processes them.  Everything below is what the paper prints:
 
-* budget: epsilon over T iterations and G components, split 0.6 / 0.13 / 0.13 / 0.14 over
-  pi, xi, eta, Lambda: each component's parameter gets ``share * epsilon / (T G)`` per
-  iteration (sequential composition);
-* sensitivities (Lemmas 1-4) with R = sqrt(d) B the radius of the data domain, R1 and R2
-  bounds of the latent moments t1 = E[tau | x] and t2 = E[tau^2 | x] over the domain at the
-  current parameters, R3 = R1 ||eta_k||, and n_k = n pi_k::
+* budget (its Algorithm 2): epsilon over T iterations and G components;
+  ``eps_Lambda = 0.6 eps / (T G)``, ``eps_xi = eps_eta = 0.13 eps / (T G)`` for every
+  component and iteration, and the weights the rest, ``eps_pi = 0.14 eps / T`` per
+  iteration, so that ``T (eps_pi + G (eps_xi + eps_eta + eps_Lambda)) = eps`` (sequential
+  composition);
+* sensitivities, Lemmas 1-4, under the paper's assumptions: every row has
+  ``||x||_1 <= R`` (here R = d B for the public box [-B, B]^d), ``|r1| <= R1`` and
+  ``|r2| <= R2`` (the latent moments E[tau | x] and E[tau^2 | x], bounded over the box at
+  the current, public parameters), ``||eta_k||_1 <= R3`` (the current eta_k), and **every
+  component's soft count N_k >= n / (2G)**: a public lower bound on component size (the
+  paper's "well-separated" assumption), which the data must satisfy for the lemmas to
+  hold::
 
-      Lemma 1  pi_k      1 / n
-      Lemma 2  xi_k      |R - R3| / n_k
-      Lemma 3  eta_k     R1 (R + ||xi_k||) / (n R2)
-      Lemma 4  Lambda_k  ((R + ||xi_k||)^2 + 2 R1 ||eta_k|| (R + ||xi_k||) + R2 ||eta_k||^2) / n_k
+      Lemma 1  pi        G / n
+      Lemma 2  xi_k      4 G (R - R3) / n          (|R - R3| when R3 > R)
+      Lemma 3  eta_k     2 G R R1 / (n R2)
+      Lemma 4  Lambda_k  2 G (R^2 + 4 R R1 R3 + 4 R2 R3^2) / n
 
 * weights: min-max normalisation, pi' = (pi - min pi) / (max pi - min pi), then smoothing
   zeta, pi = (pi' + zeta) / sum (pi' + zeta);
-* Lambda: symmetric noise, then a diagonal shift to positive (semi-)definiteness
-  (:func:`p2pem.dp.postprocess.repair_covariances` with ``"diagshift"``).
+* Lambda: symmetric noise (the upper triangle, mirrored), then the diagonal shift
+  Lambda + rho(Lambda) I to positive (semi-)definiteness (Higham 1988, as Wu et al. 2016;
+  :func:`p2pem.dp.postprocess.repair_covariances` with ``"diagshift"``).
 
-**Its flaws, kept on purpose** (so the baseline is the published method):
+**What the printed method does not guarantee** (kept, so that the baseline is the paper's):
 
 1. Lemma 2 bounds ||x - eta t1|| by R - R3; the triangle inequality gives R + R3, so the
-   location's sensitivity is understated (by any amount: R3 > R even flips its sign, taken
-   in absolute value here).
+   location's sensitivity is understated (to zero when ||eta_k||_1 = R;
+   ``tests/test_dp_msnm.py`` finds a neighbouring data set, assumption satisfied, that moves
+   xi_k by more than the lemma allows).
 2. Lemma 3 divides by R2, an *upper* bound of t2, where the denominator sum_i z_ik t2_ik
-   needs a *lower* bound: the skew vector's sensitivity is understated.
-3. Lemmas 2 and 4 divide by n_k = n pi_k, which depends on the private data (and, after the
-   first iteration, on the noisy weights): a data-dependent sensitivity is no sensitivity.
+   needs a *lower* bound.
+3. The assumption N_k >= n / (2G) is about the private data: nothing checks it, and a
+   smaller component has a larger sensitivity than the noise is calibrated to.
 4. The min-max normalisation maps every 2-component model to the same weights,
    (zeta, 1 + zeta) / (1 + 2 zeta), whatever the data: with G = 2 the released weights
-   carry no information (and no noise is needed to hide them).
-5. The initialisation is unbudgeted: it uses the exact data (here the exact private
-   initialisation of p2pem, global moments and skewness signs, with no noise).
+   carry no information.
+5. The paper initialises by differentially private k-means (Zhang et al., PrivGene) and
+   does not count its budget in epsilon; here the initialisation is p2pem's exact private
+   initialisation (global moments and skewness signs), also unbudgeted.
 
 So the epsilon it reports is the one the paper claims, **not** a guarantee: its
-``privacy`` block says so.  The lemma constants above are this project's reading of the
-paper as issue 19 summarises it (the printed text was not at hand here); the flaws named
-in issue 19 (1, 2, 4, 5) are the ones stated there.
+``privacy`` block says so.
 """
 
 from __future__ import annotations
@@ -65,30 +75,52 @@ from p2pem.streams import protocol_streams
 if TYPE_CHECKING:
     from p2pem.em import EMSettings
 
-__all__ = ["DPMSNM", "MSNM_SPLIT", "MsnmHook", "msnm_sensitivities"]
+__all__ = ["DPMSNM", "MSNM_SPLIT", "MsnmHook", "msnm_bounds", "msnm_budgets", "msnm_sensitivities"]
 
-#: DP-MSNM's budget split over (pi, xi, eta, Lambda).
-MSNM_SPLIT = (0.6, 0.13, 0.13, 0.14)
+#: DP-MSNM's budget shares (pi, xi, eta, Lambda) of each iteration's epsilon / T: xi, eta and
+#: Lambda are each shared among the G components (Algorithm 2 of Wu 2021), pi is the rest.
+MSNM_SPLIT = (0.14, 0.13, 0.13, 0.6)
 
 
-def msnm_sensitivities(params: SkewNormalBatch, n_rows: int, bound: float) -> tuple[FloatArray, ...]:
-    """Lemmas 1-4 as DP-MSNM uses them (module docstring), per node and component: (pi, xi, eta, Lambda)."""
+def msnm_budgets(epsilon: float, n_iter: int, n_components: int) -> tuple[float, float, float, float]:
+    """Per-release epsilons (eps_pi, eps_xi, eps_eta, eps_Lambda) of one iteration (Algorithm 2 of Wu 2021).
+
+    eps_Lambda = 0.6 eps / (T G), eps_xi = eps_eta = 0.13 eps / (T G) for each of the G
+    components, eps_pi = eps / T - G (eps_xi + eps_eta + eps_Lambda) = 0.14 eps / T.
+    """
+    per_iter = epsilon / n_iter
+    eps_xi = 0.13 * per_iter / n_components
+    eps_eta = 0.13 * per_iter / n_components
+    eps_lam = 0.6 * per_iter / n_components
+    return (1.0 - 0.13 - 0.13 - 0.6) * per_iter, eps_xi, eps_eta, eps_lam  # the rest: 0.14 eps / T
+
+
+def msnm_bounds(params: SkewNormalBatch, bound: float) -> tuple[float, FloatArray, FloatArray, FloatArray]:
+    """(R, R1, R2, R3) of Lemmas 2-4 per node and component: R = d B (the largest ||x||_1 in the
+    box [-B, B]^d), R1 and R2 the largest E[tau | x] and E[tau^2 | x] over the box at ``params``
+    (both increase with mu_tau, largest at the box's corner that maximises it), R3 = ||eta_k||_1."""
     d = params.locations.shape[-1]
-    radius = math.sqrt(d) * bound
     c, q = gamma_inv_delta(params.deltas, params.prec_chol)
     m2 = 1.0 / (1.0 + q)
     m = np.sqrt(m2)
     reach = bound * np.abs(c).sum(axis=-1)
     centre = (c * params.locations).sum(axis=-1)
-    r1, r2 = latent_moments(m * (reach - centre), m, m2)  # t1, t2 at the domain's maximising corner
-    eta = np.sqrt((params.deltas**2).sum(axis=-1))
-    xi = np.sqrt((params.locations**2).sum(axis=-1))
-    n_k = n_rows * params.weights
-    r3 = r1 * eta
-    s_pi = np.full_like(n_k, 1.0 / n_rows)
-    s_xi = np.abs(radius - r3) / n_k  # flaw 1: R - R3 where R + R3 holds
-    s_eta = r1 * (radius + xi) / (n_rows * r2)  # flaw 2: R2 (an upper bound) in the denominator
-    s_lam = ((radius + xi) ** 2 + 2 * r1 * eta * (radius + xi) + r2 * eta**2) / n_k
+    r1, r2 = latent_moments(m * (reach - centre), m, m2)  # mu_tau = M^2 c.(x - xi), z = mu_tau / M
+    return d * bound, r1, r2, np.abs(params.deltas).sum(axis=-1)
+
+
+def msnm_sensitivities(params: SkewNormalBatch, n_rows: int, bound: float) -> tuple[FloatArray, ...]:
+    """Lemmas 1-4 of Wu (2021) as printed (module docstring), per node and component: (pi, xi, eta, Lambda).
+
+    Valid only under the paper's assumption N_k >= n / (2G) (and, for Lemmas 2 and 3, not
+    even then: flaws 1 and 2 of the module docstring).
+    """
+    g = params.weights.shape[-1]
+    radius, r1, r2, r3 = msnm_bounds(params, bound)
+    s_pi = np.full_like(r1, g / n_rows)
+    s_xi = 4 * g * np.abs(radius - r3) / n_rows
+    s_eta = 2 * g * radius * r1 / (n_rows * r2)
+    s_lam = 2 * g * (radius**2 + 4 * radius * r1 * r3 + 4 * r2 * r3**2) / n_rows
     return s_pi, s_xi, s_eta, s_lam
 
 
@@ -117,17 +149,21 @@ class MsnmHook:
     def decode_init(self, rows: FloatArray) -> FloatArray:
         return rows  # flaw 5: the initialisation spends no budget
 
+    def scales(self, params: SkewNormalBatch) -> tuple[FloatArray, ...]:
+        """Laplace scales S / eps of (pi, xi, eta, Lambda) per node and component, at the M-step's input ``params``."""
+        eps = msnm_budgets(self.epsilon, self.n_iter, params.weights.shape[-1])
+        return tuple(s / e for s, e in zip(msnm_sensitivities(params, self.n_rows, self.bound), eps, strict=True))
+
     def repair(self, params: SkewNormalBatch) -> SkewNormalBatch:
-        """Laplace noise on (pi, xi, eta, Lambda) at ``share * epsilon / (T G)`` each, then the post-processing."""
+        """Laplace noise on (pi, xi, eta, Lambda) at the scales of :meth:`scales`, then the post-processing."""
         k, d = params.weights.shape[-1], params.locations.shape[-1]
-        per = [s * self.epsilon / (self.n_iter * k) for s in MSNM_SPLIT]
-        s_pi, s_xi, s_eta, s_lam = msnm_sensitivities(params, self.n_rows, self.bound)
+        b_pi, b_xi, b_eta, b_lam = self.scales(params)
         n = params.n_nodes
-        weights = params.weights + self.rng.laplace(0.0, 1.0, (n, k)) * (s_pi / per[0])
-        locations = params.locations + self.rng.laplace(0.0, 1.0, (n, k, d)) * (s_xi / per[1])[..., None]
-        deltas = params.deltas + self.rng.laplace(0.0, 1.0, (n, k, d)) * (s_eta / per[2])[..., None]
+        weights = params.weights + self.rng.laplace(0.0, 1.0, (n, k)) * b_pi
+        locations = params.locations + self.rng.laplace(0.0, 1.0, (n, k, d)) * b_xi[..., None]
+        deltas = params.deltas + self.rng.laplace(0.0, 1.0, (n, k, d)) * b_eta[..., None]
         iu = np.triu_indices(d)
-        upper = self.rng.laplace(0.0, 1.0, (n, k, len(iu[0]))) * (s_lam / per[3])[..., None]
+        upper = self.rng.laplace(0.0, 1.0, (n, k, len(iu[0]))) * b_lam[..., None]
         noise = np.zeros((n, k, d, d))
         noise[..., iu[0], iu[1]] = upper
         noise[..., iu[1], iu[0]] = upper
@@ -150,7 +186,7 @@ def min_max_weights(weights: FloatArray, zeta: float) -> FloatArray:
 
 @dataclass(frozen=True)
 class DPMSNM(Centralized):
-    """``dp-msnm``: DP-MSNM (Wu 2021) replicated with its flaws (module docstring); skew-normal only.
+    """``dp-msnm``: DP-MSNM (Wu 2021) as printed: its budget split and Lemmas 1-4 (module docstring); skew-normal only.
 
     Parameters
     ----------
@@ -192,7 +228,7 @@ class DPMSNM(Centralized):
         if not isinstance(settings.family, SkewNormalFamily):
             raise ConfigError(f"dp-msnm: DP-MSNM fits skew-normal mixtures: set [em] family = \"skew-normal\", not {settings.family.name!r}")
         if settings.tol != 0 or settings.max_iter < 1:
-            raise ConfigError("dp-msnm: the budget is split over a fixed number of EM iterations: set tol = 0 and max_iter >= 1 (em.tol, em.max_iter)")
+            raise ConfigError("dp-msnm: the budget is split over a fixed number of EM iterations: set tol = 0 and max_iter >= 1 (the estimator's tol and max_iter; [em] tol and max_iter in a scenario)")
         bound = self.bound if self.bound is not None else float(max(np.max(np.abs(p)) for p in parts))
         clipped = [np.clip(p, -bound, bound) for p in parts]
         n_rows = int(sum(len(p) for p in parts))
@@ -209,8 +245,10 @@ class DPMSNM(Centralized):
             "colluders": 0,
             "epsilon": {"outsider": None, "colluders": None, "claimed": claimed},
             "excluded": [
-                "everything: DP-MSNM is replicated as published, and its sensitivities are not bounds (Lemma 2's R - R3, "
-                "Lemma 3's upper bound R2 used as a lower bound, data-dependent n pi_k), so the claimed epsilon is no guarantee",
+                "everything: DP-MSNM is reproduced as printed, and its Lemmas 2 and 3 are not bounds (Lemma 2's R - R3 "
+                "where R + R3 holds, Lemma 3's upper bound R2 used as a lower bound), so the claimed epsilon is no guarantee",
+                "rows of a component smaller than n / (2G): Lemmas 2-4 assume every component's soft count is at least "
+                "n / (2G) (the paper's well-separated assumption), which nothing checks",
                 "the initialisation: computed from the exact data, unbudgeted",
                 "the trusted curator, which holds every row",
             ],

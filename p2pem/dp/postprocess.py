@@ -9,10 +9,14 @@ papers repair them after the M-step:
 ``"eigclamp"``            eigenvalues clamped from below at ``floor`` (Park et al., AISTATS 2017,
                           who use 1e-3)
 ``"diagshift"``           ``Sigma + (floor - lambda_min) I`` (Wu et al.'s diagonal shift)
-``"xi"``                  variances clamped at ``floor``, then the off-diagonal part shrunk
-                          towards 0 until the matrix is positive definite: our reading of the
-                          repair heuristic of Tong, Xi, Kantarcioglu & Inan (DBSec 2017), which
-                          keeps the noisy variances and gives up correlation first
+``"xi"``                  the heuristic of Xi, Kantarcioglu & Inan (CODASPY 2011, Section 5,
+                          step 3): eigenvalues below ``floor`` replaced by the smallest one
+                          above it (the paper: negative ones by the smallest positive one),
+                          repeated until the matrix is positive definite
+``"shrink"``              variances clamped at ``floor``, then the off-diagonal part shrunk
+                          towards 0 until the matrix is positive definite: keeps the noisy
+                          variances and gives up correlation first (this project's; it was
+                          called ``"xi"`` before the paper was at hand)
 ========================  ======================================================================
 
 Every repair leaves a matrix whose smallest eigenvalue is already >= ``floor`` untouched (bit
@@ -26,7 +30,7 @@ import numpy as np
 from p2pem.errors import ConfigError
 from p2pem.gmm import FloatArray
 
-REPAIRS = ("eigclamp", "diagshift", "xi")
+REPAIRS = ("eigclamp", "diagshift", "xi", "shrink")
 
 
 def clip_weights(weights: FloatArray, floor: float = 1e-3, smoothing: float = 0.0) -> FloatArray:
@@ -51,7 +55,7 @@ def repair_covariances(covariances: FloatArray, method: str = "eigclamp", floor:
     covariances : (..., d, d) array
         Noisy covariance estimates (symmetrised first; noise on the upper triangle only is
         mirrored already, so this only removes rounding asymmetry).
-    method : {"eigclamp", "diagshift", "xi"}
+    method : {"eigclamp", "diagshift", "xi", "shrink"}
         See the module docstring.
     floor : float
         Smallest eigenvalue kept, > 0.
@@ -97,10 +101,28 @@ def _diagshift(a: FloatArray, floor: float) -> FloatArray:
 
 
 def _xi(a: FloatArray, floor: float) -> FloatArray:
-    return np.stack([_xi_one(m, floor) for m in a])
+    """Xi, Kantarcioglu & Inan (2011): V D V^T with every eigenvalue below ``floor`` replaced by the
+    smallest eigenvalue at or above it (``floor`` if there is none), repeated while rounding
+    leaves one below."""
+    out = a
+    for _ in range(10):
+        lam, vec = np.linalg.eigh(out)
+        if np.all(lam[..., 0] >= floor):
+            break
+        ok = lam >= floor
+        smallest = np.min(np.where(ok, lam, np.inf), axis=-1, keepdims=True)
+        smallest = np.where(np.isfinite(smallest), smallest, floor) + _EPS * np.max(np.abs(lam), axis=-1, keepdims=True)
+        lam = np.where(ok, lam, smallest)
+        out = (vec * lam[..., None, :]) @ np.swapaxes(vec, -1, -2)
+        out = (out + np.swapaxes(out, -1, -2)) / 2
+    return out
 
 
-def _xi_one(a: FloatArray, floor: float) -> FloatArray:
+def _shrink(a: FloatArray, floor: float) -> FloatArray:
+    return np.stack([_shrink_one(m, floor) for m in a])
+
+
+def _shrink_one(a: FloatArray, floor: float) -> FloatArray:
     diag = np.maximum(np.diag(a), floor * 2)
     off = a - np.diag(np.diag(a))
     lo, hi = 0.0, 1.0  # shrink factor: lo always works (a diagonal matrix >= 2 floor)
@@ -117,4 +139,4 @@ def _xi_one(a: FloatArray, floor: float) -> FloatArray:
     return np.diag(diag) + lo * off
 
 
-_REPAIR = {"eigclamp": _eigclamp, "diagshift": _diagshift, "xi": _xi}
+_REPAIR = {"eigclamp": _eigclamp, "diagshift": _diagshift, "xi": _xi, "shrink": _shrink}

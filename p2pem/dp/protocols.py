@@ -138,7 +138,7 @@ class DPProtocol(ProtocolSpec):
         records the one used).
     weight_floor, smoothing : float
         Weight post-processing, :func:`p2pem.dp.postprocess.clip_weights`.
-    covariance_repair : {"eigclamp", "diagshift", "xi"}
+    covariance_repair : {"eigclamp", "diagshift", "xi", "shrink"}
     eig_floor : float
         Smallest eigenvalue a repaired covariance keeps (Park et al.: 1e-3).
     """
@@ -151,7 +151,7 @@ class DPProtocol(ProtocolSpec):
     split: Union[str, None] = None
     weight_floor: float = 1e-3
     smoothing: float = 0.0
-    covariance_repair: Literal["eigclamp", "diagshift", "xi"] = "eigclamp"
+    covariance_repair: Literal["eigclamp", "diagshift", "xi", "shrink"] = "eigclamp"
     eig_floor: float = 1e-3
     #: the run's calibrated noise, set by :meth:`bind` (a bound spec is a new instance)
     plan: Union[NoisePlan, None] = field(default=None, repr=False, compare=False, metadata={"bound": True})
@@ -189,11 +189,11 @@ class DPProtocol(ProtocolSpec):
             release (:data:`p2pem.dp.releases.PRIVATE_FAMILIES`), or the split does not fit the family.
         """
         if settings.tol != 0:
-            raise ConfigError(f"{self.label}: a private run has a fixed number of EM iterations: set tol = 0 (em.tol)")
+            raise ConfigError(f"{self.label}: a private run has a fixed number of EM iterations: set tol = 0 (the estimator's tol; [em] tol in a scenario)")
         if settings.max_iter < 1:
             # with no M-step the only aggregation after the init would deliver the
             # log-likelihood of the init: statistics the budget has no share for
-            raise ConfigError(f"{self.label}: a private run needs at least one EM iteration, got max_iter = {settings.max_iter} (em.max_iter)")
+            raise ConfigError(f"{self.label}: a private run needs at least one EM iteration, got max_iter = {settings.max_iter} (the estimator's max_iter; [em] max_iter in a scenario)")
         try:
             private = check_private(settings.family)
         except ConfigError as exc:

@@ -71,7 +71,7 @@ SIMULATION = ("a simulation of the mechanism, not a release: its noise comes fro
 #: ``excluded`` names, published as they are).  The fitted parameters are post-processing of the
 #: noisy releases.
 RESULT_PUBLIC = (
-    "format", "version", "scenario", "scenario_file", "seed", "family", "graph", "n_rows",
+    "format", "version", "scenario", "scenario_file", "seed", "parties", "family", "graph", "n_rows",
     *(f"protocols[].{key}" for key in ("protocol", "protocol_params", "resolved_params", "n_iter", "converged", "loglik",
                                         "consensus_iterations", "init_consensus_iterations", "messages", "bytes", "wall_s",
                                         "node_spread", "unconverged_iterations")),

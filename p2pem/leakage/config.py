@@ -4,9 +4,10 @@ Keys (all optional except as noted; unknown keys are errors)::
 
     [leakage]
     adversary = ["honest-but-curious"]  # or "eavesdropper", "both"; a string or an array
-    corrupt = [1, 3]                    # corrupt node ids; required unless only "eavesdropper"
+    corrupt = [1, 3]                    # corrupt node ids, or the parties' names ("h3"); required
+                                        # unless only "eavesdropper"
     server_corrupt = true               # federated: the server is honest-but-curious too
-    targets = [0, 2, 4]                 # nodes whose leakage is measured, or "all" (every
+    targets = [0, 2, 4]                 # nodes (ids or names) whose leakage is measured, or "all" (every
                                         # honest node); default: every honest node up to
                                         # DEFAULT_MAX_TARGETS of them, else a chosen subset
     inputs = "data"                     # or "gaussian": what the nodes aggregate per run
@@ -19,7 +20,8 @@ Keys (all optional except as noted; unknown keys are errors)::
     n_batches = 10                      # disjoint batches for the confidence interval
     level = 0.95                        # confidence level
     folds = 5                           # cross-fitting folds of the adversary's linear estimate
-    node_labels = ["1", "2", "3", "4", "5"]  # how nodes are printed (default: their ids)
+    node_labels = ["1", "2", "3", "4", "5"]  # how nodes are printed (default: the parties'
+                                        # names when the scenario has them, else the ids)
     sweep_std = [1e-2, 1, 100]          # perturbation sweep: pdmm-sp initial-dual stds
     perturbation = "absolute"           # or "relative": pdmm-sp's perturbation_std and
                                         # sweep_std in multiples of the statistic's std
@@ -138,6 +140,8 @@ def parse_leakage(scenario: Scenario) -> LeakageConfig:
     if len(set(adv)) != len(adv):
         t.fail_key("adversary", "names an adversary more than once")
 
+    for key in ("corrupt", "targets"):
+        _names_to_ids(t, key, scenario)
     corrupt = t.node_list("corrupt", n) or ()
     if any(a != "eavesdropper" for a in adv) and not corrupt:
         t.fail_key("corrupt", "must name at least one node for the honest-but-curious and both adversaries")
@@ -176,7 +180,8 @@ def parse_leakage(scenario: Scenario) -> LeakageConfig:
     rounds = t.integer("rounds", default=None, minimum=1) if "rounds" in raw else t.integer("iterations", default=None, minimum=1)
     level = t.fraction("level", default=0.95)
 
-    labels = raw.get("node_labels", [])
+    # the parties' own names label the nodes unless node_labels says otherwise
+    labels = raw.get("node_labels", [str(p) for p in scenario.parties or ()])
     if not (isinstance(labels, list) and all(isinstance(s, str) and s for s in labels)):
         t.fail_key("node_labels", f"must be an array of non-empty strings, got {labels!r}")
     if labels and len(labels) != n:
@@ -214,8 +219,27 @@ def parse_leakage(scenario: Scenario) -> LeakageConfig:
     )
 
 
+def _names_to_ids(t: Table, key: str, scenario: Scenario) -> None:
+    """A node list's party names (text) as node ids, in place; integers stay node ids 0..n-1."""
+    value = t.table.get(key)
+    if not isinstance(value, list) or not any(isinstance(v, str) for v in value):
+        return
+    parties = scenario.parties
+    ids = []
+    for v in value:
+        if isinstance(v, str):
+            i = scenario.node_index(v)
+            if i is None:
+                known = f"the parties are {', '.join(repr(str(p)) for p in parties[:12])}{', ...' if len(parties) > 12 else ''}" if parties else \
+                    "the scenario names no parties (no [data] node_column, no named edge file): use node ids"
+                t.fail_key(key, f"holds {v!r}, not a party of the scenario ({known})")
+            v = i
+        ids.append(v)
+    t.table[key] = ids
+
+
 def parse_targets(text: str, config: LeakageConfig, n_nodes: int) -> tuple[int, ...]:
-    """The ``--targets`` option: ``"all"`` or comma-separated node ids, checked like the key.
+    """The ``--targets`` option: ``"all"`` or comma-separated node ids or names (labels), checked like the key.
 
     Raises
     ------
@@ -224,10 +248,15 @@ def parse_targets(text: str, config: LeakageConfig, n_nodes: int) -> tuple[int, 
     """
     if text.strip() == "all":
         return tuple(i for i in range(n_nodes) if i not in config.corrupt)
-    try:
-        ids = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise ConfigError(f"--targets must be 'all' or comma-separated node ids, got {text!r}") from None
+    ids = []
+    for token in (v.strip() for v in text.split(",")):
+        if token in config.node_labels:  # a party's name (the default labels) or a label
+            ids.append(config.node_labels.index(token))
+            continue
+        try:
+            ids.append(int(token))
+        except ValueError:
+            raise ConfigError(f"--targets must be 'all' or comma-separated node ids or party names, got {token!r} in {text!r}") from None
     for i in ids:
         if not 0 <= i < n_nodes:
             raise ConfigError(f"--targets holds {i}, not a node id 0..{n_nodes - 1}")

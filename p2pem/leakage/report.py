@@ -222,16 +222,18 @@ class LeakageReport:
         return seen
 
     def leakage_json(self) -> dict:
-        """leakage.json: ``{"format", "version", "scenario", "scope", "analysed", "runs": [...]}``.
+        """leakage.json: ``{"format", "version", "scenario", "parties", "scope", "analysed", "runs": [...]}``.
 
+        ``parties``: node ``i`` is ``parties[i]`` (None when the nodes are only numbered);
         ``scope`` says that one aggregation is analysed and how to measure a whole run;
         ``analysed`` names, per protocol label, the schedule and stop round the Monte Carlo ran
         (:class:`~p2pem.leakage.montecarlo.AnalysedSchedule`); each run's ``rounds`` are the
         rounds of that aggregation its leakage is given after.
         """
         fmt, version = LEAKAGE_FORMAT
-        return {"format": fmt, "version": version, "scenario": self.scenario.name, "scope": SCOPE,
-                "analysed": {p.label: p.analysed.to_json() for p in self.protocols},
+        parties = self.scenario.parties
+        return {"format": fmt, "version": version, "scenario": self.scenario.name, "parties": None if parties is None else list(parties),
+                "scope": SCOPE, "analysed": {p.label: p.analysed.to_json() for p in self.protocols},
                 "runs": [r.to_json() for r in self.runs]}
 
     def summary_json(self, *, extra_timings: dict[str, float] | None = None, wall_s: float | None = None) -> dict:

@@ -25,6 +25,7 @@ Settings come from the optional ``[leakage.whole_run]`` table of the scenario::
     tolerance = 1e-3                    # a row counts as recovered within this distance (data units)
     starts = 3                          # random starts of the attack per group and T
     rank_check = true                   # rank structure check (default: graphs of <= 30 nodes)
+    max_minutes = 30                    # refuse, with the estimate, an attack estimated to take longer
 
 Every error names the file and the dotted key.
 """
@@ -65,7 +66,7 @@ __all__ = [
 
 WHOLE_RUN_FORMAT = "p2pem-whole-run"
 WHOLE_RUN_VERSION = 1
-WHOLE_RUN_KEYS = ("corrupt_sets", "adversary", "server_corrupt", "iterations_seen", "tolerance", "starts", "rank_check")
+WHOLE_RUN_KEYS = ("corrupt_sets", "adversary", "server_corrupt", "iterations_seen", "tolerance", "starts", "rank_check", "max_minutes")
 
 #: Attack budget by group size: (largest group rows, random starts (None: config.starts),
 #: solver evaluations per start).  Bigger groups get fewer, shorter fits, so the whole
@@ -94,6 +95,7 @@ class WholeRunConfig:
     tolerance: float = 1e-3
     starts: int = 3
     rank_check: bool | None = None
+    max_minutes: float = 30.0
 
 
 def _fail(where: str, key: str, message: str):
@@ -109,6 +111,22 @@ def _int_list(where: str, key: str, value: Any, lo: int, hi: int | None) -> tupl
     if len(set(value)) != len(value):
         _fail(where, key, "names a value more than once")
     return tuple(sorted(value))
+
+
+def _by_name(scenario: Scenario, key: str, values: Any) -> Any:
+    """A list of node ids whose text entries are parties' names, as node ids (others unchanged)."""
+    if not isinstance(values, list):
+        return values
+    out = []
+    for v in values:
+        if isinstance(v, str):
+            i = scenario.node_index(v)
+            if i is None:
+                raise ConfigError(f"{scenario.path}: '{key}' holds {v!r}, not a party of the scenario (parties: "
+                                  f"{', '.join(repr(str(p)) for p in (scenario.parties or ())[:12]) or 'none named'})")
+            v = i
+        out.append(v)
+    return out
 
 
 def parse_whole_run(scenario: Scenario) -> WholeRunConfig:
@@ -137,9 +155,9 @@ def parse_whole_run(scenario: Scenario) -> WholeRunConfig:
         sets = raw["corrupt_sets"]
         if not isinstance(sets, list) or not sets:
             _fail(where, "corrupt_sets", f"must be a non-empty array of arrays of node ids, got {sets!r}")
-        corrupt = tuple(_int_list(where, "corrupt_sets", s, 0, n - 1) for s in sets)
+        corrupt = tuple(_int_list(where, "corrupt_sets", _by_name(scenario, "leakage.whole_run.corrupt_sets", s), 0, n - 1) for s in sets)
     elif leak.get("corrupt"):
-        base = leak["corrupt"]
+        base = _by_name(scenario, "leakage.corrupt", leak["corrupt"])
         if not (isinstance(base, list) and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n for v in base)):
             raise ConfigError(f"{where}: 'leakage.corrupt' must be an array of node ids 0..{n - 1}, got {base!r}")
         corrupt = (tuple(sorted(set(base))),)
@@ -167,7 +185,10 @@ def parse_whole_run(scenario: Scenario) -> WholeRunConfig:
     rank = raw.get("rank_check")
     if rank is not None and not isinstance(rank, bool):
         _fail(where, "rank_check", f"must be true or false, got {rank!r}")
-    return WholeRunConfig(corrupt, tuple(adv), server, seen, float(tol), starts, rank)
+    limit = raw.get("max_minutes", 30.0)
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit <= 0:
+        _fail(where, "max_minutes", f"must be a number of minutes > 0, got {limit!r}")
+    return WholeRunConfig(corrupt, tuple(adv), server, seen, float(tol), starts, rank, float(limit))
 
 
 # ------------------------------------------------------------------------ the analysis
@@ -228,12 +249,15 @@ class WholeRunReport:
     family: dict = field(default_factory=lambda: {"name": "gaussian"})
     #: None when the attack ran; else why not
     attack_skipped: str | None = None
+    #: the parties' names of nodes 0..n-1 (the scenario's), None when the nodes are only numbered
+    parties: list | None = None
 
     def to_json(self) -> dict:
         return {
             "format": WHOLE_RUN_FORMAT,
             "version": WHOLE_RUN_VERSION,
             "scenario": self.scenario,
+            "parties": self.parties,
             "family": self.family,
             "attack": "run" if self.attack_skipped is None else f"not run: {self.attack_skipped}",
             "n_nodes": self.n_nodes,
@@ -330,6 +354,71 @@ def _run_attack(task: _GroupAttack) -> list[np.ndarray]:
     return task.run()
 
 
+def _attack_tasks(views: list[WholeRunView], parts: list[np.ndarray], seen: tuple[int, ...], seed: np.random.SeedSequence,
+                  starts: int) -> dict[tuple[int, ...], _GroupAttack]:
+    """Every group disclosed to any adversary of one protocol, attacked once, as one task."""
+    tasks: dict[tuple[int, ...], _GroupAttack] = {}
+    for view in views:
+        for k, group in enumerate(view.groups):
+            if group not in tasks:
+                rows = _group_rows(parts, group, view.data_bound)
+                assert view.final is not None  # record_whole_run sets it at the end of the run
+                tasks[group] = _GroupAttack([view.observations(k, t) for t in seen], rows, child(seed, *group), starts, view.final)
+    return tasks
+
+
+def estimate_whole_run(scenario: Scenario, config: WholeRunConfig | None = None) -> dict[str, float]:
+    """Estimate of each protocol's attack SVD time (seconds, here and now; :func:`attack_seconds`), without attacking:
+    the EM runs are recorded (cheap), the attacks' solves counted (:func:`attack_solves`) and
+    priced by one timed SVD (:func:`svd_seconds_per_unit`)."""
+    config = config or parse_whole_run(scenario)
+    parts, graph, settings = load_data(scenario), build_graph(scenario), em_settings(scenario)
+    per_unit = svd_seconds_per_unit()
+    out = {}
+    for spec in build_protocols(scenario):
+        if spec.name == "centralized" or getattr(spec, "asynchronous", False):
+            continue
+        views = record_whole_run(parts, graph, spec, settings, adversaries_for(spec.name, config), seed=scenario.streams()["protocol"])
+        last = views[0].iterations[-1]
+        seen = tuple(sorted({min(t, last) for t in config.iterations_seen if t >= views[0].iterations[0]})) or (last,)
+        tasks = _attack_tasks(views, parts, seen, np.random.SeedSequence(0), config.starts)
+        out[views[0].protocol] = attack_seconds(attack_solves(list(tasks.values())), per_unit)
+    return out
+
+
+def attack_solves(tasks: list[_GroupAttack]) -> list[tuple[int, int, int]]:
+    """The least-squares solves the attacks may run, as ``(residuals, unknowns, evaluations)``:
+    per group and T, at most starts x max_nfev trust-region steps, each one SVD of the
+    Jacobian (``scipy.optimize.least_squares``' exact ``trf`` solver), which is what the time goes to."""
+    out = []
+    for task in tasks:
+        m, d = task.rows.shape
+        _, n_starts, nfev = next(b for b in BUDGETS if m <= b[0])
+        for obs in task.observed:
+            if obs:
+                out.append((int(sum(np.size(o.sums) for o in obs)), m * d, (n_starts or task.starts) * nfev))
+    return out
+
+
+def svd_seconds_per_unit(*, rng: np.random.Generator | None = None) -> float:
+    """Seconds per unit of :func:`attack_seconds`' cost model (``max(r, u) min(r, u)^2``),
+    measured here and now on one SVD of a 1200 x 600 matrix (this machine, its load, its BLAS)."""
+    from scipy.linalg import svd
+
+    a = (rng or np.random.default_rng(0)).normal(size=(1200, 600))
+    t0 = time.perf_counter()
+    svd(a, full_matrices=False)
+    return (time.perf_counter() - t0) / (1200 * 600**2)
+
+
+def attack_seconds(solves: list[tuple[int, int, int]], per_unit: float) -> float:
+    """Estimate of the attacks' SVD time, every solve running its evaluations to the end: the
+    term that dominates a large attack (93 % of a 13-feature group's time in a profile); a small
+    attack's fixed costs (Jacobians, matching, the baseline) are left out, so there the measured
+    time is well above it (``sim/bench_wholerun_scaling.py`` prints both)."""
+    return float(sum(e * max(r, u) * min(r, u) ** 2 for r, u, e in solves) * per_unit)
+
+
 def analyse_whole_run(
     scenario: Scenario, config: WholeRunConfig | None = None, *, progress: Progress | None = None, workers: Workers | None = None
 ) -> WholeRunReport:
@@ -365,7 +454,8 @@ def analyse_whole_run(
         raise ConfigError(f"{scenario.path}: no synchronous network protocol to analyse")
     n = len(parts)
     report = WholeRunReport(scenario.name, config, n, int(sum(len(p) for p in parts)), int(parts[0].shape[1]), settings.n_components,
-                            family=settings.family.describe(), attack_skipped=None if settings.family.name == "gaussian" else ATTACK_GAUSSIAN_ONLY)
+                            family=settings.family.describe(), attack_skipped=None if settings.family.name == "gaussian" else ATTACK_GAUSSIAN_ONLY,
+                            parties=None if scenario.parties is None else list(scenario.parties))
     attack_ss = scenario.streams()["montecarlo"].spawn(2)[1]
     rank_on = config.rank_check if config.rank_check is not None else n <= RANK_CHECK_NODES
     for p_index, spec in enumerate(specs):
@@ -395,19 +485,21 @@ def analyse_whole_run(
                 "schedule": _schedule(spec, graph),
             }
         )
-        # every group disclosed to any adversary of this protocol is attacked once, as one task
-        tasks: dict[tuple[int, ...], _GroupAttack] = {}
-        for view in views if report.attack_skipped is None else ():
-            for k, group in enumerate(view.groups):
-                if group not in tasks:
-                    rows = _group_rows(parts, group, view.data_bound)
-                    assert view.final is not None  # record_whole_run sets it at the end of the run
-                    tasks[group] = _GroupAttack([view.observations(k, t) for t in seen], rows, child(attack_ss, p_index, *group),
-                                                config.starts, view.final)
+        tasks = _attack_tasks(views if report.attack_skipped is None else [], parts, seen, child(attack_ss, p_index), config.starts)
 
-        def step(done: int, total: int, name: str = spec.name) -> None:
+        estimate = attack_seconds(attack_solves(list(tasks.values())), svd_seconds_per_unit()) if tasks else 0.0
+        if estimate > 60 * config.max_minutes:
+            largest = max(t.rows.shape[0] for t in tasks.values())
+            raise ConfigError(
+                f"{scenario.path}: the whole-run attack on {spec.name} would take about {estimate / 60:.0f} min here "
+                f"({len(tasks)} disclosed group(s) of up to {largest} rows x {parts[0].shape[1]} features, T = {', '.join(map(str, seen))}; "
+                f"limit 'leakage.whole_run.max_minutes' = {config.max_minutes:g}): see fewer iterations "
+                "('leakage.whole_run.iterations_seen'), fewer features ([data] pca), or raise max_minutes"
+            )
+
+        def step(done: int, total: int, name: str = spec.name, minutes: float = estimate / 60) -> None:
             if progress is not None:
-                progress(f"{name}: attacks", done, total)
+                progress(f"{name}: attacks (~{minutes:.1f} min est.)", done, total)
 
         cache = dict(zip(tasks, workers.map(_run_attack, list(tasks.values()), progress=step), strict=True))
         for view in views:
@@ -467,6 +559,7 @@ def analyse_whole_run(
                         )
                     )
         report.protocols[-1]["run_and_reduction_s"] = t_run
+        report.protocols[-1]["attack_estimate_s"] = estimate
         report.protocols[-1]["attack_s"] = time.perf_counter() - t0 - t_run
         report.protocols[-1]["groups_attacked"] = len(cache)
     return report

@@ -58,7 +58,7 @@ __all__ = ["HEADER_PUBLIC", "RELEASE_FORMAT", "Synthesizer", "privacy_provenance
 
 #: The fields of :func:`release_header` that are declared public (every release's ``privacy.public``
 #: lists them with the synthesizer's own): facts of the scenario, its settings and the accounting.
-HEADER_PUBLIC = ("format", "version", "scenario", "scenario_file", "seed", "model", "schema", "training_rows", "n_nodes", "protocol",
+HEADER_PUBLIC = ("format", "version", "scenario", "scenario_file", "seed", "parties", "model", "schema", "training_rows", "n_nodes", "protocol",
                  "privacy", "public")
 
 #: ``format`` and ``version`` of a release document.
@@ -119,7 +119,7 @@ def release_header(model: str, scenario: Scenario, schema: Schema, *, training_r
         "public": [
             "the schema: column names, types, order, numeric ranges and category lists"
             + ("" if schema.public else " -- NOT PUBLIC: the schema says it was read off the data"),
-            f"the graph of {scenario.graph.n_nodes} nodes and every node's row count",
+            f"the graph of {scenario.graph.n_nodes} nodes, the parties' names ('parties', when they have names) and every node's row count",
             SEED_PUBLIC,
             *public,
         ],

@@ -26,7 +26,7 @@ Examples
 from __future__ import annotations
 
 from p2pem.tabular.encode import DEFAULT_BINS, Design, bin_edges, design_matrix, discretize, domain_sizes, one_hot, undiscretize
-from p2pem.tabular.io import read_table, schema_from_data_NOT_PRIVATE, write_csv
+from p2pem.tabular.io import read_table, read_table_parties, schema_from_data_NOT_PRIVATE, write_csv
 from p2pem.tabular.schema import (
     SCHEMA_FORMAT,
     Categorical,
@@ -60,6 +60,7 @@ __all__ = [
     "load_schema",
     "one_hot",
     "read_table",
+    "read_table_parties",
     "schema_from_data_NOT_PRIVATE",
     "schema_from_dict",
     "schema_to_toml",

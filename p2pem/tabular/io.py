@@ -26,7 +26,7 @@ from p2pem.files import atomic_write, csv_records, read_csv
 from p2pem.tabular.schema import Categorical, Column, Continuous, CsvLayout, Schema, SchemaError
 from p2pem.tabular.table import Table
 
-__all__ = ["read_table", "schema_from_data_NOT_PRIVATE", "write_csv"]
+__all__ = ["read_table", "read_table_parties", "schema_from_data_NOT_PRIVATE", "write_csv"]
 
 _SHOWN_CATEGORIES = 8
 
@@ -77,25 +77,54 @@ def read_table(
     except SchemaError as exc:
         raise ConfigError(f"read_table: {exc}") from None
     return read_csv(
-        path, lambda reader, where: _read(reader, where, schema, layout), delimiter=layout.separator, skipinitialspace=True
+        path, lambda reader, where: _read(reader, where, schema, layout)[0], delimiter=layout.separator, skipinitialspace=True
     )
 
 
-def _read(reader: Any, where: str, schema: Schema, layout: CsvLayout) -> Table:
+def read_table_parties(path: str | os.PathLike[str], schema: Schema, column: str) -> tuple[Table, tuple[str, ...]]:
+    """:func:`read_table`, and the party of every row it keeps, from ``column`` (not a schema column).
+
+    A distributed synthesizer's input: the table of all rows and, row for row, the text of
+    the party that holds it (a node column, e.g. the hospital), so that each party's rows
+    are exactly its own.  The party column is read beside the schema's columns and is not
+    one of them; a row dropped for a missing value is dropped with its party.
+
+    Raises
+    ------
+    DataError
+        As :func:`read_table`; also the schema's file layout has no header row (the column
+        is found by its name), ``column`` is a schema column or not in the header, or a
+        kept row has no party (naming the line).
+    """
+    if column in schema.names:
+        raise DataError(f"{path}: the party column {column!r} is a column of the schema; it names parties, it is not data")
+    if not schema.csv.header:
+        raise DataError(f"{path}: a party column needs a header row (the schema's csv.header is false)")
+    return read_csv(path, lambda reader, where: _read(reader, where, schema, schema.csv, party=column), delimiter=schema.csv.separator,
+                    skipinitialspace=True)
+
+
+def _read(reader: Any, where: str, schema: Schema, layout: CsvLayout, *, party: str | None = None) -> tuple[Table, tuple[str, ...]]:
     records = csv_records(reader)
-    n_fields, positions = _positions(records, where, schema, layout)
+    n_fields, positions = _positions(records, where, schema, layout, party)
     missing = set(layout.missing)
     lines: list[int] = []
     rows: list[list[str]] = []
+    owners: list[str] = []
     n_dropped = 0
     for line, record in records:
         if len(record) != n_fields:
             expected = "as in the header" if layout.header else f"one per schema column ({', '.join(schema.names)})"
             raise DataError(f"{where} line {line}: expected {n_fields} fields {expected}, got {len(record)}")
-        cells = [record[p].strip() for p in positions]
+        cells = [record[p].strip() for p in positions[: len(schema.names)]]
         if missing.intersection(cells):
             n_dropped += 1
             continue
+        if party is not None:
+            owner = record[positions[-1]].strip()
+            if not owner or owner in missing:
+                raise DataError(f"{where} line {line}, column {party!r}: {owner!r} names no party (every row needs the party that holds it)")
+            owners.append(owner)
         lines.append(line)
         rows.append(cells)
     if not rows:
@@ -112,11 +141,14 @@ def _read(reader: Any, where: str, schema: Schema, layout: CsvLayout) -> Table:
         else:
             codes[:, i_cat] = _parse_categories(cells, column, where, line_numbers, set(layout.missing))
             i_cat += 1
-    return Table(schema, continuous, codes, n_dropped)
+    return Table(schema, continuous, codes, n_dropped), tuple(owners)
 
 
-def _positions(records: Iterator[tuple[int, list[str]]], where: str, schema: Schema, layout: CsvLayout) -> tuple[int, list[int]]:
-    """The number of fields per record and, per schema column, its field index (reads the header)."""
+def _positions(
+    records: Iterator[tuple[int, list[str]]], where: str, schema: Schema, layout: CsvLayout, party: str | None = None
+) -> tuple[int, list[int]]:
+    """The number of fields per record and, per schema column, its field index (reads the
+    header); with ``party``, that column's index last."""
     if not layout.header:
         return len(schema.columns), list(range(len(schema.columns)))
     first = next(records, None)
@@ -126,15 +158,15 @@ def _positions(records: Iterator[tuple[int, list[str]]], where: str, schema: Sch
     for i, name in enumerate(header):
         if name in header[:i]:
             raise DataError(f"{where} line {line}: column {name!r} appears twice in the header")
-        if name not in schema.names and name not in layout.ignore:
+        if name not in schema.names and name not in layout.ignore and name != party:
             raise DataError(
                 f"{where} line {line}: column {name!r} is not in the schema (add it to csv.ignore to skip it; "
                 f"schema columns: {', '.join(schema.names)})"
             )
-    absent = [name for name in schema.names if name not in header]
+    absent = [name for name in (*schema.names, *(() if party is None else (party,))) if name not in header]
     if absent:
         raise DataError(f"{where} line {line}: the header lacks the schema's column(s) {', '.join(map(repr, absent))}")
-    return len(header), [header.index(name) for name in schema.names]
+    return len(header), [header.index(name) for name in (*schema.names, *(() if party is None else (party,)))]
 
 
 def _parse_numbers(cells: list[str], column: Continuous, where: str, lines: npt.NDArray[Any]) -> npt.NDArray[np.float64]:

@@ -5,17 +5,25 @@ rule (``stopping``) as ``node.PdmmNode``, on NumPy (bit-identical to the nodes) 
 with ``device``, on another array-API namespace (CuPy, ``device``).  On NumPy a round reuses
 preallocated buffers and SciPy's CSC product, which adds each node's neighbour terms in the
 node's own order; the settle test skips its full form while a cheap, exact prefilter already
-fails every node (see ``updates.settled``).
+fails every node (see ``updates.settled``).  With ``threads`` > 1 the round's sparse product
+and its elementwise updates run over contiguous blocks of nodes (``device.RowBlocks``) on
+that many threads, with the same bits as one thread.
 """
 
 from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from functools import partial
+from typing import Any
 
 import numpy as np
 
 from p2pem.errors import ConfigError
 from p2pem.messages import Message
 from p2pem.protocols.base import AggregateOutcome, Topology
-from p2pem.protocols.pdmm.device import NeighbourMin, SparseProduct, namespace, to_host
+from p2pem.protocols.pdmm.device import NeighbourMin, RowBlocks, SparseProduct, namespace, to_host
 from p2pem.protocols.pdmm.spectra import per_topology
 from p2pem.protocols.pdmm.steps import Options, step_params
 from p2pem.protocols.pdmm.stopping import StopRule, check_precision
@@ -47,9 +55,11 @@ def aggregate(spec: Options, values, topology: Topology, rngs, iteration: int, *
         u, v = dual_sums_host(spec, values, t_, rngs, iteration, trace)
     else:
         u, v = dual_sums_device(spec, p, t_, rngs, xp, sparse)
-    # the product's matrix (on the device) is built once per topology and step parameters
-    product = per_topology(t_, ("product", spec.device, prm.c, prm.beta, prm.schedule is None), lambda: SparseProduct(
-        t_.adjacency if prm.weights is None else t_.weighted_adjacency(prm.weights), xp, sparse))
+    n_threads = thread_count(spec, t_)
+    blocks = per_topology(t_, ("blocks", n_threads), lambda: RowBlocks(t_.indptr, n_threads)) if n_threads > 1 else None
+    # the product's matrix (on the device) is built once per topology, step parameters and blocks
+    product = per_topology(t_, ("product", spec.device, prm.c, prm.beta, prm.schedule is None, n_threads), lambda: SparseProduct(
+        t_.adjacency if prm.weights is None else t_.weighted_adjacency(prm.weights), xp, sparse, blocks))
     # min(a_i, min over i's neighbours of a_j): the stopping counters' one reduction; the
     # counters live beside x (host for the CPU, else the device: no transfer per round)
     nb_min = per_topology(t_, ("nb_min", spec.device), lambda: NeighbourMin(t_, xp, on_host))
@@ -68,30 +78,81 @@ def aggregate(spec: Options, values, topology: Topology, rngs, iteration: int, *
     # into `spare`, sums_update writes the new u and v over nb_sum and the old u
     inplace = xp is np and theta == 1.0
     spare = np.empty_like(u) if inplace else None
+    # with blocks, each elementwise step runs block by block on the pool's threads (rows are
+    # independent: the same bits), the product as RowBlocks describes
+    split = inplace and blocks is not None
+    x: Any = None
     t = 0
-    while True:
-        t += 1
-        if prm.schedule is not None:
-            denom, two_c, two_cd, _ = prm.at(t)
-            w = two_cd - two_c * degree  # as prm.at computes it, on the device
-        if inplace:
-            x = np.divide(np.subtract(s_dev, u, out=spare), denom, out=spare)
-        else:
-            x = (s_dev - u) / denom
-        if trace is not None:
-            g, stop_at = rule.g, rule.stop_at
-            for i in range(n):
-                trace.append(Message(i, t_.neighbours[i], iteration, t, "primal", x[i].copy(), False, (int(g[i]), int(stop_at[i]))))
-        nb_sum = product(x)
-        if rule.advance(t, x, x_prev, nb_sum, degree, nb_min, nb_min):
-            break
-        spare = v if x_prev is None else x_prev  # free after this round (trace rows are copies)
-        u, v = sums_update(u, v, x, nb_sum, two_c, two_cd, theta, w, inplace=inplace)
-        x_prev = x
+    with ThreadPoolExecutor(len(blocks) - 1, thread_name_prefix="pdmm-sp") if blocks is not None else nullcontext() as pool:
+        while True:
+            t += 1
+            if prm.schedule is not None:
+                denom, two_c, two_cd, _ = prm.at(t)
+                w = two_cd - two_c * degree  # as prm.at computes it, on the device
+            if split and blocks is not None:
+                blocks.run(pool, partial(_primal_rows, s_dev, u, denom, spare))
+                x = spare
+            elif inplace:
+                x = np.divide(np.subtract(s_dev, u, out=spare), denom, out=spare)
+            else:
+                x = (s_dev - u) / denom
+            if trace is not None:
+                g, stop_at = rule.g, rule.stop_at
+                for i in range(n):
+                    trace.append(Message(i, t_.neighbours[i], iteration, t, "primal", x[i].copy(), False, (int(g[i]), int(stop_at[i]))))
+            nb_sum = product(x, pool)
+            if rule.advance(t, x, x_prev, nb_sum, degree, nb_min, nb_min):
+                break
+            spare = v if x_prev is None else x_prev  # free after this round (trace rows are copies)
+            if split and blocks is not None:
+                blocks.run(pool, partial(_update_rows, u, v, x, nb_sum, two_c, two_cd, w))
+                u, v = nb_sum, u  # where _update_rows wrote them, as sums_update in place does
+            else:
+                u, v = sums_update(u, v, x, nb_sum, two_c, two_cd, theta, w, inplace=inplace)
+            x_prev = x
     n_edges = t_.dst.size
     messages = n_edges + n * t
     nbytes = n_edges * 8 * p + n * t * (8 * p + 16)
     return AggregateOutcome(to_host(x), t, messages, nbytes, rule.converged, trace)
+
+
+#: ``threads = "auto"`` gives each thread at least this many directed edges: below, a round
+#: costs little more than the calls that hand blocks to threads (``sim/bench_rounds.py``).
+EDGES_PER_THREAD = 250_000
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+def thread_count(spec: Options, topology: Topology) -> int:
+    """Threads of a round on ``topology``: ``spec.threads``, or for "auto" one per
+    ``EDGES_PER_THREAD`` directed edges up to the usable cores; always 1 off the CPU."""
+    if spec.device != "cpu":
+        return 1
+    if spec.threads != "auto":
+        return int(spec.threads)
+    return max(1, min(usable_cores(), topology.dst.size // EDGES_PER_THREAD))
+
+
+def _rows(a, lo: int, hi: int):
+    """Rows lo:hi of a per-node column (n, 1), or a scalar coefficient itself."""
+    return a[lo:hi] if isinstance(a, np.ndarray) and a.ndim else a
+
+
+def _primal_rows(s, u, denom, out, lo: int, hi: int) -> None:
+    """x = (s - u) / denom on rows lo:hi, into ``out`` (the engine's in-place primal)."""
+    np.divide(np.subtract(s[lo:hi], u[lo:hi], out=out[lo:hi]), _rows(denom, lo, hi), out=out[lo:hi])
+
+
+def _update_rows(u, v, x, nb_sum, two_c, two_cd, w, lo: int, hi: int) -> None:
+    """``sums_update`` in place (theta = 1) on rows lo:hi: the new u into ``nb_sum``, the new v into ``u``."""
+    sums_update(u[lo:hi], v[lo:hi], x[lo:hi], nb_sum[lo:hi], two_c, _rows(two_cd, lo, hi), 1.0,
+                None if w is None else _rows(w, lo, hi), inplace=True)
 
 
 def dual_sum_matrices(topology: Topology):

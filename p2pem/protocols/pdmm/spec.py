@@ -72,6 +72,12 @@ class PdmmSP(ProtocolSpec):
         CPU to about 1e-12 relative, summation order differs), "array-api-strict" (a test
         device: the portable code path on the strict reference namespace).  The
         message-level engine and deployments always run on the CPU.
+    threads : int or "auto"
+        Threads of the vectorised engine's rounds on the CPU: each round's sparse product
+        and updates run over that many contiguous blocks of nodes at once, with the same
+        bits as one thread.  "auto" (default): one thread per 250 000 directed edges, up to
+        the cores this process may use (so 1 below about 18 000 nodes of a default geometric
+        graph); other devices run one.  ``sim/bench_rounds.py`` measures the gain.
     stop : {"auto", "adaptive"}
         "auto" (default): where the Leja polynomial runs (3 to 100 000 nodes) and is known to
         be below its target on the whole public spectrum (``steps.fixed_stop``), every node
@@ -90,6 +96,7 @@ class PdmmSP(ProtocolSpec):
     momentum: Union[float, str] = "auto"
     device: Literal["cpu", "cuda", "array-api-strict"] = "cpu"
     stop: Literal["auto", "adaptive"] = "auto"
+    threads: Union[int, str] = "auto"
     name: str = field(init=False, default="pdmm-sp")
     exact: bool = field(init=False, default=False)
 
@@ -126,6 +133,13 @@ class PdmmSP(ProtocolSpec):
             raise ConfigError(f"pdmm-sp: device must be 'cpu', 'cuda' or 'array-api-strict', got {self.device!r}")
         if self.stop not in ("auto", "adaptive"):
             raise ConfigError(f"pdmm-sp: stop must be 'auto' or 'adaptive', got {self.stop!r}")
+        if isinstance(self.threads, str):
+            if self.threads != "auto":
+                raise ConfigError(f"pdmm-sp: threads must be a positive integer or 'auto', got {self.threads!r}")
+        elif not (isinstance(self.threads, int) and not isinstance(self.threads, bool) and self.threads >= 1):
+            raise ConfigError(f"pdmm-sp: threads must be a positive integer or 'auto', got {self.threads!r}")
+        elif self.threads > 1 and self.device != "cpu":
+            raise ConfigError(f"pdmm-sp: threads = {self.threads} splits rounds on the CPU; with device = {self.device!r} leave it 'auto'")
 
     @property
     def asynchronous(self) -> bool:

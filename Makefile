@@ -55,6 +55,7 @@ docs: $(STAMP)
 benchmarks: $(STAMP)
 	for b in sim/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 	$(BIN)/python sim/bench_parkinsons.py --markdown docs/generated/bench_parkinsons.md  # the docs' table
+	$(BIN)/python sim/first_run.py --markdown docs/generated/first_run.md  # the first-run tutorial's table
 	$(BIN)/python sim/bench_rounds.py --json docs/generated/bench_rounds.json --markdown docs/generated/bench_rounds.md
 	@# the seed papers reproduced: each script writes docs/generated/reproduce_<key>.json, page.py renders docs/reproductions.md
 	for r in sim/reproduce/*.py; do case $$r in */page.py) ;; *) echo "== $$r"; $(BIN)/python $$r || exit 1;; esac; done

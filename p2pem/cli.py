@@ -143,6 +143,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"{r.protocol:<{width}} {r.n_iter:>6} {ll} {err} {eps:>8} {cons} {r.messages:>10} {r.bytes / 1e6:>8.2f} {r.wall_s:>7.3f}")
         if r.unconverged_iterations:
             print(f"  warning: {r.protocol} consensus stopped unsettled (max_iter, or a public stop round) in EM iterations {r.unconverged_iterations[:10]}")
+        weights, means = getattr(r.params, "weights", None), getattr(r.params, "means", None)
+        if weights is not None and means is not None:
+            from p2pem.model import degenerate_components
+
+            d = np.asarray(means).shape[-1]
+            light = degenerate_components(weights, result.n_rows, d)
+            if light.size:
+                print(f"  warning: {r.protocol}: {light.size} of {len(weights)} components hold fewer rows' weight than n_features + 1 = "
+                      f"{d + 1}; they are degenerate (their covariance rests on reg_covar): decrease n_components")
     for note in notes:
         print(note)
     for r in result.runs:

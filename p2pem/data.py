@@ -249,7 +249,8 @@ def _read_table(
 def _parse_cell(cell: str, where: str, line: int, column: str) -> float:
     text = cell.strip()
     if not text:
-        raise DataError(f"{where} line {line}, column {column!r}: empty cell")
+        raise DataError(f"{where} line {line}, column {column!r}: empty cell (p2pem imputes nothing: drop incomplete rows "
+                        "first, or give [data] a schema whose csv.missing lists \"\", and such rows are dropped and counted)")
     try:
         value = float(text)
     except ValueError:

@@ -41,6 +41,13 @@ from p2pem.streams import init_seed, scenario_streams
 ESTIMATORS: dict[str, type[DistributedMixture]] = {}
 
 
+
+def degenerate_components(weights: Any, n_rows: int, n_features: int) -> npt.NDArray[np.intp]:
+    """The components that hold fewer rows' weight than ``n_features + 1`` (a NaN weight too):
+    their covariance rests on ``reg_covar`` more than on the data (scikit-learn warns of them)."""
+    mass = np.asarray(weights, dtype=np.float64) * n_rows
+    return np.flatnonzero(~(mass >= n_features + 1))
+
 class DistributedMixture:
     """What every distributed mixture estimator shares: fitting over a graph, inference, saving.
 
@@ -214,7 +221,7 @@ class DistributedMixture:
         if weights is None:
             return
         mass = np.asarray(weights, dtype=np.float64) * n_rows
-        light = np.flatnonzero(~(mass >= n_features + 1))
+        light = degenerate_components(weights, n_rows, n_features)
         if light.size:
             shown = ", ".join(f"{k} ({mass[k]:.2g} rows)" for k in light[:5]) + (", ..." if light.size > 5 else "")
             warnings.warn(

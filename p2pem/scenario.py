@@ -474,7 +474,7 @@ class Scenario:
 # ---------------------------------------------------------------------------- loading
 
 
-def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+def load_scenario(path: str | os.PathLike[str], *, stand_in_data: Mapping[str, Any] | None = None) -> Scenario:
     """Read and validate a scenario file.
 
     Parameters
@@ -482,6 +482,10 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     path : str or path-like
         The TOML file.  A relative ``data.path`` inside it is resolved against
         the folder of this file.
+    stand_in_data : mapping, optional
+        The ``[data]`` table to use when the file has none, for a command that reads
+        no data (``p2pem keys roster`` given the data's public schema as options).
+        Ignored when the file has a ``[data]`` table.
 
     Returns
     -------
@@ -507,6 +511,8 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     file = Path(path)
     where = os.fspath(path)
     document = read_toml(file, "scenario")
+    if stand_in_data is not None and "data" not in document:
+        document = {**document, "data": dict(stand_in_data)}
 
     top = Table(where, document, "", ("name", "seed", "data", "graph", "em", "protocols", "leakage", "deploy", "tradeoff", "synth", "bayesnet", "marginals"))
     name = top.string("name", default=file.stem)

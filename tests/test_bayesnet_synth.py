@@ -70,8 +70,12 @@ def test_privbayes_over_pdmm_sp_writes_rows_a_valid_release_and_a_report(tmp_pat
     out = tmp_path / "out"
     code, stdout, err = run_cli(capsys, scenario_file(tmp_path), "--out", out, "--insecure-reproducible-seed")
     assert code == 0, err
-    assert "model privbayes, protocol pdmm-sp" in stdout and "against an outsider per accountant: basic" in stdout
-    assert "against 5 colluding members: none" in stdout  # members see exact count tables: no epsilon claimed against them
+    assert "model privbayes, protocol pdmm-sp" in stdout
+    # the guarantee first, under its accountant; the other accountants' bounds labelled as not the guarantee
+    line = next(row for row in stdout.splitlines() if row.startswith("  privacy: "))
+    assert "; the guarantee (basic accountant, pure epsilon-DP): " in line
+    assert line.index("the guarantee") < line.index("NOT the guarantee: zcdp ")
+    assert "none against 5 colluding members" in line  # members see exact count tables: no epsilon claimed against them
     assert sorted(p.name for p in out.iterdir()) == ["holder-only", "release"]
     assert sorted(p.name for p in (out / "release").iterdir()) == ["release.json", "synthetic.csv"]
     assert sorted(p.name for p in (out / "holder-only").iterdir()) == ["report.json", "report.png"]

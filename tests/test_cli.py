@@ -197,3 +197,23 @@ def test_progress_bars_only_on_a_terminal(tmp_path: Path, command: str) -> None:
     code, err = _run_with_stderr([*argv, "--out", str(tmp_path / "tty")], terminal=True)
     assert code == 0, err
     assert any(piece and piece[0] != "\n" for piece in err.split("\r")[1:]), err
+
+
+def test_simulate_warns_of_degenerate_components_as_the_estimator_does(tmp_path, capsys):
+    """Too many components for the rows (issue 31: 20 on 178 wine rows): the table says which
+    protocols ended with components lighter than n_features + 1 rows, counted from result.json."""
+    import numpy as np
+
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('seed = 2\n[data]\nsource = "synthetic"\nn_samples = 40\nn_features = 3\nn_components = 2\n'
+                        '[graph]\nkind = "geometric"\nn_nodes = 4\n[em]\nn_components = 9\nmax_iter = 5\n'
+                        '[[protocols]]\nname = "secure-sum"\n')
+    assert main(["simulate", str(scenario), "--out", str(tmp_path / "out"), "-q"]) == 0
+    out = capsys.readouterr().out
+    run = json.loads((tmp_path / "out" / "result.json").read_text())["protocols"][0]
+    light = int(np.sum(~(np.asarray(run["weights"]) * 40 >= 3 + 1)))
+    assert light > 0
+    assert f"  warning: secure-sum: {light} of 9 components hold fewer rows' weight than n_features + 1 = 4;" in out
+    scenario.write_text(scenario.read_text().replace("n_components = 9", "n_components = 2"))
+    assert main(["simulate", str(scenario), "--out", str(tmp_path / "two"), "-q"]) == 0
+    assert "degenerate" not in capsys.readouterr().out

@@ -105,14 +105,19 @@ def test_blank_lines_are_skipped_and_line_numbers_stay_true(tmp_path: Path) -> N
     np.testing.assert_array_equal(X, [[1, 2], [3, 4]])
 
 
+#: an empty cell says what to do about missing values (nothing is imputed)
+EMPTY = ('empty cell (p2pem imputes nothing: drop incomplete rows first, or give [data] a schema whose csv.missing lists "", '
+         "and such rows are dropped and counted)")
+
+
 @pytest.mark.parametrize(
     ("cell", "complaint"),
     [
         ("abc", "'abc' is not a number"),
         ("nan", "'nan' is not a finite number"),
         ("-inf", "'-inf' is not a finite number"),
-        ("", "empty cell"),
-        ("  ", "empty cell"),
+        ("", EMPTY),
+        ("  ", EMPTY),
     ],
 )
 def test_bad_cell_names_file_line_and_column(tmp_path: Path, cell: str, complaint: str) -> None:

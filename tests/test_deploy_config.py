@@ -514,3 +514,39 @@ def test_toml_writer_round_trips_text_outside_the_basic_multilingual_plane() -> 
     assert text.startswith("# a header\n# of two lines\n")
     back = tomllib.loads(text)
     assert back == {k: v for k, v in doc.items() if v is not None}
+
+
+def test_keys_roster_without_data_takes_the_schema_from_options(tmp_path, capsys):
+    """The coordinator needs no sample file: a scenario without [data] gives the nodes' public
+    schema as --columns (or --n-features), and the roster is the one a [data] sample file with
+    that header gives; without either, one line says what to give."""
+    from p2pem.deploy.assemble import assemble_roster
+    from p2pem.deploy.keys import public_toml
+
+    pubs = tmp_path / "pubs"
+    pubs.mkdir()
+    for i, ident in enumerate(keys(4)):
+        (pubs / f"node{i}.pub").write_text(public_toml(ident, i))
+    rest = ('seed = 3\n[graph]\nkind = "edges"\nedges = [[0, 1], [1, 2], [2, 3], [3, 0]]\n[em]\nn_components = 2\nmax_iter = 4\n'
+            '[[protocols]]\nname = "pdmm-sp"\n')
+    bare, sampled = tmp_path / "bare.toml", tmp_path / "sampled.toml"
+    bare.write_text(rest)
+    (tmp_path / "sample.csv").write_text("age,bmi,hue\n1,2,3\n4,5,6\n")
+    sampled.write_text(rest + '[data]\nsource = "csv"\npath = "sample.csv"\n')
+    reference, _ = assemble_roster(sampled, [pubs], tmp_path / "ref.toml", run_id="r")
+    roster, _ = assemble_roster(bare, [pubs], tmp_path / "roster.toml", run_id="r", columns=["age", "bmi", "hue"])
+    assert (roster.n_features, roster.columns) == (reference.n_features, reference.columns) == (3, ("age", "bmi", "hue"))
+    assert (tmp_path / "roster.toml").read_text() == (tmp_path / "ref.toml").read_text()  # the same roster, byte for byte
+    unnamed, _ = assemble_roster(bare, [pubs], tmp_path / "unnamed.toml", run_id="r", n_features=5)
+    assert (unnamed.n_features, unnamed.columns) == (5, None)
+
+    def refused(scenario: Path, *options: str) -> str:
+        code = main(["keys", "roster", str(scenario), "--public", str(pubs), "--out", str(tmp_path / "x.toml"), *options])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and "\n" not in err and not (tmp_path / "x.toml").exists()
+        return err
+
+    assert "bare.toml: no [data] table: give the public schema of the nodes' data files with --columns" in refused(bare)
+    assert "has a [data] table, which gives the nodes' public schema" in refused(sampled, "--columns", "age,bmi,hue")
+    assert "--n-features 2 disagrees with the 3 names of --columns" in refused(bare, "--columns", "a,b,c", "--n-features", "2")
+    assert "--columns must name distinct" in refused(bare, "--columns", "a,a")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -26,11 +27,9 @@ NODES = ROOT / "nodes"
 
 pytestmark = [pytest.mark.mqtt, pytest.mark.slow]
 
+#: the coordinator's scenario: no [data] table (the page's command gives the nodes' columns)
 STUDY = """
 seed = 1
-[data]
-source = "synthetic"
-n_samples = 100
 [graph]
 kind = "edges"
 edges = [[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]]
@@ -61,6 +60,18 @@ def _step3_blocks() -> list[str]:
     return blocks
 
 
+def _step2_command() -> list[str]:
+    """The README's step-2 command (``p2pem keys roster ...``), as words, without the leading ``p2pem``."""
+    text = (NODES / "README.md").read_text()
+    step = re.search(r"### 2\. On the coordinator(.*?)\n### 3", text, re.S)
+    assert step, "nodes/README.md has no step 2"
+    blocks = re.findall(r"```sh\n(.*?)```", step.group(1), re.S)
+    assert len(blocks) == 1, "nodes/README.md's step 2 has one command block"
+    words = shlex.split(blocks[0].replace("\\\n", " "))
+    assert words[:3] == ["p2pem", "keys", "roster"], words
+    return words[1:]
+
+
 def _step3_commands(etc: Path, log: Path) -> list[str]:
     """The README's step-3 installation block, with this test's folders for /etc/mosquitto and /var/log."""
     lines = [line.split("#")[0].strip() for line in _step3_blocks()[1].splitlines()]
@@ -84,9 +95,12 @@ def test_the_multi_host_page_followed_on_loopback(world: Path, capsys, monkeypat
     for i, host in enumerate(hosts):
         shutil.copy(host / f"node{i}.pub", coordinator / "pubs")
     (coordinator / "study.toml").write_text(STUDY)
-    assert main(["keys", "roster", str(coordinator / "study.toml"), "--public", str(coordinator / "pubs"), "--run-id", "study-readme",
-                 "--out", str(coordinator / "roster.toml"), "--broker-dir", str(coordinator / "broker")]) == 0
-    capsys.readouterr()
+    monkeypatch.chdir(coordinator)
+    command = _step2_command()  # the page's command as written: the columns as options, no [data] needed
+    assert main(command) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert all(f"node {i}: " in out for i in range(4))  # every fingerprint, for the owners to compare
+    columns = command[command.index("--columns") + 1].split(",")
     assert (coordinator / "broker" / "passwords").stat().st_mode & 0o777 == 0o600
     # 3. the broker host: the template, the files installed as the page says
     etc, log = world / "etc" / "mosquitto", world / "log"
@@ -123,7 +137,7 @@ def test_the_multi_host_page_followed_on_loopback(world: Path, capsys, monkeypat
         procs = []
         for i, host in enumerate(hosts):
             X = np.vstack([rng.normal(size=(12, 2)), rng.normal(size=(12, 2)) + 4])
-            np.savetxt(host / "data.csv", X, delimiter=",", header="a,b", comments="")
+            np.savetxt(host / "data.csv", X, delimiter=",", header=",".join(columns), comments="")
             shutil.copy(coordinator / "roster.toml", host)
             shutil.copy(coordinator / "broker" / f"node{i}.password", host / "broker.password")
             shutil.copy(certs / "ca.crt", host)

@@ -15,6 +15,7 @@ from p2pem.cli import main
 from p2pem.schemas import load_schema as load_output_schema
 from p2pem.scenario import load_scenario
 from p2pem.streams import synth_child
+from p2pem.synth.cli import privacy_line
 from p2pem.synth.run import sample_release, synthesize
 from p2pem.tabular import load_schema, read_table
 
@@ -129,6 +130,11 @@ def test_a_private_release_states_its_budget(tmp_path):
     assert privacy["colluders"] == 9 and privacy["epsilon_against"]["aggregator"] is None  # all other nodes; not the aggregator
     assert any("bound" in item for item in privacy["excluded"])
     assert result.release["protocol"]["params"]["bound_used"] == 1.0  # the encoding's public box
+    # the printed line says the guarantee first; the basic accountant's bound, above the budget, only as NOT the guarantee
+    guarantee, others = privacy_line(privacy).split("NOT the guarantee")
+    assert "the guarantee (rdp accountant): 2 against an outsider, 2 against 9 colluding members" in guarantee
+    assert privacy["epsilon_spent"]["outsider"]["basic"] > 2.0 and f"basic {privacy['epsilon_spent']['outsider']['basic']:.4g}" in others
+    assert "basic" not in guarantee
     train, test = load_tables(scenario)
     assert result.train.n_rows == train.n_rows and test is not None
 

@@ -36,6 +36,7 @@ from p2pem.synth.metrics import (
     tvd,
 )
 from p2pem.synth.models import fit_regression, require, reproducibility, tstr_accuracy
+from p2pem.synth.report import _draw
 from p2pem.tabular import Categorical, Continuous, Schema, Table, discretize, domain_sizes, load_schema, read_table
 
 
@@ -332,3 +333,44 @@ def test_adult_independent_marginals_learn_nothing_but_the_majority(adult: tuple
     assert reference["train_on_real"]["logistic"]["accuracy"] > reference["majority_class"] + 0.05
     assert release["marginals"]["2way"]["mean"] > 3 * reference["test_vs_train"]["marginals"]["2way"]["mean"]
     assert report["reproducibility"]["rate"] == 0.0
+
+
+def test_a_tstr_below_the_majority_class_is_flagged_and_no_legend_hides_a_label() -> None:
+    rng = np.random.default_rng(15)
+    train, test = random_table(600, rng), random_table(400, rng)
+    # a release whose labels are the opposite of the real ones: what it teaches is worse than guessing the majority
+    flipped = Table.from_blocks(SCHEMA, train.continuous, np.column_stack([train.codes[:, 0], 1 - train.codes[:, 1]]))
+    report = synth_report(train, test, [train, flipped], rng=rng, target="label", dcr_rows=100)
+    majority = report["reference"]["majority_class"]
+    faithful, wrong = report["releases"]
+    assert faithful["tstr_below_majority"] == [] and wrong["tstr_below_majority"] == ["logistic", "svm"]
+    for release in report["releases"]:
+        assert release["tstr_below_majority"] == [m for m in ("logistic", "svm") if release["tstr"][m]["accuracy"] < majority]
+    assert report["summary"]["tstr_below_majority"] == [m for m, v in report["summary"]["tstr"].items() if v < majority]
+    jsonschema.validate(json.loads(json.dumps(report)), load_json_schema(REPORT_FORMAT), cls=jsonschema.Draft202012Validator)
+
+    import matplotlib.pyplot as plt
+    from matplotlib.transforms import Bbox
+
+    fig = _draw(json.loads(json.dumps({**report, "releases": [wrong], "summary": {**report["summary"], "tstr_below_majority": ["svm"]}})), "t")
+    renderer = fig.canvas.get_renderer()
+    drawn = 0
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        box = legend.get_window_extent(renderer)
+        # no value label, bar (as drawn: clipped to its panel) or tick label of any panel lies under a legend
+        for other in fig.axes:
+            for artist in [*other.texts, *other.patches, *other.get_xticklabels(), *other.get_yticklabels()]:
+                extent = artist.get_window_extent(renderer)
+                if artist in other.patches:
+                    extent = Bbox.intersection(extent, other.bbox)
+                if extent is not None and artist.get_visible() and (artist.get_text() if hasattr(artist, "get_text") else True):
+                    assert not box.overlaps(extent), (ax.get_title(), artist)
+                    drawn += 1
+    assert drawn > 20
+    tstr = next(ax for ax in fig.axes if "BELOW the majority class: svm" in ax.get_title())
+    hatched = [p for p in tstr.patches if p.get_hatch() == "//"]
+    assert len(hatched) == 1 and hatched[0].get_height() == pytest.approx(report["summary"]["tstr"]["svm"])
+    plt.close(fig)

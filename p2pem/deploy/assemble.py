@@ -33,6 +33,8 @@ def assemble_roster(
     run_id: str | None = None,
     protocol: str | None = None,
     broker_dir: str | os.PathLike[str] | None = None,
+    n_features: int | None = None,
+    columns: Sequence[str] | None = None,
 ) -> tuple[Roster, Path | None]:
     """Build a roster from a scenario and the nodes' ``.pub`` files (multi-host set-up).
 
@@ -48,6 +50,11 @@ def assemble_roster(
     broker_dir : path-like, optional
         Also write the broker's password file, ACL and per-node passwords there
         (see :func:`write_broker_auth`).
+    n_features, columns : optional
+        The public schema of every node's data file (its width; its column names in
+        order, which give the width), for a scenario without a ``[data]`` table: the
+        coordinator then needs no sample file.  A scenario with a ``[data]`` table
+        takes them from its file instead (giving both is an error).
 
     Raises
     ------
@@ -59,7 +66,10 @@ def assemble_roster(
     from p2pem.builders import build_graph, em_settings, feature_columns, validate_protocol
     from p2pem.scenario import load_scenario
 
-    scenario = load_scenario(scenario_path)
+    schema = _given_schema(scenario_path, n_features, columns)
+    # a scenario without [data]: the stand-in gives the EM settings a width; no data is read
+    stand_in = None if schema is None else {"source": "synthetic", "n_samples": 1, "n_features": schema[0]}
+    scenario = load_scenario(scenario_path, stand_in_data=stand_in)
     spec = pick_protocol(scenario, protocol)
     graph = build_graph(scenario)
     validate_protocol(scenario, graph, spec)
@@ -92,10 +102,10 @@ def assemble_roster(
         raise ConfigError(f"no public key for node(s) {', '.join(map(str, missing[:20]))} (the graph has {n} nodes{'; -1 is the server' if has_server else ''})")
     on_dropout = str(scenario.deploy.get("on_dropout", "stop"))
     # the public schema of every node's data file: each node checks its own against it before going online
-    n_features, columns = feature_columns(scenario)
+    width, names = feature_columns(scenario) if schema is None else schema
     roster = Roster.build(
         run_id or make_run_id(scenario.name), graph, em_settings(scenario), spec, [keys[i] for i in range(n)],
-        n_features=n_features, columns=columns, on_dropout=on_dropout, parties=scenario.parties, server_key=keys.get(-1) if has_server else None,
+        n_features=width, columns=names, on_dropout=on_dropout, parties=scenario.parties, server_key=keys.get(-1) if has_server else None,
     )
     for line in cut_warnings(roster.neighbours):
         log.warning("%s: %s", out, line)
@@ -106,3 +116,31 @@ def assemble_roster(
         written.mkdir(parents=True, exist_ok=True)
         write_broker_auth(written, roster.run_id, list(range(n)) + ([-1] if has_server else []))
     return roster, written
+
+
+def _given_schema(
+    scenario_path: str | os.PathLike[str], n_features: int | None, columns: Sequence[str] | None
+) -> tuple[int, tuple[str, ...] | None] | None:
+    """The nodes' public schema given as options, checked against the scenario (None: from its ``[data]``)."""
+    has_data = "data" in read_toml(Path(scenario_path), "scenario")
+    given = n_features is not None or columns is not None
+    if has_data and given:
+        raise ConfigError(f"{os.fspath(scenario_path)} has a [data] table, which gives the nodes' public schema: drop --columns "
+                          "and --n-features, or the [data] table")
+    if not has_data and not given:
+        raise ConfigError(f"{os.fspath(scenario_path)}: no [data] table: give the public schema of the nodes' data files with "
+                          "--columns NAME,NAME,... (their header, in order) or --n-features N, or a [data] table naming a sample "
+                          "file with the same header")
+    if not given:
+        return None
+    names = None if columns is None else tuple(columns)
+    if names is not None:
+        if not names or any(not c.strip() for c in names) or len(set(names)) != len(names):
+            raise ConfigError(f"--columns must name distinct, non-empty columns, got {','.join(names)!r}")
+        if n_features is not None and n_features != len(names):
+            raise ConfigError(f"--n-features {n_features} disagrees with the {len(names)} names of --columns")
+    width = len(names) if names is not None else n_features
+    assert width is not None
+    if width < 1:
+        raise ConfigError(f"--n-features must be a positive integer, got {width}")
+    return width, names

@@ -141,6 +141,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     roster.add_argument("--run-id", metavar="ID", help="run id (default: scenario name + random suffix)")
     roster.add_argument("--protocol", metavar="NAME", help="which of the scenario's protocols (default: the first)")
     roster.add_argument("--broker-dir", metavar="DIR", help="also write the broker's passwords, acl, node<i>.password and credentials.toml here")
+    roster.add_argument("--columns", metavar="NAMES", type=lambda text: [c.strip() for c in text.split(",")],
+                        help="for a scenario without a [data] table: the column names of every node's data file, in order, "
+                        "comma-separated (the roster's public schema; each node checks its own file against it)")
+    roster.add_argument("--n-features", type=int, metavar="N",
+                        help="for a scenario without a [data] table whose data files have no column names: their width")
     roster.set_defaults(func=cmd_keys_roster, out_kind="file")
 
 
@@ -405,7 +410,8 @@ def cmd_keys_roster(args: argparse.Namespace) -> int:
     from p2pem.deploy.assemble import assemble_roster
 
     roster, broker_files = assemble_roster(
-        args.scenario, args.public, args.out, run_id=args.run_id, protocol=args.protocol, broker_dir=args.broker_dir
+        args.scenario, args.public, args.out, run_id=args.run_id, protocol=args.protocol, broker_dir=args.broker_dir,
+        n_features=args.n_features, columns=args.columns,
     )
     print(f"wrote {args.out}: run {roster.run_id}, {roster.n_nodes} nodes, diameter {roster.diameter}")
     print("  fingerprints (each node's owner compares its own over a second channel):")

@@ -97,6 +97,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
             print("  TSTR accuracy: " + ", ".join(
                 f"{m} {summary['tstr'][m]:.4f} (train on real {real[m]['accuracy']:.4f})" for m in summary["tstr"]
             ) + f"; majority class {report['reference']['majority_class']:.4f}")
+            if summary.get("tstr_below_majority"):
+                print(f"  WARNING: TSTR below the majority class for {', '.join(summary['tstr_below_majority'])}: a classifier trained "
+                      "on the release does worse than always guessing the most common class")
         rep = report.get("reproducibility")
         if rep is not None and rep["rate"] is not None:
             error = rep["mean_abs_coef_error"]
@@ -120,6 +123,12 @@ def cmd_synth(args: argparse.Namespace) -> int:
 def privacy_line(privacy: dict) -> str:
     """One line saying what a release's privacy block holds (``release.json``'s ``privacy``).
 
+    The guarantee comes first: epsilon under the accountant the noise was calibrated for
+    (``privacy['accountant']``), against an outsider and against the run's colluders.
+    The other accountants' bounds on the same noise follow, labelled as such: they are
+    looser (above the budget) or (epsilon, delta) readings of a pure-epsilon release, and
+    none of them is what the release promises.
+
     ``epsilon_spent`` is per accountant, or per adversary and then per accountant (a
     Bayesian-network release: ``outsider``, ``colluders`` or ``curator``; None where no
     guarantee holds).
@@ -127,26 +136,37 @@ def privacy_line(privacy: dict) -> str:
     if "epsilon" not in privacy:
         return "no noise (an exact protocol: the release is as good, and as revealing, as the central non-private fit)"
 
-    def show(table: dict) -> str:
-        return ", ".join(f"{k} {v:.4g}" if v is not None else f"{k} none" for k, v in table.items())
+    def value(v: float | None) -> str:
+        return "none" if v is None else f"{v:.4g}"
 
     spent = privacy.get("epsilon_spent") or {}
-    what = f"epsilon {privacy['epsilon']} (delta {privacy['delta']})"
-    if isinstance(spent.get("outsider"), dict):  # per adversary
-        what += f", against an outsider per accountant: {show(spent['outsider'])}"
-        members = spent.get("colluders")
-        if isinstance(members, dict):
-            guaranteed = any(v is not None for v in members.values())
-            what += f"; against {privacy.get('colluders')} colluding members: " + (
-                show(members) if guaranteed else "none (they see what the noise does not cover; release.json 'excluded' says what)")
-        elif "curator" in spent:
-            what += "; none against the curator (it holds every row)"
-    else:
-        against = spent.get("colluders", spent) if isinstance(spent.get("colluders"), dict) else spent
-        if privacy.get("colluders") is not None:
-            what += f", against {privacy['colluders']} colluding nodes per accountant: {show(against)}"
-        else:
-            what += f", spent per accountant: {show(against)}"
+    accountant = privacy.get("accountant") or "basic"
+    delta = privacy.get("delta")
+    what = f"epsilon {privacy['epsilon']} (delta {delta})"
+    if not isinstance(spent.get("outsider"), dict):  # one table per accountant, against the run's colluders (older documents)
+        spent = {"colluders" if privacy.get("colluders") is not None else "outsider": spent.get("colluders", spent)
+                 if isinstance(spent.get("colluders"), dict) else spent}
+    pure = accountant == "basic" and not delta
+    guarantee = [f"the guarantee ({accountant} accountant{', pure epsilon-DP' if pure else ''}):"]
+    others: list[str] = []
+    for adversary, table in spent.items():
+        if not isinstance(table, dict):
+            continue
+        who = {"outsider": "an outsider", "colluders": f"{privacy.get('colluders')} colluding members",
+               "colluders_worst_placement": f"{privacy.get('colluders')} colluding members placed worst"}.get(adversary, adversary)
+        if adversary == "colluders" and not any(v is not None for v in table.values()):
+            guarantee.append(f"none against {who} (they see what the noise does not cover; release.json 'excluded' says what)")
+            continue
+        guarantee.append(f"{value(table.get(accountant))} against {who}")
+        rest = ", ".join(f"{k} {value(v)}" for k, v in table.items() if k != accountant and v is not None)
+        if rest:
+            others.append(f"{rest} against {who}")
+    if "curator" in spent:
+        guarantee.append("none against the curator (it holds every row)")
+    what += "; " + " ".join(guarantee[:1]) + " " + ", ".join(guarantee[1:])
+    if others:
+        at = f" at delta {privacy['report_delta']:g}" if pure and privacy.get("report_delta") else ""
+        what += f"; other accountants' bounds on the same noise{at}, NOT the guarantee: " + "; ".join(others)
     if not privacy.get("differentially_private"):
         what += " -- NOT differentially private: " + privacy.get("note", "see release.json")
     return what

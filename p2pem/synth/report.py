@@ -13,7 +13,9 @@ JSON-ready dict (``format = "p2pem-synth-report"``, ``version = 1``);
 * **correlations** -- Frobenius distances of correlation and covariance matrices;
 * **TSTR** -- accuracy on the real test split of a logistic regression and a linear SVM
   trained on the synthetic rows, next to the same models trained on the real training
-  rows and the majority class;
+  rows and the majority class; ``tstr_below_majority`` flags the models that do worse
+  than always predicting the training rows' majority class (the release taught them
+  less than nothing: a warning sign, drawn in red in the figure);
 * **reproducibility** -- the share of releases on which a named regression has the real
   data's signs and significance, and the mean absolute coefficient error; and Jälkö et al.'s
   protocol (*Patterns* 2021): each finding graded strong or weak by a bootstrap of the real
@@ -173,6 +175,7 @@ def _report(
         entry = _compare(context, release)
         if target is not None:
             entry["tstr"] = {model: tstr_accuracy(release, test, target, model=model) for model in models}
+            entry["tstr_below_majority"] = [m for m in models if entry["tstr"][m]["accuracy"] < reference["majority_class"]]
         entry["dcr"], distances = _dcr(context, release)
         entry["dcr"]["closer_than_test_p5"] = float(np.mean(distances < test_dcr["p5"]))
         per_release.append(entry)
@@ -194,7 +197,7 @@ def _report(
         "rows": {"train": train.n_rows, "test": test.n_rows, "synthetic": [r.n_rows for r in releases]},
         "reference": reference,
         "releases": per_release,
-        "summary": _summary(per_release),
+        "summary": _summary(per_release, reference.get("majority_class")),
         "reproducibility": (
             reproducibility(train, releases, regression, rng=rng, n_boot=n_bootstrap, independent_fits=independent_fits) if regression is not None else None
         ),
@@ -267,8 +270,8 @@ def _dcr(context: _Context, other: Table) -> tuple[dict[str, Any], npt.NDArray[n
     return summary, distances
 
 
-def _summary(releases: list[dict[str, Any]]) -> dict[str, Any]:
-    """Means over releases of the headline numbers."""
+def _summary(releases: list[dict[str, Any]], majority: float | None) -> dict[str, Any]:
+    """Means over releases of the headline numbers; the models whose mean TSTR accuracy is below ``majority``."""
 
     def mean(get: Any) -> float | None:
         values = [get(r) for r in releases]
@@ -287,6 +290,7 @@ def _summary(releases: list[dict[str, Any]]) -> dict[str, Any]:
     }
     if "tstr" in releases[0]:
         summary["tstr"] = {model: mean(lambda r, m=model: r["tstr"][m]["accuracy"]) for model in releases[0]["tstr"]}
+        summary["tstr_below_majority"] = [m for m, v in summary["tstr"].items() if majority is not None and v is not None and v < majority]
     return summary
 
 
@@ -298,11 +302,21 @@ def report_figure(report: dict[str, Any], path: str | Path, *, title: str = "Syn
 
     Four panels: per-column distances (mean over releases); the 2-way marginal TVD of
     every column pair (mean over releases); TSTR accuracy against train-on-real and the
-    majority class; the DCR distribution of synthetic rows against that of real test
-    rows.  The reproducibility rate, when there is one, is in the title.
+    majority class (a TSTR bar below it red and hatched, and named in the panel's title);
+    the DCR distribution of synthetic rows against that of real test rows.  The
+    reproducibility rate, when there is one, is in the title.
     """
     if report.get("format") != REPORT_FORMAT or report.get("version") != REPORT_VERSION:
         raise DataError(f"not a {REPORT_FORMAT} version {REPORT_VERSION} document")
+    fig = _draw(report, title)
+    fig.savefig(path)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def _draw(report: dict[str, Any], title: str) -> Any:
+    """The figure of :func:`report_figure` (a matplotlib ``Figure``), laid out, not saved."""
     # matplotlib loads only when a figure is drawn (start-up time of the report functions)
     import matplotlib
 
@@ -325,7 +339,8 @@ def report_figure(report: dict[str, Any], path: str | Path, *, title: str = "Syn
     ax.invert_yaxis()
     ax.set_xlabel("distance to the training rows (0 = identical)")
     ax.set_title("per column")
-    ax.legend(fontsize=8, loc="lower right")
+    # below the axes, as every legend over bars here: inside, it covered the last columns' bars
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
     ax.grid(axis="x", alpha=0.3)
 
     ax = axes[0, 1]
@@ -353,19 +368,30 @@ def report_figure(report: dict[str, Any], path: str | Path, *, title: str = "Syn
         x = np.arange(len(models))
         real = [reference["train_on_real"][m]["accuracy"] for m in models]
         syn = [report["summary"]["tstr"][m] for m in models]
+        majority = reference["majority_class"]
+        below = set(report["summary"].get("tstr_below_majority", [m for m, v in zip(models, syn, strict=True) if v < majority]))
         ax.bar(x - 0.2, real, width=0.4, label="train on real", color="tab:gray")
-        ax.bar(x + 0.2, syn, width=0.4, label="train on synthetic (TSTR)", color="tab:blue")
+        flagged = np.array([m in below for m in models])
+        for mask, style in ((~flagged, {"label": "train on synthetic (TSTR)", "color": "tab:blue"}),
+                            (flagged, {"label": "TSTR below the majority class", "color": "tab:red", "hatch": "//", "edgecolor": "black"})):
+            if mask.any():
+                ax.bar(x[mask] + 0.2, np.asarray(syn)[mask], width=0.4, **style)
         for xi, value in zip(list(x - 0.2) + list(x + 0.2), real + syn, strict=True):
             ax.text(xi, value + 0.005, f"{value:.3f}", ha="center", fontsize=8)
         ax.axhline(reference["majority_class"], color="tab:red", linestyle="--", label=f"majority class {reference['majority_class']:.3f}")
         low = min(real + syn + [reference["majority_class"]])
-        ax.set_ylim(max(0.0, low - 0.1), 1.0)
+        ax.set_ylim(max(0.0, low - 0.1), 1.05)  # room for the value label of a bar at 1.0
         ax.set_xticks(x, models)
         ax.set_ylabel(f"accuracy on the real test split ({report['settings']['target']})")
-        ax.legend(fontsize=8, loc="upper left")
+        # below the axes: inside, the legend covered a bar's value label
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2, frameon=False)
+        if below:
+            ax.set_title(f"train on synthetic, test on real\nBELOW the majority class: {', '.join(m for m in models if m in below)}",
+                         color="tab:red")
     else:
         ax.text(0.5, 0.5, "no target column: no TSTR", ha="center", va="center", transform=ax.transAxes)
-    ax.set_title("train on synthetic, test on real")
+    if not ax.get_title():
+        ax.set_title("train on synthetic, test on real")
     ax.grid(axis="y", alpha=0.3)
 
     ax = axes[1, 1]
@@ -387,5 +413,4 @@ def report_figure(report: dict[str, Any], path: str | Path, *, title: str = "Syn
         title += f" | finding reproduced in {100 * rep['rate']:.0f}% of {n} {what}"
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig

@@ -64,7 +64,8 @@ from p2pem.bayesnet.scores import (
     r_score,
     r_score_sensitivity,
 )
-from p2pem.dp.mechanisms import exponential_mechanism, noise, noise_share
+from p2pem.dp.discrete import snapped_release
+from p2pem.dp.mechanisms import exponential_mechanism, noise_share
 from p2pem.errors import ConfigError, DataError, ProtocolError
 from p2pem.streams import child
 
@@ -329,7 +330,10 @@ class BayesNetTask:
             self._stage = _Stage("marginals", layout, noisy_scale=np.full(layout.size, scale), share_key=_SHARE_MARGINALS)
             return
         rng = self._rng(_MARGINALS)
-        self._after_marginals({s: t + noise(rng, np.full(t.shape, scale), "laplace") for s, t in tables.items()})
+        # one release of all d tables (L1 sensitivity 2 d), in exact discrete noise
+        flat = snapped_release(rng, np.concatenate([t.ravel() for t in tables.values()]), scale, "laplace", sensitivity=2.0 * d)
+        cuts = np.cumsum([t.size for t in tables.values()])[:-1]
+        self._after_marginals({s: part.reshape(t.shape) for (s, t), part in zip(tables.items(), np.split(flat, cuts), strict=True)})
 
     def _after_marginals(self, noisy: dict[AttrSet, FloatArray]) -> None:
         # normalised entropy of each attribute from its released 1-way counts (HMPrivBayes' OE_j)
@@ -355,7 +359,7 @@ class BayesNetTask:
         self.ledger.add("similarity matrix (normalised MI of every pair)", "laplace", l1, scale)
         iu = np.triu_indices(d, 1)
         released = np.zeros((d, d))
-        released[iu] = exact[iu] + noise(self._rng(_SIMILARITY), np.full(len(iu[0]), scale), "laplace")
+        released[iu] = snapped_release(self._rng(_SIMILARITY), exact[iu], scale, "laplace", sensitivity=l1)
         self.similarity = released + released.T
         if self.settings.clustering and self.settings.n_clusters > 1:
             self.clusters = spectral_clusters(self.similarity, self.settings.n_clusters, self._rng(_CLUSTERS))
@@ -471,7 +475,7 @@ class BayesNetTask:
         """Central noise, from the shared seed, on the exact tables (in the order of their sets)."""
         rng = self._rng(_CONDITIONALS)
         self._after_conditionals({
-            s: np.round(self._cache[s] + noise(rng, np.full(self._cache[s].shape, b), "laplace")) for s, b in self._scales.items()
+            s: np.round(snapped_release(rng, self._cache[s], b, "laplace", sensitivity=2.0)) for s, b in self._scales.items()
         })
 
     def _after_conditionals(self, noisy: dict[AttrSet, FloatArray]) -> None:

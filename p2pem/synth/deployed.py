@@ -37,7 +37,7 @@ from p2pem.runner import output_header
 from p2pem.scenario import Scenario
 from p2pem.streams import synth_child
 from p2pem.synth.config import parse_synth
-from p2pem.dp.mechanisms import FLOAT_SAMPLER
+from p2pem.dp.mechanisms import count_sampler
 from p2pem.dp.publication import Publication
 from p2pem.synth.privbayes import RELEASE_PUBLIC, AGGREGATIONS, BayesNetSynthesizer, assemble_release, sample_release, scenario_errors
 from p2pem.synth.registry import SYNTHESIZERS
@@ -148,7 +148,10 @@ def finish_release(kit: Kit, doc: Mapping[str, Any], scenario: Scenario, *, rows
     release = assemble_release(header, body, {"name": run["protocol"], "params": run["protocol_params"]}, aggregations, run["wall_s"])
     release["deployment"] = {"run_id": kit.run_id, "seeded": kit.seeded, "result": "../result.json"}
     publication = Publication.insecure(scenario.seed) if kit.seeded else Publication.secure()
-    publish(release, publication, RELEASE_PUBLIC, sampler=FLOAT_SAMPLER)  # every member repeats the draws from the shared seed
+    synthesizer = SYNTHESIZERS[str(scenario.synth.get("model"))]
+    assert isinstance(synthesizer, BayesNetSynthesizer)
+    noise_mode = synthesizer.settings(scenario)[1].noise
+    publish(release, publication, RELEASE_PUBLIC, sampler=count_sampler(noise_mode))  # every member repeats the draws from the shared seed
     n_rows = rows or parse_synth(scenario, tuple(SYNTHESIZERS)).rows or int(body["training_rows"])
     rng = np.random.default_rng(synth_child(scenario.seed, 0, 0)) if kit.seeded else np.random.default_rng()
     table = sample_release(release, int(n_rows), rng)

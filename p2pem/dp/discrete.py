@@ -15,7 +15,8 @@ output is an exact function of an integer whose distribution is the mechanism's:
   Bernoulli(exp(-(|Y| - sigma^2 / t)^2 / (2 sigma^2)))).
 
 Every loop of the algorithms runs over all pending coordinates at once (rejection in
-batches); the integers are Python ints in NumPy object arrays, so no product overflows.  The
+batches: each round proposes twice as many candidates as are missing and keeps the first
+accepted ones in order, which are i.i.d.); the integers are Python ints in NumPy object arrays, so no product overflows.  The
 only randomness used is uniform 62-bit integers from a :class:`numpy.random.Generator`
 (``Generator.integers`` is exact: Lemire's rejection), consumed in a fixed order: the same
 generator state gives the same noise, which is how every node of a Bayesian-network run
@@ -56,6 +57,7 @@ DISCRETE_SAMPLER = ("discrete: exact discrete Laplace/Gaussian (Canonne, Kamath 
                     "attacks on the low bits of floating-point noise (Mironov 2012)")
 
 _CHUNK = 62  # bits of one uniform draw (int64-safe)
+_RUN = 4  # Bernoulli(exp(-1)) draws per coordinate and round of a geometric run
 
 ObjArray = NDArray[Any]
 
@@ -80,6 +82,15 @@ def bernoulli(rng: np.random.Generator, a: Any, b: Any, size: int) -> NDArray[np
     num, den = _ints(a, size), _ints(b, size)
     if size and (any(d <= 0 for d in den) or any(not 0 <= n <= d for n, d in zip(num, den, strict=True))):
         raise ValueError("bernoulli needs integers 0 <= a <= b and b > 0")
+    return _bernoulli(rng, num, den)
+
+
+def _bernoulli(rng: np.random.Generator, num: ObjArray, den: ObjArray) -> NDArray[np.bool_]:
+    """:func:`bernoulli` on checked object arrays; int64 arithmetic when every ``den`` is below 2^62."""
+    size = num.size
+    if size and max(den) < 1 << _CHUNK:
+        return rng.integers(0, den.astype(np.int64), dtype=np.int64) < num.astype(np.int64)  # exact: Lemire's rejection
+    num = num.copy()
     out = np.zeros(size, dtype=bool)
     pending = np.arange(size)
     while pending.size:
@@ -101,7 +112,7 @@ def _bernoulli_exp_unit(rng: np.random.Generator, num: ObjArray, den: ObjArray) 
     k = np.ones(size, dtype=np.int64)
     pending = np.arange(size)
     while pending.size:
-        a = bernoulli(rng, num[pending], den[pending] * k[pending].astype(object), pending.size)
+        a = _bernoulli(rng, num[pending], den[pending] * k[pending].astype(object))
         done = pending[~a]
         out[done] = k[done] % 2 == 1  # the first failure at K: accept when K is odd
         pending = pending[a]
@@ -119,32 +130,37 @@ def bernoulli_exp(rng: np.random.Generator, num: Any, den: Any, size: int) -> ND
     n, d = _ints(num, size), _ints(den, size)
     if size and (any(v < 0 for v in n) or any(v <= 0 for v in d)):
         raise ValueError("bernoulli_exp needs num >= 0 and den > 0")
+    return _bernoulli_exp(rng, n, d)
+
+
+def _bernoulli_exp(rng: np.random.Generator, n: ObjArray, d: ObjArray) -> NDArray[np.bool_]:
+    """:func:`bernoulli_exp` on checked object arrays."""
+    size = n.size
     whole = n // d
-    alive = np.ones(size, dtype=bool)
-    left = whole.copy()
-    idx = np.flatnonzero(np.asarray(left > 0, dtype=bool))
-    while idx.size:
-        one = np.ones(idx.size, dtype=object)
-        ok = _bernoulli_exp_unit(rng, one, one.copy())
-        alive[idx[~ok]] = False
-        left[idx] -= 1
-        idx = idx[ok]
-        idx = idx[np.asarray(left[idx] > 0, dtype=bool)]
+    alive = np.asarray(_exp1_run(rng, size, whole) >= whole, dtype=bool)  # floor(gamma) Bernoulli(exp(-1)) all succeed
     idx = np.flatnonzero(alive)
     if idx.size:
         alive[idx] = _bernoulli_exp_unit(rng, n[idx] - whole[idx] * d[idx], d[idx])
     return alive
 
 
-def _geometric_exp1(rng: np.random.Generator, size: int) -> ObjArray:
-    """The number of successes of Bernoulli(exp(-1)) before the first failure (P(V >= m) = exp(-m))."""
+def _exp1_run(rng: np.random.Generator, size: int, cap: ObjArray | None = None) -> ObjArray:
+    """The number of successes of Bernoulli(exp(-1)) before the first failure (P(V >= m) = exp(-m)).
+
+    With ``cap``, counting stops at ``cap`` (only ``V >= cap`` matters to the caller).  The draws
+    come ``_RUN`` per coordinate at a time, so few coordinates (exp(-_RUN)) need another round.
+    """
     v = np.zeros(size, dtype=object)
-    idx = np.arange(size)
+    idx = np.flatnonzero(np.ones(size, dtype=bool) if cap is None else np.asarray(cap > 0, dtype=bool))
     while idx.size:
-        one = np.ones(idx.size, dtype=object)
-        ok = _bernoulli_exp_unit(rng, one, one.copy())
-        idx = idx[ok]
-        v[idx] += 1
+        one = np.ones(idx.size * _RUN, dtype=object)
+        ok = _bernoulli_exp_unit(rng, one, one.copy()).reshape(idx.size, _RUN)
+        run = np.where(ok.all(axis=1), _RUN, np.argmin(ok, axis=1))  # successes before the first failure
+        v[idx] += run.astype(object)
+        more = run == _RUN
+        if cap is not None:
+            more &= np.asarray(v[idx] < cap[idx], dtype=bool)
+        idx = idx[more]
     return v
 
 
@@ -159,17 +175,17 @@ def discrete_laplace(rng: np.random.Generator, t: int, size: int) -> ObjArray:
     if not 1 <= t < 1 << 63:
         raise ValueError(f"discrete_laplace needs an integer scale 1 <= t < 2^63, got {t}")
     out = np.zeros(size, dtype=object)
-    pending = np.arange(size)
-    while pending.size:
-        m = pending.size
+    done = 0
+    while done < size:
+        m = 2 * (size - done) + 64  # proposals: more than half are accepted, so one round is almost always enough
         u = rng.integers(0, t, size=m, dtype=np.int64).astype(object)
-        keep = bernoulli_exp(rng, u, t, m)
-        x = u + t * _geometric_exp1(rng, m)
+        keep = _bernoulli_exp(rng, u, np.full(m, t, dtype=object))
+        x = u + t * _exp1_run(rng, m)
         negative = rng.integers(0, 2, size=m, dtype=np.int64) == 1
         keep &= ~(negative & np.asarray(x == 0, dtype=bool))
-        z = np.where(negative, -x, x)
-        out[pending[keep]] = z[keep]
-        pending = pending[~keep]
+        z = np.where(negative, -x, x)[keep][: size - done]  # the first accepted proposals, in order: i.i.d.
+        out[done:done + z.size] = z
+        done += z.size
     return out
 
 
@@ -185,14 +201,15 @@ def discrete_gaussian(rng: np.random.Generator, sigma: int, size: int) -> ObjArr
         raise ValueError(f"discrete_gaussian needs an integer sigma >= 1, got {sigma}")
     s2, t = sigma * sigma, sigma + 1
     out = np.zeros(size, dtype=object)
-    pending = np.arange(size)
-    while pending.size:
-        m = pending.size
+    done = 0
+    while done < size:
+        m = 2 * (size - done) + 64  # proposals (oversampled: one round is usually enough)
         y = discrete_laplace(rng, t, m)
         gap = np.abs(y) * t - s2
-        keep = bernoulli_exp(rng, gap * gap, 2 * s2 * t * t, m)
-        out[pending[keep]] = y[keep]
-        pending = pending[~keep]
+        keep = _bernoulli_exp(rng, gap * gap, np.full(m, 2 * s2 * t * t, dtype=object))
+        z = y[keep][: size - done]  # the first accepted proposals, in order: i.i.d.
+        out[done:done + z.size] = z
+        done += z.size
     return out
 
 

@@ -155,9 +155,17 @@ def release_body(task: BayesNetTask, schema: Schema, *, protocol: str, n_nodes: 
         The aggregation protocol's label (``centralized``: one curator).
     n_nodes : int
         Nodes of the aggregation (1 for a central run).
+
+    Raises
+    ------
+    ConfigError
+        The task ran HMPrivBayes with ``composition = "paper"``, which spends more than its
+        epsilon (:mod:`p2pem.bayesnet.privacy`): it is for comparisons, never released.
     """
     names = schema.names
     s = task.settings
+    if s.hm and s.composition == "paper":
+        raise ConfigError("bayesnet: composition = 'paper' spends more than epsilon (its clusters share rows); it is for comparisons and is never released")
     networks = []
     for net in task.networks:
         networks.append(
@@ -265,8 +273,9 @@ def task_from_public(
     values = dict(table["settings"])
     if values.get("epsilon") == "inf":
         values["epsilon"] = math.inf
-    if isinstance(values.get("network"), list):
-        values["network"] = tuple(tuple(entry) for entry in values["network"])
+    for key in ("network", "clusters"):
+        if isinstance(values.get(key), list):
+            values[key] = tuple(tuple(entry) for entry in values[key])
     try:
         settings = BayesNetSettings(**values)
         sizes = check_schema(schema, settings)

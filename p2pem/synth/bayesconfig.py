@@ -18,8 +18,8 @@ Keys (all optional; unknown keys are errors)::
     # HMPrivBayes only ([synth] model = "hmprivbayes"):
     clustering = true         # split the columns into n_clusters groups, one network each
     n_clusters = 2
-    eta = 0.0                 # prune parents whose released similarity to the child is below eta
-    cluster_share = 0.1       # budget share of the similarity matrix
+    eta = 0.0                 # eq. (9): prune a parent whose released similarity to the child is <= eta x the largest of either
+    cluster_share = 0.1       # budget share of the similarity matrix (eps_1 of the clustering)
     entropy_share = 0.05      # budget share of the attribute entropies
 
 Every error is one line naming the file and the dotted key.

@@ -180,7 +180,7 @@ def release_body(task: BayesNetTask, schema: Schema, *, protocol: str, n_nodes: 
     public = [
         "the schema: column names, types, order, numeric ranges and category lists"
         + ("" if schema.public else " -- NOT PUBLIC: the schema says it was read off the data"),
-        f"the bins: {s.n_bins} equal-width bins over each numeric column's public range",
+        f"the bins: the schema's public edges where it declares them, else {s.n_bins} equal-width bins over each numeric column's public range",
         f"the graph of {n_nodes} nodes, the parties' names ('parties', when they have names) and every node's row count" if n_nodes > 1 else "the number of training rows",
         "the settings (model, epsilon, beta, theta, k, score, bins, noise, clustering)",
     ]

@@ -3,10 +3,12 @@
 A publication's ``dp-central`` noise is drawn from OpenDP's exact samplers
 (:func:`p2pem.dp.mechanisms.exact_noise`: discrete Gaussian/Laplace on a grid, Canonne, Kamath
 & Steinke 2020) instead of numpy's floating-point sampling (:func:`p2pem.dp.mechanisms.noise`,
-kept for simulations and noise shares).  This script measures, in one run:
+kept for simulations and noise shares); the central count noise of Bayesian-network and marginal
+releases comes from p2pem's own vectorised exact sampler (:func:`p2pem.dp.discrete.snapped_release`).
+This script measures, in one run:
 
-1. the time per noisy coordinate of each sampler (Gaussian and Laplace), alternating them
-   ``--repeat`` times, and their ratio;
+1. the time per noisy coordinate of each sampler (Gaussian and Laplace): OpenDP, p2pem's
+   discrete sampler and numpy, alternating them ``--repeat`` times, and their ratios to numpy;
 2. the wall time of ``p2pem synth`` on the AIS scenario of the tests with ``dp-central``,
    hardened (the default publication) against ``--insecure-reproducible-seed`` (numpy noise),
    and how many coordinates it drew (after a warm-up run; medians of ``--repeat`` alternating runs;
@@ -40,20 +42,25 @@ ROOT = Path(__file__).resolve().parents[1]
 def per_coordinate(coordinates: int, repeat: int) -> dict[str, dict[str, float]]:
     import numpy as np
 
+    from p2pem.dp.discrete import snapped_release
     from p2pem.dp.mechanisms import exact_noise, noise
 
     scale = np.full(coordinates, 2.0)  # OpenDP's exact samplers take longer at larger scales
+    counts = np.zeros(coordinates)  # integer counts: on the discrete sampler's grid
     rng = np.random.default_rng()
     out: dict[str, dict[str, float]] = {}
     for mechanism in ("gaussian", "laplace"):
-        times: dict[str, list[float]] = {"opendp": [], "numpy": []}
+        times: dict[str, list[float]] = {"opendp": [], "discrete": [], "numpy": []}
         for _ in range(repeat):
-            for name, draw in (("opendp", lambda m=mechanism: exact_noise(scale, m)), ("numpy", lambda m=mechanism: noise(rng, scale, m))):
+            for name, draw in (("opendp", lambda m=mechanism: exact_noise(scale, m)),
+                               ("discrete", lambda m=mechanism: snapped_release(rng, counts, 2.0, m)),
+                               ("numpy", lambda m=mechanism: noise(rng, scale, m))):
                 t0 = time.perf_counter()
                 draw()
                 times[name].append((time.perf_counter() - t0) / coordinates)
-        o, n = statistics.median(times["opendp"]), statistics.median(times["numpy"])
-        out[mechanism] = {"opendp_us": o * 1e6, "numpy_us": n * 1e6, "ratio": o / n}
+        o, d, n = (statistics.median(times[k]) for k in ("opendp", "discrete", "numpy"))
+        out[mechanism] = {"opendp_us": o * 1e6, "discrete_us": d * 1e6, "numpy_us": n * 1e6, "ratio": o / n,
+                          "discrete_ratio": d / n, "opendp_over_discrete": o / d}
     return out
 
 
@@ -103,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     costs = per_coordinate(args.coordinates, args.repeat)
     print(f"per noisy coordinate ({args.coordinates} coordinates, median of {args.repeat}; load average {load:.1f})")
-    print_table(["mechanism", "OpenDP exact (us)", "numpy float (us)", "ratio"],
-                [[m, f"{c['opendp_us']:.1f}", f"{c['numpy_us']:.3f}", f"{c['ratio']:.0f}"] for m, c in costs.items()])
+    print_table(["mechanism", "OpenDP exact (us)", "p2pem discrete (us)", "numpy float (us)", "OpenDP / numpy", "discrete / numpy",
+                 "OpenDP / discrete"],
+                [[m, f"{c['opendp_us']:.1f}", f"{c['discrete_us']:.1f}", f"{c['numpy_us']:.3f}", f"{c['ratio']:.0f}",
+                  f"{c['discrete_ratio']:.0f}", f"{c['opendp_over_discrete']:.0f}"] for m, c in costs.items()])
     with tempfile.TemporaryDirectory() as tmp:
         walls = synth_walls(Path(tmp), args.repeat)
     print(f"\np2pem synth, AIS test scenario with dp-central: {walls['coordinates']} noisy coordinates drawn by OpenDP")

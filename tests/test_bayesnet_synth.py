@@ -85,6 +85,7 @@ def test_privbayes_over_pdmm_sp_writes_rows_a_valid_release_and_a_report(tmp_pat
     assert release["privacy"]["epsilon"] == 4.0 and release["privacy"]["delta"] == 0.0
     assert release["privacy"]["noise"] == "insecure-reproducible-seed" and release["privacy"]["differentially_private"] is False
     assert all("score" not in x for x in release["selections"])  # the exact utilities of the rows are not published
+    assert release["privacy"]["sampler"].startswith("discrete")  # central count noise: the exact discrete sampler
     assert release["privacy"]["epsilon_spent"]["outsider"]["basic"] <= 4.0 + 1e-12
     assert release["settings"]["n_bins"] == 5 and release["protocol"]["params"] == make_protocol("pdmm-sp").params()
     # insecure: the rows are drawn from the release document alone, with release 0's stream

@@ -35,20 +35,22 @@ def test_the_clustering_consumes_exactly_eps_1_by_the_accountant_and_by_counting
     between the entropies and the structure (spectral clustering is post-processing)."""
     epsilon, share = 1.0, 0.2
     settings = BayesNetSettings(model="hmprivbayes", epsilon=epsilon, cluster_share=share, n_clusters=2, k=2)
-    calls: list[np.ndarray] = []
-    real_noise = task_module.noise
+    calls: list[tuple[float, int]] = []
+    real_release = task_module.snapped_release
 
-    def counting(rng, scales, mechanism):
+    def counting(rng, values, scale, mechanism, **kwargs):
         assert mechanism == "laplace"
-        calls.append(np.asarray(scales, dtype=float).ravel().copy())
-        return real_noise(rng, scales, mechanism)
+        calls.append((float(scale), np.asarray(values).size))
+        return real_release(rng, values, scale, mechanism, **kwargs)
 
-    monkeypatch.setattr(task_module, "noise", counting)
+    monkeypatch.setattr(task_module, "snapped_release", counting)
     task = release(settings, rows())
     d, n = len(SIZES), task.n_rows
     pairs = [(i, j) for i in range(d) for j in range(i + 1, d)]
-    # calls: d entropies (1-way tables), then the similarity matrix, then the conditionals
-    similarity = calls[d]
+    # calls: the entropies (the d 1-way tables in one release), then one per pair of the similarity matrix, then the conditionals
+    assert calls[0][1] == sum(SIZES)
+    assert all(size == 1 for _, size in calls[1:1 + len(pairs)])
+    similarity = np.array([scale for scale, _ in calls[1:1 + len(pairs)]])
     assert similarity.size == len(pairs) == d * (d - 1) // 2
     sens = np.array([normalized_mi_sensitivity(n, SIZES[i], SIZES[j]) for i, j in pairs])
     assert len(set(sens.round(15))) > 1  # heterogeneous domains: the per-pair split matters

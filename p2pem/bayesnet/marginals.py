@@ -61,7 +61,8 @@ import p2pem.bayesnet.seed as joint
 from p2pem.bayesnet.counts import AttrSet, Layout, part_index, table_size, whole_counts
 from p2pem.bayesnet.network import Conditional, Network
 from p2pem.dp.accounting import _epsilon_for, _rho_for
-from p2pem.dp.mechanisms import exponential_mechanism, noise, noise_share
+from p2pem.dp.discrete import snapped_release
+from p2pem.dp.mechanisms import exponential_mechanism, noise_share
 from p2pem.errors import ConfigError, DataError, ProtocolError
 from p2pem.streams import child
 
@@ -616,7 +617,7 @@ class MarginalTask:
         assert self.shared is not None
         rng = np.random.default_rng(child(self.shared, _NOISE, self._requests))
         scale = float(request.sigma)
-        return {s: np.round(self._cache[s] + noise(rng, np.full(self._cache[s].shape, scale), "gaussian")) for s in request.sets}
+        return {s: np.round(snapped_release(rng, self._cache[s], scale, "gaussian", sensitivity=L2_SENSITIVITY)) for s in request.sets}  # exact discrete noise
 
     def _finish(self, measurements: list[Measurement]) -> None:
         self.measurements = measurements

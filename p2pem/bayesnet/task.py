@@ -64,7 +64,8 @@ from p2pem.bayesnet.scores import (
     r_score,
     r_score_sensitivity,
 )
-from p2pem.dp.mechanisms import exponential_mechanism, noise, noise_share
+from p2pem.dp.discrete import snapped_release
+from p2pem.dp.mechanisms import exponential_mechanism, noise_share
 from p2pem.errors import ConfigError, DataError, ProtocolError
 from p2pem.streams import child
 
@@ -329,7 +330,10 @@ class BayesNetTask:
             self._stage = _Stage("marginals", layout, noisy_scale=np.full(layout.size, scale), share_key=_SHARE_MARGINALS)
             return
         rng = self._rng(_MARGINALS)
-        self._after_marginals({s: t + noise(rng, np.full(t.shape, scale), "laplace") for s, t in tables.items()})
+        # one release of all d tables (L1 sensitivity 2 d), in exact discrete noise
+        flat = snapped_release(rng, np.concatenate([t.ravel() for t in tables.values()]), scale, "laplace", sensitivity=2.0 * d)
+        cuts = np.cumsum([t.size for t in tables.values()])[:-1]
+        self._after_marginals({s: part.reshape(t.shape) for (s, t), part in zip(tables.items(), np.split(flat, cuts), strict=True)})
 
     def _after_marginals(self, noisy: dict[AttrSet, FloatArray]) -> None:
         # normalised entropy of each attribute from its released 1-way counts (HMPrivBayes' OE_j)
@@ -362,7 +366,9 @@ class BayesNetTask:
             self.ledger.add("similarity matrix (normalised MI of every pair)", "laplace", value, float(scales[at][0]), int(at.sum()))
         released = np.zeros((d, d))
         rows, cols = np.array(pairs, dtype=np.int64).T
-        released[rows, cols] = exact + noise(self._rng(_SIMILARITY), scales, "laplace")
+        rng = self._rng(_SIMILARITY)  # one exact discrete draw per pair, each at its own scale (in the pairs' order)
+        released[rows, cols] = [snapped_release(rng, exact[i:i + 1], float(scales[i]), "laplace", sensitivity=float(sens[i]))[0]
+                                for i in range(len(pairs))]
         self.similarity = released + released.T
         if self.settings.clusters is not None:
             self.clusters = [tuple(sorted(c)) for c in self.settings.clusters]
@@ -503,7 +509,7 @@ class BayesNetTask:
         """Central noise, from the shared seed, on the exact tables (in the order of their sets)."""
         rng = self._rng(_CONDITIONALS)
         self._after_conditionals({
-            s: np.round(self._cache[s] + noise(rng, np.full(self._cache[s].shape, b), "laplace")) for s, b in self._scales.items()
+            s: np.round(snapped_release(rng, self._cache[s], b, "laplace", sensitivity=2.0)) for s, b in self._scales.items()
         })
 
     def _after_conditionals(self, noisy: dict[AttrSet, FloatArray]) -> None:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from p2pem.dp.discrete import DISCRETE_SAMPLER
 from p2pem.gmm import FloatArray, stats_size
 
 MECHANISMS = ("gaussian", "laplace")
@@ -159,6 +160,18 @@ HARDENED_SAMPLER = ("opendp: OpenDP's exact samplers (discrete Gaussian/Laplace 
                     "resist attacks on the low bits of floating-point noise (Mironov 2012)")
 FLOAT_SAMPLER = ("numpy floating-point sampling: NOT hardened against attacks on the low bits of floating-point noise "
                  "(Mironov 2012)")
+
+
+def count_sampler(noise_mode: str) -> str:
+    """What a Bayesian-network or marginal release's privacy block says about its count noise.
+
+    ``noise = "central"``: every node repeats the draw of :mod:`p2pem.dp.discrete` (exact discrete
+    Laplace/Gaussian) from the shared seed.  ``"shares"``: the noise is the sum of the nodes'
+    floating-point shares (:func:`noise_share`), not hardened.
+    """
+    if noise_mode == "shares":
+        return FLOAT_SAMPLER + " (the nodes' noise shares; the similarity matrix and any central draw use the discrete sampler)"
+    return DISCRETE_SAMPLER
 
 
 @contextmanager

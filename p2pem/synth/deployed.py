@@ -40,7 +40,7 @@ from p2pem.runner import output_header
 from p2pem.scenario import Scenario
 from p2pem.streams import synth_child
 from p2pem.synth.config import parse_synth
-from p2pem.dp.mechanisms import FLOAT_SAMPLER
+from p2pem.dp.mechanisms import count_sampler
 from p2pem.dp.publication import Publication
 from p2pem.synth import marginal
 from p2pem.synth.marginal import MarginalSynthesizer, marginal_document
@@ -167,6 +167,9 @@ def finish_release(kit: Kit, doc: Mapping[str, Any], scenario: Scenario, *, rows
         release = assemble_release(header, body, {"name": run["protocol"], "params": run["protocol_params"]}, aggregations, run["wall_s"])
         public: tuple[str, ...] = RELEASE_PUBLIC
         training_rows = int(body["training_rows"])
+        bayesnet = SYNTHESIZERS[str(scenario.synth.get("model"))]
+        assert isinstance(bayesnet, BayesNetSynthesizer)
+        noise_mode = bayesnet.settings(scenario)[1].noise
     else:
         synthesizer = SYNTHESIZERS.get(str(scenario.synth.get("model")))
         if not isinstance(synthesizer, MarginalSynthesizer):
@@ -177,9 +180,10 @@ def finish_release(kit: Kit, doc: Mapping[str, Any], scenario: Scenario, *, rows
                                     n_rows=training_rows, protocol_params=run["protocol_params"], aggregations=aggregations,
                                     wall_s=run["wall_s"])
         public = marginal.RELEASE_PUBLIC
+        noise_mode = settings.noise
     release["deployment"] = {"run_id": kit.run_id, "seeded": kit.seeded, "result": "../result.json"}
     publication = Publication.insecure(scenario.seed) if kit.seeded else Publication.secure()
-    publish(release, publication, public, sampler=FLOAT_SAMPLER)  # every member repeats the draws from the shared seed
+    publish(release, publication, public, sampler=count_sampler(noise_mode))  # every member repeats the draws from the shared seed
     n_rows = rows or parse_synth(scenario, tuple(SYNTHESIZERS)).rows or training_rows
     rng = np.random.default_rng(synth_child(scenario.seed, 0, 0)) if kit.seeded else np.random.default_rng()
     table = SYNTHESIZERS[str(release["model"])].sample(release, int(n_rows), rng)

@@ -34,7 +34,7 @@ from p2pem.simulate import Traffic
 from p2pem.streams import bayesnet_child
 from p2pem.synth.marginalconfig import parse_marginals
 from p2pem.synth.privbayes import AGGREGATIONS, IntArray, _release_networks, drive_counts, scenario_errors
-from p2pem.dp.mechanisms import FLOAT_SAMPLER
+from p2pem.dp.mechanisms import count_sampler
 from p2pem.dp.publication import Publication
 from p2pem.synth.synthesizer import Progress, publish, release_header, release_schema, run_seed
 from p2pem.tabular import Schema, Table, discretize, undiscretize
@@ -261,8 +261,8 @@ class MarginalSynthesizer:
             parts, _ = load_table_parts(scenario)
             graph = None if isinstance(protocol, Centralized) else build_graph(scenario)
             run = fit_marginals(parts, settings, protocol, graph=graph, seed=seed, shared=bayesnet_child(seed, 0))
-        # the noise comes from the seed the nodes share (every node repeats the draw): numpy's sampler
-        return publish(marginal_release(run, schema, scenario=scenario), publication, RELEASE_PUBLIC, sampler=FLOAT_SAMPLER)
+        # central noise: every node repeats the exact discrete draw from the shared seed; noise shares stay numpy's
+        return publish(marginal_release(run, schema, scenario=scenario), publication, RELEASE_PUBLIC, sampler=count_sampler(settings.noise))
 
     def settings(self, scenario: Scenario) -> tuple[Schema, MarginalSettings]:
         """The scenario's public schema and ``[marginals]`` settings, checked before any row is read."""

@@ -41,7 +41,7 @@ from p2pem.runner import output_header
 from p2pem.scenario import Scenario
 from p2pem.simulate import Traffic, drive_messages, drive_vectorised
 from p2pem.synth.bayesconfig import parse_bayesnet
-from p2pem.dp.mechanisms import FLOAT_SAMPLER
+from p2pem.dp.mechanisms import count_sampler
 from p2pem.dp.publication import Publication
 from p2pem.synth.synthesizer import RELEASE_FORMAT, Progress, publish, run_seed
 from p2pem.streams import bayesnet_child, protocol_streams, scenario_streams
@@ -333,8 +333,8 @@ class BayesNetSynthesizer:
             parts, _ = load_table_parts(scenario)
             graph = None if isinstance(protocol, Centralized) else build_graph(scenario)
             run = fit_bayesnet(parts, settings, protocol, graph=graph, seed=run_seed(publication))
-        # the noise comes from the seed the nodes share (every node repeats the draw): numpy's sampler
-        return publish(release_document(run, schema, scenario=scenario), publication, RELEASE_PUBLIC, sampler=FLOAT_SAMPLER)
+        # central noise: every node repeats the exact discrete draw from the shared seed; noise shares stay numpy's
+        return publish(release_document(run, schema, scenario=scenario), publication, RELEASE_PUBLIC, sampler=count_sampler(settings.noise))
 
     def settings(self, scenario: Scenario) -> tuple[Schema, BayesNetSettings]:
         """The scenario's public schema and ``[bayesnet]`` settings, checked before any row is read.

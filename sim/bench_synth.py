@@ -10,10 +10,11 @@ prints per run:
   majority class: 0.754);
 * the mean TVD of all 2-way marginals against the training rows (numeric columns on 10
   equal-width public bins; real test rows: 0.016, independent columns: 0.072);
-* the reproducibility rate of Jälkö et al.'s Adult regression (income on education-num, sex,
-  age and hours-per-week: every coefficient's sign and significance as on the real data) over
-  ``--releases`` releases drawn from the one fitted model (sampling costs no privacy), and the
-  mean absolute coefficient error;
+* the reproducibility rate of p2pem's Adult regression (income on education-num, sex, age and
+  hours-per-week: every coefficient's sign and significance as on the real data) over
+  ``--releases`` releases drawn from the one fitted model (sampling noise only: Jälkö et al.'s
+  protocol over independent fits is ``sim/reproduce/jalko.py``), and the mean absolute
+  coefficient error;
 * the fit's and the evaluation's wall time.
 
 ``--sweep`` instead measures the modelling choices behind the scenario's defaults with

@@ -12,7 +12,7 @@ issues 20 and 21 quote, computed by ``p2pem.synth.report``:
   TVD that independence costs without sampling noise (product of the exact marginals);
 * the real test split against the training split (what a perfect synthesizer would score,
   sampling noise included);
-* the named regression of Jälkö et al. (income on education-num, sex, age, hours-per-week) on
+* p2pem's named Adult regression (income on education-num, sex, age, hours-per-week; the paper of Jälkö et al. fits none on Adult) on
   the real data;
 * the wall and CPU time of one full report on Adult (one release, 2 000 DCR rows).
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -9,15 +10,33 @@ import pytest
 
 from p2pem.errors import ConfigError, DataError
 from p2pem.families.encoding import TableEncoding
-from p2pem.tabular import discretize, load_schema, read_table
+from p2pem.tabular import Continuous, Schema, bin_edges, discretize, load_schema, read_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def adult():
-    schema = load_schema(ROOT / "data" / "adult.schema.toml")
+    # the shipped schema's edges removed: these tests are about n_bins equal-width bins and atoms
+    shipped = load_schema(ROOT / "data" / "adult.schema.toml")
+    schema = Schema(tuple(dataclasses.replace(c, edges=None) if isinstance(c, Continuous) else c for c in shipped.columns), shipped.csv)
     return read_table(ROOT / "data" / "adult.test", schema).take(np.arange(3000))
+
+
+def test_public_edges_set_a_binned_columns_categories():
+    shipped = load_schema(ROOT / "data" / "adult.schema.toml")
+    enc = TableEncoding(shipped, ("hours-per-week", "capital-gain"), 10, (("capital-gain", (0.0,)),))
+    family = enc.family()
+    names = enc.names[len(enc.gaussian):]
+    hours, gain = shipped.column("hours-per-week"), shipped.column("capital-gain")
+    assert family.n_categories[names.index("hours-per-week")] == len(bin_edges(hours, 10)) - 1 == 39  # type: ignore[arg-type]
+    assert family.n_categories[names.index("capital-gain")] == 1 + len(bin_edges(gain, 10)) - 1  # type: ignore[arg-type]
+    table = read_table(ROOT / "data" / "adult.test", shipped).take(np.arange(2000))
+    back = enc.table(enc.rows(table), rng=np.random.default_rng(0))
+    j = shipped.names.index("hours-per-week")
+    np.testing.assert_array_equal(discretize(back)[:, j], discretize(table)[:, j])
+    multiple = table.column("hours-per-week") % 5 == 0  # a multiple of 5 has a bin of its own: it comes back as itself
+    np.testing.assert_array_equal(back.column("hours-per-week")[multiple], table.column("hours-per-week")[multiple])
 
 
 def test_rows_and_back(adult):

@@ -244,6 +244,13 @@ def test_a_missing_file_is_a_data_error(small_schema: Schema, tmp_path: Path) ->
         ("columns = []\n", ["'columns' must be a non-empty array of tables"]),
         ("description = 'no columns'\n", ["missing required key 'columns'"]),
         ("[[columns]\n", ["invalid TOML"]),
+        ("[[columns]]\nname = 'gain'\ntype = 'continuous'\nlow = 0\nhigh = 100\ninteger = true\nedges = [0, 50, 40, 100]\n", ["'columns[0].edges' of column 'gain' must be strictly increasing, got 50 then 40"]),
+        ("[[columns]]\nname = 'gain'\ntype = 'continuous'\nlow = 0\nhigh = 100\ninteger = true\nedges = [1, 50, 100]\n", ["'columns[0].edges' of column 'gain' must run from 'low' (0) to 'high' (100)"]),
+        ("[[columns]]\nname = 'gain'\ntype = 'continuous'\nlow = 0\nhigh = 100\ninteger = true\nedges = [0, 50, 102]\n", ["'columns[0].edges' of column 'gain'", "or 'high' + 1, got 0 .. 102"]),
+        ("[[columns]]\nname = 'gain'\ntype = 'continuous'\nlow = 0\nhigh = 100\ninteger = true\nedges = [0, 0.5, 100]\n", ["'columns[0].edges' of column 'gain' must be whole numbers", "0.5"]),
+        ("[[columns]]\nname = 'gain'\ntype = 'continuous'\nlow = 0\nhigh = 100\ninteger = true\nedges = [0]\n", ["'columns[0].edges' of column 'gain' must list at least two numbers"]),
+        ("[[columns]]\nname = 'gain'\ntype = 'continuous'\nlow = 0\nhigh = 100\ninteger = true\nedges = ['a', 100]\n", ["'columns[0].edges' must be an array of numbers"]),
+        ("[[columns]]\nname = 'w'\ntype = 'continuous'\nlow = 0\nhigh = 1\nedges = [0, 0.5, 2]\n", ["'columns[0].edges' of column 'w' must run from", "0 .. 2"]),
     ],
 )
 def test_schema_mistakes_are_one_line_errors_naming_file_and_key(tmp_path: Path, text: str, fragments: list[str]) -> None:
@@ -371,6 +378,48 @@ def test_undiscretize_draws_inside_the_bin_and_discretizes_back(small_schema: Sc
     assert set(ages.tolist()) == set(range(90, 101))
     with pytest.raises(DataError, match="column 'colour', row 0: 3 is not in 0..2"):
         undiscretize(small_schema, [[0, 3, 0, 0]], rng=rng)
+
+
+def test_public_edges_bin_draw_within_and_round_trip_through_the_schema_file(tmp_path: Path) -> None:
+    # a heavily zero column with 0 in a bin of its own and its top value alone (edges end at high + 1)
+    text = ("[[columns]]\nname = 'gain'\ntype = 'continuous'\nlow = 0\nhigh = 99\ninteger = true\nedges = [0, 1, 10, 50, 99, 100]\n"
+            "[[columns]]\nname = 'w'\ntype = 'continuous'\nlow = 0\nhigh = 1\nedges = [0, 0.1, 0.5, 1]\n")
+    path = tmp_path / "edges.schema.toml"
+    path.write_text(text)
+    schema = load_schema(path)
+    assert schema.columns[0].edges == (0, 1, 10, 50, 99, 100)  # type: ignore[union-attr]
+    # the edges survive the schema's own writer (a release carries its schema this way)
+    again = tmp_path / "again.schema.toml"
+    again.write_text(schema_to_toml(schema))
+    assert load_schema(again) == schema
+    assert domain_sizes(schema, 7) == (5, 3)  # n_bins does not apply to a column with edges
+    assert np.array_equal(bin_edges(schema.columns[1], 7), [0, 0.1, 0.5, 1])  # type: ignore[arg-type]
+    gains = np.array([0, 1, 9, 10, 49, 50, 98, 99], dtype=float)
+    weights = np.array([0, 0.0999, 0.1, 0.4999, 0.5, 0.9, 1.0, 1.0])
+    table = Table.from_blocks(schema, np.column_stack([gains, weights]), np.zeros((8, 0), dtype=np.int64))
+    # an independent reference: numpy.digitize on the inner edges (the last bin closed at high)
+    assert discretize(table)[:, 0].tolist() == np.digitize(gains, [1, 10, 50, 99]).tolist() == [0, 1, 1, 2, 2, 3, 3, 4]
+    assert discretize(table)[:, 1].tolist() == [0, 0, 1, 1, 2, 2, 2, 2]
+    # values drawn back: uniform among the whole numbers of the bin, every one of them reached, none outside
+    rng = np.random.default_rng(3)
+    binned = np.column_stack([rng.integers(0, 5, 4000), rng.integers(0, 3, 4000)])
+    drawn = undiscretize(schema, binned, rng=rng)
+    assert np.array_equal(discretize(drawn), binned)
+    gain = drawn.column("gain")
+    for b, whole in enumerate([{0}, set(range(1, 10)), set(range(10, 50)), set(range(50, 99)), {99}]):
+        assert set(gain[binned[:, 0] == b].tolist()) == whole
+    w = drawn.column("w")[binned[:, 1] == 1]
+    assert w.min() >= 0.1 and w.max() < 0.5
+
+
+def test_the_adult_schema_declares_public_edges_for_every_numeric_column() -> None:
+    schema = load_schema(Path(__file__).resolve().parents[1] / "data" / "adult.schema.toml")
+    edges = {c.name: c.edges for c in schema.continuous}
+    assert all(e is not None for e in edges.values()), edges
+    # no capital gain or loss, the field's default, and the top code 99999 each have a bin of their own
+    for name in ("capital-gain", "capital-loss"):
+        assert edges[name][:2] == (0, 1) and edges[name][-2:] == (99999, 100000)  # type: ignore[index]
+    assert edges["education-num"] == tuple(range(1, 18))
 
 
 def test_design_matrix_matches_sklearn_one_hot_encoder(small_schema: Schema) -> None:

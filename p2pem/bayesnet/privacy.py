@@ -19,8 +19,8 @@ HMPrivBayes: attribute      Laplace on all 1-way counts            ``entropy_sha
 entropies (for the noise    (L1 = 2 d)
 weights)
 HMPrivBayes: similarity     Laplace on every pair's normalised     ``cluster_share epsilon``
-matrix (for clustering      MI (L1 = sum of their sensitivities)   (only with clustering)
-and pruning)
+matrix (for clustering      MI, each pair ``1/m`` of the share     (eps_1; only with clustering
+and pruning)                (m = d(d-1)/2 pairs)                   or pruning)
 noisy conditionals          Laplace on the counts of every         the rest, equally over the
                             maximal table (L1 = 2 each)            tables (PrivBayes) or in
                                                                    proportion to e^(-OE_j)
@@ -32,12 +32,26 @@ sensitivity and noise scale -- and :meth:`Ledger.epsilon` composes them with the
 accountant (:func:`p2pem.dp.accounting.spent_composed`), so the reported epsilon counts
 every release actually made, not a planned split.
 
-What HMPrivBayes (Zhang, Shen & Yang 2022) leaves unaccounted, and what is paid here: it
-computes the similarity matrix, the attribute entropies that weight the noise and the
-threshold test of candidate parent pairs from the exact data.  Here the similarity matrix
-and the entropies are released with Laplace noise and paid for, and the threshold prunes on
-the released similarity (post-processing, free), so every data-dependent choice is inside
-epsilon.
+HMPrivBayes as printed (张小玉, 沈国华, 杨阳, 计算机系统应用 2022, Algorithms 2-5): the budget
+is eps_1 + eps_2 + eps_3 = eps, for the clustering (``cluster_share``), the networks
+(``beta``) and the conditionals (the rest).  Its DPSC (Algorithm 3) adds Laplace noise to
+every pair's MIC, each draw paying part of eps_1 ("每次加噪都需要消耗部分隐私预算"): here the
+m = d(d-1)/2 pairs pay eps_1 / m each, and spectral clustering of the released matrix is
+post-processing.  Each network's root and attribute-parent pairs are |C_i| selections
+(eq. 10's ``eps_2 / |C_i|``), and the conditionals' noise is weighted by e^(-OE_j) (eq. 12).
+
+Two choices of the paper are not DP at eps, and are changed here:
+
+* it computes the entropies OE_j behind the noise weights from the exact data: here they
+  come from noisy 1-way counts, paid from ``entropy_share``;
+* it gives **every cluster** the whole eps_2 and eps_3 (eq. 10 divides by |C_i|, eq. 12
+  normalises within C_i) after splitting the table into column blocks D_1..D_k, i.e. it
+  composes the clusters in parallel.  Parallel composition needs disjoint *rows*; the
+  blocks share every row, so k networks cost k (eps_2 + eps_3).  ``composition =
+  "sequential"`` (the default) splits eps_2 over all d selections and eps_3 over all
+  tables; ``composition = "paper"`` runs the printed per-cluster budgets for comparison,
+  and the ledger then reports what they really cost (eps_1 + k (eps_2 + eps_3) + the
+  entropies), more than ``epsilon``.
 """
 
 from __future__ import annotations
@@ -55,6 +69,7 @@ __all__ = [
     "MODELS",
     "NOISE",
     "SCORES",
+    "COMPOSITIONS",
     "BayesNetSettings",
     "Budget",
     "Ledger",
@@ -65,6 +80,9 @@ __all__ = [
 MODELS = ("privbayes", "hmprivbayes")
 #: Structure scores: mutual information (PrivBayes SIGMOD 2014) or R (TODS 2017).
 SCORES = ("mi", "r")
+#: How HMPrivBayes' networks share eps_2 and eps_3 (module docstring): "sequential" (DP at
+#: epsilon) or "paper" (every cluster the whole of both, as printed; not DP at epsilon).
+COMPOSITIONS = ("sequential", "paper")
 #: Who adds the Laplace noise of count releases: once, from the randomness every node shares
 #: ("central"), or every node a share before the aggregation ("shares").
 NOISE = ("central", "shares")
@@ -124,8 +142,14 @@ class BayesNetSettings:
     n_clusters : int
         HMPrivBayes: number of attribute groups.
     eta : float
-        HMPrivBayes: a parent is a candidate for X only where the released similarity of the
-        two is at least eta (0 keeps all).
+        HMPrivBayes' pruning (eq. 9): a parent P is no candidate for X where the released
+        similarity S(X, P) is at most eta times the largest similarity of X, or of P, to any
+        other attribute (0 keeps all).
+    clusters : tuple of tuple of int, optional
+        HMPrivBayes: public attribute groups (domain knowledge) instead of the clustering;
+        then no similarity matrix is released for them (only for pruning, eta > 0).
+    composition : {"sequential", "paper"}
+        HMPrivBayes: how the networks share the budget (:data:`COMPOSITIONS`).
     cluster_share, entropy_share : float
         HMPrivBayes: budget shares of the similarity matrix and of the attribute entropies.
     max_categories : int
@@ -153,12 +177,16 @@ class BayesNetSettings:
     entropy_share: float = 0.05
     max_categories: int = DEFAULT_MAX_CATEGORIES
     network: tuple[tuple[int, ...], ...] | None = None
+    clusters: tuple[tuple[int, ...], ...] | None = None
+    composition: str = "sequential"
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
             raise ConfigError(f"bayesnet: 'model' must be one of {', '.join(MODELS)}, got {self.model!r}")
         if self.score not in SCORES:
             raise ConfigError(f"bayesnet: 'score' must be one of {', '.join(SCORES)}, got {self.score!r}")
+        if self.composition not in COMPOSITIONS:
+            raise ConfigError(f"bayesnet: 'composition' must be one of {', '.join(COMPOSITIONS)}, got {self.composition!r}")
         if self.noise not in NOISE:
             raise ConfigError(f"bayesnet: 'noise' must be one of {', '.join(NOISE)}, got {self.noise!r}")
         _positive("epsilon", self.epsilon, allow_inf=True)
@@ -194,8 +222,8 @@ class BayesNetSettings:
 
     @property
     def clusters_paid(self) -> bool:
-        """HMPrivBayes releases a similarity matrix (clustering on with more than one group, or pruning)."""
-        return self.hm and ((self.clustering and self.n_clusters > 1) or self.eta > 0)
+        """HMPrivBayes releases a similarity matrix (clustering on with more than one group and no public groups, or pruning)."""
+        return self.hm and ((self.clustering and self.n_clusters > 1 and self.clusters is None) or self.eta > 0)
 
     def check_attributes(self, n_attributes: int) -> None:
         """Raise ConfigError when ``k`` or ``n_clusters`` does not fit ``n_attributes``."""
@@ -207,6 +235,10 @@ class BayesNetSettings:
             raise ConfigError(f"bayesnet: 'n_clusters' = {self.n_clusters} exceeds the {n_attributes} attributes")
         if self.network is not None:
             self._check_network(n_attributes)
+        if self.clusters is not None:
+            covered = sorted(a for c in self.clusters for a in c)
+            if not self.hm or any(not c for c in self.clusters) or covered != list(range(n_attributes)):
+                raise ConfigError(f"bayesnet: 'clusters' must be HMPrivBayes groups that cover each of the {n_attributes} attributes once")
 
     def _check_network(self, d: int) -> None:
         assert self.network is not None
@@ -227,6 +259,8 @@ class BayesNetSettings:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
         if self.network is not None:
             out["network"] = [list(entry) for entry in self.network]
+        if self.clusters is not None:
+            out["clusters"] = [list(c) for c in self.clusters]
         if math.isinf(self.epsilon):
             out["epsilon"] = None  # JSON has no infinity; null = no noise
         return out
@@ -246,7 +280,9 @@ class Budget:
     similarity : float
         HMPrivBayes' noisy similarity matrix (0 when none is released).
     conditionals : float
-        All noisy conditional tables together.
+        All noisy conditional tables together (eps_3).
+    structure : float
+        All structure selections together (eps_2).
     """
 
     selection: float
@@ -254,6 +290,7 @@ class Budget:
     marginals: float
     similarity: float
     conditionals: float
+    structure: float = 0.0
 
     @classmethod
     def plan(cls, settings: BayesNetSettings, n_attributes: int) -> Budget:
@@ -263,7 +300,7 @@ class Budget:
             return cls(0.0, 0, 0.0, 0.0, eps)
         if math.isinf(eps):
             paid = math.inf if settings.hm else 0.0
-            return cls(math.inf, d if settings.hm else d - 1, paid, paid if settings.clusters_paid else 0.0, math.inf)
+            return cls(math.inf, d if settings.hm else d - 1, paid, paid if settings.clusters_paid else 0.0, math.inf, math.inf)
         if settings.hm:
             n_sel = d  # every network's root is chosen too
             marginals = settings.entropy_share * eps
@@ -272,7 +309,7 @@ class Budget:
             n_sel, marginals, similarity = d - 1, 0.0, 0.0
         structure = settings.beta * eps
         rest = eps - structure - marginals - similarity
-        return cls(structure / n_sel, n_sel, marginals, similarity, rest)
+        return cls(structure / n_sel, n_sel, marginals, similarity, rest, structure)
 
     def max_cells(self, n_rows: int, n_attributes: int, theta: float) -> float:
         """theta-usefulness: the most cells of a noisy table, ``n eps_2 / (2 d theta)`` (inf without noise)."""

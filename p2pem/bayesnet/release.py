@@ -155,9 +155,17 @@ def release_body(task: BayesNetTask, schema: Schema, *, protocol: str, n_nodes: 
         The aggregation protocol's label (``centralized``: one curator).
     n_nodes : int
         Nodes of the aggregation (1 for a central run).
+
+    Raises
+    ------
+    ConfigError
+        The task ran HMPrivBayes with ``composition = "paper"``, which spends more than its
+        epsilon (:mod:`p2pem.bayesnet.privacy`): it is for comparisons, never released.
     """
     names = schema.names
     s = task.settings
+    if s.hm and s.composition == "paper":
+        raise ConfigError("bayesnet: composition = 'paper' spends more than epsilon (its clusters share rows); it is for comparisons and is never released")
     networks = []
     for net in task.networks:
         networks.append(
@@ -172,7 +180,7 @@ def release_body(task: BayesNetTask, schema: Schema, *, protocol: str, n_nodes: 
     public = [
         "the schema: column names, types, order, numeric ranges and category lists"
         + ("" if schema.public else " -- NOT PUBLIC: the schema says it was read off the data"),
-        f"the bins: {s.n_bins} equal-width bins over each numeric column's public range",
+        f"the bins: the schema's public edges where it declares them, else {s.n_bins} equal-width bins over each numeric column's public range",
         f"the graph of {n_nodes} nodes, the parties' names ('parties', when they have names) and every node's row count" if n_nodes > 1 else "the number of training rows",
         "the settings (model, epsilon, beta, theta, k, score, bins, noise, clustering)",
     ]
@@ -265,8 +273,9 @@ def task_from_public(
     values = dict(table["settings"])
     if values.get("epsilon") == "inf":
         values["epsilon"] = math.inf
-    if isinstance(values.get("network"), list):
-        values["network"] = tuple(tuple(entry) for entry in values["network"])
+    for key in ("network", "clusters"):
+        if isinstance(values.get(key), list):
+            values[key] = tuple(tuple(entry) for entry in values[key])
     try:
         settings = BayesNetSettings(**values)
         sizes = check_schema(schema, settings)

@@ -340,24 +340,33 @@ class BayesNetTask:
             pairs = [(i, j) for i in range(d) for j in range(i + 1, d)]
             self._stage = _Stage("pairs", Layout(tuple(pairs), self.sizes))
             return
-        self.clusters = [tuple(range(d))]
+        self.clusters = [tuple(sorted(c)) for c in self.settings.clusters] if self.settings.clusters is not None else [tuple(range(d))]
         self._start_networks()
 
     def _after_pairs(self, tables: dict[AttrSet, FloatArray]) -> None:
+        """HMPrivBayes' DPSC (Algorithm 3): every pair's similarity with Laplace noise of its own share of eps_1.
+
+        The m pairs are m draws, each paying eps_1 / m (scale = its sensitivity * m / eps_1),
+        so together they pay eps_1 exactly; the clustering of the released matrix is
+        post-processing.
+        """
         d, n = len(self.sizes), self.n_rows
         assert self.budget is not None
-        exact = np.zeros((d, d))
-        l1 = 0.0
-        for (i, j), t in tables.items():
-            exact[i, j] = exact[j, i] = normalized_mi(t)
-            l1 += normalized_mi_sensitivity(n, self.sizes[i], self.sizes[j])
-        scale = self._laplace_scale(l1, self.budget.similarity)
-        self.ledger.add("similarity matrix (normalised MI of every pair)", "laplace", l1, scale)
-        iu = np.triu_indices(d, 1)
+        pairs = sorted(tables)
+        exact = np.array([normalized_mi(tables[p]) for p in pairs])
+        sens = np.array([normalized_mi_sensitivity(n, self.sizes[i], self.sizes[j]) for i, j in pairs])
+        share = self.budget.similarity / len(pairs)  # every draw's epsilon
+        scales = np.array([self._laplace_scale(x, share) for x in sens])
+        for value in sorted(set(sens.tolist())):  # one ledger line per sensitivity: count draws of eps_1 / m each
+            at = sens == value
+            self.ledger.add("similarity matrix (normalised MI of every pair)", "laplace", value, float(scales[at][0]), int(at.sum()))
         released = np.zeros((d, d))
-        released[iu] = exact[iu] + noise(self._rng(_SIMILARITY), np.full(len(iu[0]), scale), "laplace")
+        rows, cols = np.array(pairs, dtype=np.int64).T
+        released[rows, cols] = exact + noise(self._rng(_SIMILARITY), scales, "laplace")
         self.similarity = released + released.T
-        if self.settings.clustering and self.settings.n_clusters > 1:
+        if self.settings.clusters is not None:
+            self.clusters = [tuple(sorted(c)) for c in self.settings.clusters]
+        elif self.settings.clustering and self.settings.n_clusters > 1:
             self.clusters = spectral_clusters(self.similarity, self.settings.n_clusters, self._rng(_CLUSTERS))
         else:
             self.clusters = [tuple(range(d))]
@@ -373,18 +382,27 @@ class BayesNetTask:
             if self.settings.hm:
                 # HMPrivBayes: the root by the exponential mechanism on the attributes' entropies
                 utilities = np.array([entropy(self._cache[(a,)]) for a in g.attributes])
-                root = g.attributes[self._select(utilities, entropy_sensitivity(self.n_rows), (_ROOT, c), "network roots")]
+                root = g.attributes[self._select(utilities, entropy_sensitivity(self.n_rows), (_ROOT, c), "network roots", self._selection_epsilon(c))]
             else:
                 root = g.attributes[int(self._rng(_ROOT, c).integers(len(g.attributes)))]
             g.add(Candidate(root, ()))
         self._next_step()
 
-    def _select(self, utilities: FloatArray, sensitivity: float, key: tuple[int, ...], what: str) -> int:
-        """The exponential mechanism with the budget of one selection (free among one candidate)."""
+    def _selection_epsilon(self, cluster: int) -> float:
+        """The budget of one selection of network ``cluster``.
+
+        Sequential composition: eps_2 over all d selections.  The paper's composition: eps_2
+        over the |C_i| selections of this network (eq. 10), every network the whole eps_2.
+        """
         assert self.budget is not None
+        if self.settings.hm and self.settings.composition == "paper":
+            return self.budget.structure / len(self.clusters[cluster])
+        return self.budget.selection
+
+    def _select(self, utilities: FloatArray, sensitivity: float, key: tuple[int, ...], what: str, eps: float) -> int:
+        """The exponential mechanism with ``eps`` (free among one candidate)."""
         if utilities.size == 1:
             return 0
-        eps = self.budget.selection
         scale = 0.0 if math.isinf(eps) else 2.0 * sensitivity / eps
         self.ledger.add(what, "exponential", sensitivity, scale)
         return exponential_mechanism(utilities, eps, sensitivity, self._rng(*key))
@@ -395,11 +413,17 @@ class BayesNetTask:
         allowed = None
         if s.hm and s.eta > 0 and self.similarity is not None:
             sim = self.similarity
+            off = sim + np.diag(np.full(len(self.sizes), -np.inf))
+            largest = off.max(axis=1)
 
-            def allowed(child: int, parent: int) -> bool:  # pruning on the released similarity (post-processing)
-                return bool(sim[child, parent] >= s.eta)
+            def allowed(child: int, parent: int) -> bool:
+                # eq. (9) on the released similarity (post-processing): pruned where S(X, P) is at
+                # most eta times the largest similarity of X, or of P, to any other attribute
+                value = sim[child, parent]
+                return bool(value > s.eta * largest[child] and value > s.eta * largest[parent])
 
-        max_cells = self.budget.max_cells(self.n_rows, len(self.sizes), s.theta)
+        paper = s.hm and s.composition == "paper"  # theta-usefulness at the network's own eps_3 and |C_i|
+        max_cells = self.budget.max_cells(self.n_rows, len(g.attributes) if paper else len(self.sizes), s.theta)
         return g.candidates(self.sizes, k=s.k, max_cells=max_cells, allowed=allowed)
 
     def _next_step(self) -> None:
@@ -426,9 +450,10 @@ class BayesNetTask:
                 sens = r_score_sensitivity(self.n_rows)
             else:
                 sens = max(mi_sensitivity(self.n_rows, binary=self.sizes[x.child] == 2 or table_size(x.parents, self.sizes) == 2) for x in cands)
-            i = self._select(utilities, sens, (_STEP, c, self._step), "structure (attribute-parent pairs)")
+            eps = self._selection_epsilon(c)
+            i = self._select(utilities, sens, (_STEP, c, self._step), "structure (attribute-parent pairs)", eps)
             self.greedy[c].add(cands[i])
-            eps = 0.0 if len(cands) == 1 else self.budget.selection
+            eps = 0.0 if len(cands) == 1 else eps
             self.selections.append(Selection(c, self._step, cands[i], len(cands), float(utilities[i]), sens, eps))
 
     def _score(self, cand: Candidate) -> float:
@@ -440,19 +465,26 @@ class BayesNetTask:
         assert self.budget is not None
         own: list[AttrSet] = []  # the maximal tables, which get noise of their own
         owner: dict[AttrSet, int] = {}
-        for g in self.greedy:
+        network: dict[AttrSet, int] = {}
+        for c, g in enumerate(self.greedy):
             sources = noisy_sets(g.order, g.parents)
             for a in g.order:
                 if sources[a] == attr_set((a, *g.parents[a])):
                     own.append(sources[a])
                     owner[sources[a]] = a
+                    network[sources[a]] = c
         own.sort()
         if self.settings.hm:
             assert self.weights is not None
             w = np.array([self.weights[owner[s]] for s in own])
         else:
             w = np.ones(len(own))
-        eps_tables = self.budget.conditionals * w / w.sum()
+        if self.settings.hm and self.settings.composition == "paper":
+            # eq. (12) as printed: every network spends the whole eps_3 over its own tables
+            which = np.array([network[s] for s in own])
+            eps_tables = self.budget.conditionals * w / np.array([w[which == c].sum() for c in which])
+        else:
+            eps_tables = self.budget.conditionals * w / w.sum()
         scales = {s: self._laplace_scale(2.0, e) for s, e in zip(own, eps_tables, strict=True)}
         for s in own:
             self.ledger.add("noisy conditionals (count tables)", "laplace", 2.0, scales[s])

@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from p2pem.errors import ConfigError, DataError
 from p2pem.families.mixed import COVARIANCES, MixedFamily
-from p2pem.tabular import DEFAULT_BINS, Categorical, Continuous, Schema, Table, discretize, undiscretize
+from p2pem.tabular import DEFAULT_BINS, Categorical, Continuous, Schema, Table, bin_edges, discretize, undiscretize
 
 __all__ = ["TableEncoding"]
 
@@ -115,7 +115,7 @@ class TableEncoding:
 
     def n_values(self, column: Categorical | Continuous) -> int:
         """Categories of a discrete column (its atoms and bins for a binned one)."""
-        return column.n_categories if isinstance(column, Categorical) else len(self.atoms_of(column.name)) + self.n_bins
+        return column.n_categories if isinstance(column, Categorical) else len(self.atoms_of(column.name)) + len(bin_edges(column, self.n_bins)) - 1
 
     def family(
         self,

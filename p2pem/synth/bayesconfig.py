@@ -8,7 +8,7 @@ Keys (all optional; unknown keys are errors)::
     score = "r"               # "r" (TODS 2017, sensitivity 3/n) or "mi" (mutual information, Lemma 1)
     theta = 4.0               # theta-usefulness: a noisy table has <= n eps_2 / (2 d theta) cells
     k = 2                     # most parents of an attribute; default: theta alone bounds the tables
-    n_bins = 10               # equal-width bins per numeric column over its public range
+    n_bins = 10               # equal-width bins per numeric column without schema edges
     noise = "central"         # "central": once, from the nodes' shared seed; "shares": every node
                               #   adds a share before the aggregation
     tolerate = 50             # with noise = "shares": colluders whose shares may be subtracted
@@ -18,8 +18,8 @@ Keys (all optional; unknown keys are errors)::
     # HMPrivBayes only ([synth] model = "hmprivbayes"):
     clustering = true         # split the columns into n_clusters groups, one network each
     n_clusters = 2
-    eta = 0.0                 # prune parents whose released similarity to the child is below eta
-    cluster_share = 0.1       # budget share of the similarity matrix
+    eta = 0.0                 # eq. (9): prune a parent whose released similarity to the child is <= eta x the largest of either
+    cluster_share = 0.1       # budget share of the similarity matrix (eps_1 of the clustering)
     entropy_share = 0.05      # budget share of the attribute entropies
 
 Every error is one line naming the file and the dotted key.

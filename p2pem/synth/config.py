@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from p2pem.errors import ConfigError
 from p2pem.scenario import Scenario
-from p2pem.synth.models import ADULT_INCOME_REGRESSION, Regression
+from p2pem.synth.models import ADULT_INCOME_RACE_REGRESSION, ADULT_INCOME_REGRESSION, Regression
 from p2pem.tabular import Categorical, Continuous, Schema
 from p2pem.tomltable import Table, show
 
@@ -35,7 +35,7 @@ __all__ = ["REGRESSIONS", "SYNTH_KEYS", "SynthConfig", "parse_synth"]
 SYNTH_KEYS = ("model", "protocol", "rows", "releases", "target", "regression", "three_way", "dcr_rows")
 
 #: Findings known by name (``[synth] regression = "adult-income"``).
-REGRESSIONS = {"adult-income": ADULT_INCOME_REGRESSION}
+REGRESSIONS = {"adult-income": ADULT_INCOME_REGRESSION, "adult-income-race": ADULT_INCOME_RACE_REGRESSION}
 
 
 @dataclass(frozen=True)

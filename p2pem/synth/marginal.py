@@ -195,7 +195,8 @@ def marginal_release(run: MarginalRun, schema: Schema, *, scenario: Scenario) ->
         "privacy": {"colluders": colluders, "epsilon": against, "excluded": excluded},
     }
     public = [
-        f"the bins: {s.n_bins} equal-width bins over each numeric column's public range; values are drawn uniformly within a bin",
+        f"the bins: the schema's public edges where it declares them, else {s.n_bins} equal-width bins over each numeric column's public range; "
+        "values are drawn uniformly within a bin (among its whole numbers for an integer column)",
         "the settings (method, epsilon, delta, bins, noise, selection, iters, rounds, max_model_size, pairs)",
         "the model: Private-PGM's estimate from the noisy marginals (post-processing)",
     ]

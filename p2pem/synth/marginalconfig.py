@@ -5,7 +5,7 @@ Keys (all optional; unknown keys are errors)::
     [marginals]
     epsilon = 1.0             # the budget, (epsilon, delta)-DP through zCDP; "inf" measures without noise
     delta = 1e-9
-    n_bins = 10               # equal-width bins per numeric column over its public range
+    n_bins = 10               # equal-width bins per numeric column without schema edges
     noise = "central"         # "central": once, from the nodes' shared seed; "shares": every node
                               #   adds a Gaussian share before the aggregation
     tolerate = 50             # with noise = "shares": colluders whose shares may be subtracted

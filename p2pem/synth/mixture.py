@@ -77,7 +77,7 @@ class MixtureSynthesizer:
                                progress=progress)
         public = [
             f"the encoding: Gaussian columns {', '.join(c.name for c in encoding.gaussian) or '(none)'} scaled by their public ranges; "
-            f"binned columns {', '.join(encoding.binned) or '(none)'} on {encoding.n_bins} public equal-width bins"
+            f"binned columns {', '.join(encoding.binned) or '(none)'} on {encoding.n_bins} public equal-width bins (or the schema's public edges)"
             + (f", with the atoms {dict(encoding.atoms)}" if encoding.atoms else ""),
             f"the model's size: {scenario.em.n_components} components, {scenario.em.max_iter} EM iterations",
         ]

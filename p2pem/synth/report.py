@@ -15,7 +15,10 @@ JSON-ready dict (``format = "p2pem-synth-report"``, ``version = 1``);
   trained on the synthetic rows, next to the same models trained on the real training
   rows and the majority class;
 * **reproducibility** -- the share of releases on which a named regression has the real
-  data's signs and significance, and the mean absolute coefficient error;
+  data's signs and significance, and the mean absolute coefficient error; and Jälkö et al.'s
+  protocol (*Patterns* 2021): each finding graded strong or weak by a bootstrap of the real
+  rows, and the share of releases that reproduce the strong and the weak ones -- meaningful
+  over independent fits (``independent_fits``), not over samples of one fit;
 * **privacy risk** -- the distance of synthetic rows to their closest training row (DCR)
   next to the same distance for real test rows, which were never in the training data:
   synthetic rows much closer than test rows are copies in all but name; and the share
@@ -45,7 +48,7 @@ from p2pem.synth.metrics import (
     ks_distance,
     marginal_tvds,
 )
-from p2pem.synth.models import MODELS, Regression, reproducibility, single_threaded, tstr_accuracy
+from p2pem.synth.models import MODELS, N_BOOTSTRAP, Regression, reproducibility, single_threaded, tstr_accuracy
 from p2pem.tabular import DEFAULT_BINS, Categorical, Continuous, Schema, Table, discretize, domain_sizes
 
 __all__ = ["REPORT_FORMAT", "REPORT_VERSION", "report_figure", "synth_report"]
@@ -69,6 +72,8 @@ def synth_report(
     three_way: bool = False,
     dcr_rows: int | None = 2000,
     models: Sequence[str] = MODELS,
+    independent_fits: bool = False,
+    n_bootstrap: int | None = None,
 ) -> dict[str, Any]:
     """Utility and privacy risk of synthetic releases (module docstring).
 
@@ -99,6 +104,14 @@ def synth_report(
         counted over every row.
     models : sequence of str, default ("logistic", "svm")
         The TSTR classifiers.
+    independent_fits : bool, default False
+        The releases are independent DP fits (fresh noise each), as Jälkö et al.'s protocol
+        asks; False (samples of one fit) is recorded, and the rates then measure sampling
+        noise alone.
+    n_bootstrap : int, optional
+        Bootstrap resamples of the training rows that grade each finding strong or weak
+        (:func:`p2pem.synth.models.finding_strength`; drawn from ``rng``); default 100 over
+        independent fits, none (no grades: samples of one fit share its noise) otherwise.
 
     Returns
     -------
@@ -116,7 +129,7 @@ def synth_report(
         scikit-learn/statsmodels are missing (``pip install 'p2pem[synth]'``).
     """
     with single_threaded():
-        return _report(train, test, synthetic, rng, target, regression, n_bins, three_way, dcr_rows, models)
+        return _report(train, test, synthetic, rng, target, regression, n_bins, three_way, dcr_rows, models, independent_fits, n_bootstrap)
 
 
 def _report(
@@ -130,9 +143,15 @@ def _report(
     three_way: bool,
     dcr_rows: int | None,
     models: Sequence[str],
+    independent_fits: bool = False,
+    n_bootstrap: int | None = None,
 ) -> dict[str, Any]:
     releases = [synthetic] if isinstance(synthetic, Table) else list(synthetic)
     schema = _check_tables(train, test, releases)
+    if n_bootstrap is None:
+        n_bootstrap = N_BOOTSTRAP if independent_fits else 0
+    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 0:
+        raise ConfigError(f"n_bootstrap must be an integer >= 0, got {n_bootstrap!r}")
     if target is not None and not isinstance(schema.column(target), Categorical):
         raise ConfigError(f"target column {target!r} must be categorical to be classified")
     for model in models:
@@ -176,7 +195,9 @@ def _report(
         "reference": reference,
         "releases": per_release,
         "summary": _summary(per_release),
-        "reproducibility": reproducibility(train, releases, regression) if regression is not None else None,
+        "reproducibility": (
+            reproducibility(train, releases, regression, rng=rng, n_boot=n_bootstrap, independent_fits=independent_fits) if regression is not None else None
+        ),
     }
 
 
@@ -362,7 +383,8 @@ def report_figure(report: dict[str, Any], path: str | Path, *, title: str = "Syn
     rep = report.get("reproducibility")
     if rep is not None and rep["rate"] is not None:
         n = len(rep["releases"])
-        title += f" | finding reproduced in {100 * rep['rate']:.0f}% of {n} release{'s' if n > 1 else ''}"
+        what = f"release{'s' if n > 1 else ''}" if rep.get("independent_fits", True) else f"sample{'s' if n > 1 else ''} of one fit"
+        title += f" | finding reproduced in {100 * rep['rate']:.0f}% of {n} {what}"
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path)

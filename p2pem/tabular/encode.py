@@ -1,9 +1,9 @@
 """Encodings of a mixed-type table: public bins, and one-hot design matrices for models.
 
 * :func:`discretize` -- every column as a small integer: a categorical column keeps its
-  code, a continuous column gets the index of its bin among ``n_bins`` equal-width bins
-  over its **public** range (:func:`bin_edges`), so the bins reveal nothing about the
-  rows.  Marginals, contingency counts (PrivBayes) and the report's α-way distances are
+  code, a continuous column gets the index of its bin among the public edges its schema
+  declares, or else among ``n_bins`` equal-width bins over its **public** range
+  (:func:`bin_edges`), so the bins reveal nothing about the rows.  Marginals, contingency counts (PrivBayes) and the report's α-way distances are
   taken on this form; :func:`undiscretize` draws values back from bin indices.
 * :func:`design_matrix` -- the numeric matrix a regression or classifier reads: continuous
   columns as they are (or scaled to [0, 1] by the public range), each categorical column
@@ -47,18 +47,22 @@ def _check_bins(n_bins: int) -> None:
 
 
 def bin_edges(column: Continuous, n_bins: int = DEFAULT_BINS) -> FloatArray:
-    """The ``n_bins + 1`` edges of equal-width bins over the column's public range.
+    """The edges of the column's public bins.
 
+    The schema's own ``edges`` where it declares them (``n_bins`` is then ignored for this
+    column), otherwise the ``n_bins + 1`` edges of equal-width bins over the public range.
     Bin ``b`` is ``[edges[b], edges[b + 1])``; the last bin also holds ``high``.
     """
     _check_bins(n_bins)
+    if column.edges is not None:
+        return np.asarray(column.edges, dtype=np.float64)
     return np.linspace(column.low, column.high, n_bins + 1)
 
 
 def domain_sizes(schema: Schema, n_bins: int = DEFAULT_BINS) -> tuple[int, ...]:
     """The number of values of each column of :func:`discretize`, in schema order."""
     _check_bins(n_bins)
-    return tuple(n_bins if isinstance(c, Continuous) else c.n_categories for c in schema.columns)
+    return tuple(len(bin_edges(c, n_bins)) - 1 if isinstance(c, Continuous) else c.n_categories for c in schema.columns)
 
 
 def discretize(table: Table, n_bins: int = DEFAULT_BINS) -> IntArray:
@@ -69,7 +73,8 @@ def discretize(table: Table, n_bins: int = DEFAULT_BINS) -> IntArray:
     table : Table
         The rows.
     n_bins : int, default 10
-        Equal-width bins per continuous column over its public range (:func:`bin_edges`).
+        Equal-width bins per continuous column over its public range, for the columns whose
+        schema declares no ``edges`` (:func:`bin_edges`).
 
     Returns
     -------
@@ -92,7 +97,7 @@ def undiscretize(schema: Schema, binned: npt.ArrayLike, *, n_bins: int = DEFAULT
     """Rows drawn back from :func:`discretize`'s form (a sampler's output) as a table.
 
     A categorical column's value is its code; a continuous column's value is drawn
-    uniformly within its bin -- among the whole numbers inside the bin for an integer
+    uniformly within its bin (:func:`bin_edges`: the schema's public edges, or equal width) -- among the whole numbers inside the bin for an integer
     column (the nearest whole number to the bin's centre if the bin holds none, which
     happens only when bins are narrower than 1).  Only public information is used.
 
@@ -132,8 +137,9 @@ def undiscretize(schema: Schema, binned: npt.ArrayLike, *, n_bins: int = DEFAULT
         lower, upper = edges[array[:, j]], edges[array[:, j] + 1]
         if column.integer:
             first = np.ceil(lower)
-            # whole numbers in [lower, upper), and upper itself in the last bin
-            last = np.where(array[:, j] == n_bins - 1, np.floor(upper), np.ceil(upper) - 1)
+            # whole numbers in [lower, upper), and upper itself in the last bin unless it lies above
+            # the range (an integer column's edges may end at high + 1)
+            last = np.where(array[:, j] == len(edges) - 2, np.minimum(np.floor(upper), column.high), np.ceil(upper) - 1)
             count = last - first + 1
             draw = first + np.floor(rng.random(len(first)) * np.maximum(count, 1))
             values = np.where(count >= 1, draw, np.clip(np.round((lower + upper) / 2), column.low, column.high))

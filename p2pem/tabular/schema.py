@@ -28,6 +28,10 @@ Schema files are TOML (``data/adult.schema.toml``)::
     low = 17                       # the public range, low < high
     high = 90
     integer = true                 # default false: values must be whole numbers
+    edges = [17, 20, 25, 90]       # optional: the public bin edges, increasing from low
+                                   # to high (or high + 1 for an integer column: a bin
+                                   # for the top value alone), whole numbers for an
+                                   # integer column; default n_bins equal-width bins
     source = "..."                 # optional: where the range comes from
 
     [[columns]]
@@ -78,7 +82,7 @@ SCHEMA_FORMAT = "p2pem-schema"
 _VERSION = 1
 _TOP_KEYS = ("format", "version", "description", "public", "csv", "columns")
 _CSV_KEYS = ("header", "separator", "missing", "ignore")
-_CONTINUOUS_KEYS = ("name", "type", "low", "high", "integer", "source")
+_CONTINUOUS_KEYS = ("name", "type", "low", "high", "integer", "edges", "source")
 _CATEGORICAL_KEYS = ("name", "type", "categories", "aliases", "source")
 
 
@@ -115,6 +119,14 @@ class Continuous:
         Values are whole numbers (read and written as integers).
     source : str, default ""
         Where the range comes from (documentation, a standard); kept for provenance.
+    edges : tuple of float, optional
+        Public bin edges, strictly increasing from ``low`` to ``high`` (whole numbers for an
+        integer column, so that every bin holds one): bin ``b`` is ``[edges[b], edges[b + 1])``
+        and the last bin also holds ``high``; an integer column may end at ``high + 1``, so
+        that its top value can have a bin of its own.  They replace the equal-width bins of
+        ``n_bins`` for this column, so that a heavily zero column can keep 0 in a bin of its
+        own (``[0, 1, ...]``) and a small integer domain its own resolution.  Like the
+        range, they must come from public knowledge, never from the rows.
     """
 
     name: str
@@ -122,6 +134,7 @@ class Continuous:
     high: float
     integer: bool = False
     source: str = ""
+    edges: tuple[float, ...] | None = None
     kind: ClassVar[str] = "continuous"
 
     def __post_init__(self) -> None:
@@ -133,6 +146,25 @@ class Continuous:
             raise SchemaError("high", f"must be greater than 'low' ({self.low!r}), got {self.high!r}")
         if self.integer and not (float(self.low).is_integer() and float(self.high).is_integer()):
             raise SchemaError("low", f"and 'high' of an integer column must be whole numbers, got [{self.low!r}, {self.high!r}]")
+        if self.edges is not None:
+            self._check_edges(self.edges)
+
+    def _check_edges(self, edges: tuple[float, ...]) -> None:
+        where = f"of column {self.name!r}"
+        if not isinstance(edges, tuple) or len(edges) < 2:
+            raise SchemaError("edges", f"{where} must list at least two numbers (one bin), got {show(edges)}")
+        if any(not (is_number(e) and math.isfinite(e)) for e in edges):
+            raise SchemaError("edges", f"{where} must be finite numbers, holds {show(next(e for e in edges if not (is_number(e) and math.isfinite(e))))}")
+        tops = (self.high, self.high + 1) if self.integer else (self.high,)
+        if edges[0] != self.low or edges[-1] not in tops:
+            raise SchemaError("edges", f"{where} must run from 'low' ({_fmt(self.low)}) to 'high' ({_fmt(self.high)})"
+                              + (" or 'high' + 1" if self.integer else "") + f", got {_fmt(edges[0])} .. {_fmt(edges[-1])}")
+        for a, b in zip(edges, edges[1:], strict=False):
+            if not b > a:
+                raise SchemaError("edges", f"{where} must be strictly increasing, got {_fmt(a)} then {_fmt(b)}")
+        if self.integer and not all(float(e).is_integer() for e in edges):
+            bad = next(e for e in edges if not float(e).is_integer())
+            raise SchemaError("edges", f"{where} must be whole numbers (the column is integer), holds {bad!r}")
 
 
 @dataclass(frozen=True)
@@ -316,6 +348,11 @@ class Schema:
         return f"{self.where}: " if self.where else ""
 
 
+def _fmt(value: float) -> str:
+    """A number as a schema file writes it: 50, not 50.0."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 def _check_name(name: object) -> None:
     if not isinstance(name, str) or not name.strip() or name != name.strip():
         raise SchemaError("name", f"must be a non-empty string without surrounding spaces, got {name!r}")
@@ -413,6 +450,7 @@ def _parse_column(top: _TomlTable, index: int, raw: object) -> Column:
             high=table.number("high"),
             integer=table.boolean("integer", default=False),
             source=table.string("source", default=""),
+            edges=tuple(table.number_array("edges", ndim=1).tolist()) if table.has("edges") else None,
         )
         make: Any = Continuous
     else:
@@ -489,6 +527,8 @@ def _column_entry(column: Column) -> dict[str, Any]:
         entry.update(low=cast(column.low), high=cast(column.high))
         if column.integer:
             entry["integer"] = True
+        if column.edges is not None:
+            entry["edges"] = [cast(e) for e in column.edges]
     else:
         if column.numeric:
             entry["categories"] = [int(c) if re.fullmatch(r"-?[0-9]+", c) else float(c) for c in column.categories]

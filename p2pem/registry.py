@@ -30,6 +30,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from p2pem.bayesnet import marginalrelease
 from p2pem.bayesnet.release import task_from_public
 from p2pem.dp.msnm import DPMSNM
 from p2pem.dp.protocols import DPCentral, DPDistributed
@@ -105,6 +106,7 @@ class TaskBuilder(Protocol):
 #: Tasks a roster's ``[task]`` table can name, by its ``kind``.
 TASKS: dict[str, TaskBuilder] = {
     "bayesnet": task_from_public,  # a DP Bayesian-network release (p2pem.bayesnet.release)
+    "marginals": marginalrelease.task_from_public,  # an MST or AIM release (p2pem.bayesnet.marginalrelease)
 }
 
 

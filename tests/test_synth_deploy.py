@@ -150,7 +150,7 @@ def test_a_roster_naming_an_unknown_task_is_refused_at_the_node(tmp_path, capsys
     assert main(["deploy", str(release_scenario(tmp_path)), "--out", str(out), "--prepare-only"]) == 0
     roster = out / "roster.toml"
     roster.write_text(roster.read_text().replace('kind = "bayesnet"', 'kind = "nope"'))
-    with pytest.raises(ConfigError, match=r"roster.toml: unknown task kind 'nope' \(known: bayesnet\)"):
+    with pytest.raises(ConfigError, match=r"roster.toml: unknown task kind 'nope' \(known: bayesnet, marginals\)"):
         load_node(NodeConfig.load(Kit.load(out).config_path(0)), link=MemoryBroker().link(["#"], name="node0"))
 
 

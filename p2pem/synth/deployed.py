@@ -1,4 +1,4 @@
-"""A Bayesian-network release deployed: ``p2pem deploy`` on a ``privbayes``/``hmprivbayes`` scenario.
+"""A synthetic-data release deployed: ``p2pem deploy`` on a ``privbayes``/``hmprivbayes``/``mst``/``aim`` scenario.
 
 The deployment machinery (:mod:`p2pem.deploy`) runs any task a roster names; this module
 supplies the release's part:
@@ -6,7 +6,9 @@ supplies the release's part:
 :func:`release_kit`
     The :class:`~p2pem.deploy.kit.TaskKit` of a scenario: the roster's public ``[task]``
     table (kind ``bayesnet``, the public schema, the ``[bayesnet]`` settings, the protocol
-    label; :func:`p2pem.bayesnet.release.public_table`) and each node's own rows, written
+    label; :func:`p2pem.bayesnet.release.public_table`; or kind ``marginals`` with the
+    ``[marginals]`` settings of MST or AIM, :func:`p2pem.bayesnet.marginalrelease.public_table`)
+    and each node's own rows, written
     under the schema's column names.  Nothing private crosses the kit: every node builds
     its task from the public table and its own file (:func:`p2pem.registry.make_task`), its
     secret from the operating system and the shared seed by commit-and-reveal (or, with the
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from p2pem.bayesnet import marginalrelease
 from p2pem.bayesnet.release import public_table
 from p2pem.builders import load_table_parts
 from p2pem.deploy.kit import Kit, TaskKit, pick_protocol
@@ -39,7 +42,9 @@ from p2pem.streams import synth_child
 from p2pem.synth.config import parse_synth
 from p2pem.dp.mechanisms import FLOAT_SAMPLER
 from p2pem.dp.publication import Publication
-from p2pem.synth.privbayes import RELEASE_PUBLIC, AGGREGATIONS, BayesNetSynthesizer, assemble_release, sample_release, scenario_errors
+from p2pem.synth import marginal
+from p2pem.synth.marginal import MarginalSynthesizer, marginal_document
+from p2pem.synth.privbayes import RELEASE_PUBLIC, AGGREGATIONS, BayesNetSynthesizer, assemble_release, scenario_errors
 from p2pem.synth.registry import SYNTHESIZERS
 from p2pem.synth.run import RELEASE_DIR
 from p2pem.synth.synthesizer import RELEASE_FORMAT, publish
@@ -53,8 +58,13 @@ DEPLOYABLE = tuple(a for a in AGGREGATIONS if a not in ("centralized", "federate
 
 
 def is_release(scenario: Scenario) -> bool:
-    """The scenario's ``[synth] model`` is a Bayesian-network release (``privbayes``, ``hmprivbayes``)."""
-    return isinstance(SYNTHESIZERS.get(str(scenario.synth.get("model"))), BayesNetSynthesizer)
+    """The scenario's ``[synth] model`` is a deployable release (``privbayes``, ``hmprivbayes``, ``mst``, ``aim``)."""
+    return isinstance(SYNTHESIZERS.get(str(scenario.synth.get("model"))), (BayesNetSynthesizer, MarginalSynthesizer))
+
+
+def _what(scenario: Scenario) -> str:
+    model = str(scenario.synth.get("model"))
+    return f"{model.upper()} release" if isinstance(SYNTHESIZERS.get(model), MarginalSynthesizer) else "Bayesian-network release"
 
 
 def release_protocol(scenario: Scenario, protocol: str | None) -> str:
@@ -66,7 +76,7 @@ def release_protocol(scenario: Scenario, protocol: str | None) -> str:
     if spec.name not in DEPLOYABLE:
         why = "it adds noise of its own" if spec.name not in AGGREGATIONS else "its server process runs EM only"
         raise ConfigError(
-            f"{scenario.path}: protocol {spec.name!r} cannot aggregate a deployed Bayesian-network release ({why}); "
+            f"{scenario.path}: protocol {spec.name!r} cannot aggregate a deployed {_what(scenario)} ({why}); "
             f"deploy one of {', '.join(DEPLOYABLE)} (set [bayesnet] noise = 'shares' for per-node noise shares)"
         )
     return chosen
@@ -82,18 +92,25 @@ def release_kit(scenario: Scenario, protocol: str) -> TaskKit:
     DataError
         The rows cannot be read under the schema.
     """
-    synthesizer = SYNTHESIZERS[str(scenario.synth.get("model"))]
-    if not isinstance(synthesizer, BayesNetSynthesizer):
-        raise ConfigError(f"{scenario.path}: [synth] model {scenario.synth.get('model')!r} is not a Bayesian-network release")
-    schema, settings = synthesizer.settings(scenario)
+    synthesizer = SYNTHESIZERS.get(str(scenario.synth.get("model")))
+    if not isinstance(synthesizer, (BayesNetSynthesizer, MarginalSynthesizer)):
+        raise ConfigError(f"{scenario.path}: [synth] model {scenario.synth.get('model')!r} is not a deployable release "
+                          "(privbayes, hmprivbayes, mst or aim)")
     spec = pick_protocol(scenario, protocol)
+    label = getattr(spec, "label", spec.name)
+    if isinstance(synthesizer, MarginalSynthesizer):
+        schema, marginal_settings = synthesizer.settings(scenario)
+        table = marginalrelease.public_table(schema, marginal_settings, label)
+    else:
+        schema, settings = synthesizer.settings(scenario)
+        table = public_table(schema, settings, label)
     with scenario_errors(scenario):
         parts, _ = load_table_parts(scenario)
 
     def write_rows(i: int, path: Path) -> None:
         write_csv(parts[i], path)
 
-    return TaskKit(public_table(schema, settings, getattr(spec, "label", spec.name)), write_rows)
+    return TaskKit(table, write_rows)
 
 
 def deploy_release(scenario: Scenario, out: str | os.PathLike[str], *, protocol: str | None = None, rows: int | None = None,
@@ -103,7 +120,7 @@ def deploy_release(scenario: Scenario, out: str | os.PathLike[str], *, protocol:
     Parameters
     ----------
     scenario : Scenario
-        ``[synth] model`` ``privbayes`` or ``hmprivbayes``.
+        ``[synth] model`` ``privbayes``, ``hmprivbayes``, ``mst`` or ``aim``.
     out : path-like
         New folder: the kit, ``result.json`` (the deployment's), ``release.json`` and
         ``synthetic.csv``.
@@ -140,18 +157,32 @@ def finish_release(kit: Kit, doc: Mapping[str, Any], scenario: Scenario, *, rows
         The document holds no release.
     """
     body = doc.get("output")
-    if not isinstance(body, Mapping) or doc.get("task") != "bayesnet":
-        raise DataError(f"{kit.root}/result.json: the run released no Bayesian network")
+    kind = doc.get("task")
+    if not isinstance(body, Mapping) or kind not in ("bayesnet", marginalrelease.KIND):
+        raise DataError(f"{kit.root}/result.json: the run released no Bayesian network, MST or AIM model")
     run = doc["protocols"][0]
-    header = output_header(RELEASE_FORMAT, scenario)
     aggregations = {"count": run["n_iter"], "rounds": run["rounds"], "messages": run["messages"], "bytes": run["bytes"]}
-    release = assemble_release(header, body, {"name": run["protocol"], "params": run["protocol_params"]}, aggregations, run["wall_s"])
+    if kind == "bayesnet":
+        header = output_header(RELEASE_FORMAT, scenario)
+        release = assemble_release(header, body, {"name": run["protocol"], "params": run["protocol_params"]}, aggregations, run["wall_s"])
+        public: tuple[str, ...] = RELEASE_PUBLIC
+        training_rows = int(body["training_rows"])
+    else:
+        synthesizer = SYNTHESIZERS.get(str(scenario.synth.get("model")))
+        if not isinstance(synthesizer, MarginalSynthesizer):
+            raise DataError(f"{kit.root}/result.json: an MST or AIM run, but the scenario's [synth] model is {scenario.synth.get('model')!r}")
+        schema, settings = synthesizer.settings(scenario)
+        training_rows = int(doc["n_rows"])
+        release = marginal_document(body, settings, schema, scenario=scenario, protocol=run["protocol"], n_nodes=kit.n_nodes,
+                                    n_rows=training_rows, protocol_params=run["protocol_params"], aggregations=aggregations,
+                                    wall_s=run["wall_s"])
+        public = marginal.RELEASE_PUBLIC
     release["deployment"] = {"run_id": kit.run_id, "seeded": kit.seeded, "result": "../result.json"}
     publication = Publication.insecure(scenario.seed) if kit.seeded else Publication.secure()
-    publish(release, publication, RELEASE_PUBLIC, sampler=FLOAT_SAMPLER)  # every member repeats the draws from the shared seed
-    n_rows = rows or parse_synth(scenario, tuple(SYNTHESIZERS)).rows or int(body["training_rows"])
+    publish(release, publication, public, sampler=FLOAT_SAMPLER)  # every member repeats the draws from the shared seed
+    n_rows = rows or parse_synth(scenario, tuple(SYNTHESIZERS)).rows or training_rows
     rng = np.random.default_rng(synth_child(scenario.seed, 0, 0)) if kit.seeded else np.random.default_rng()
-    table = sample_release(release, int(n_rows), rng)
+    table = SYNTHESIZERS[str(release["model"])].sample(release, int(n_rows), rng)
     folder = kit.root / RELEASE_DIR
     folder.mkdir(exist_ok=True)
     write_csv(table, folder / "synthetic.csv")

@@ -23,6 +23,7 @@ import networkx as nx
 import numpy as np
 
 from p2pem.bayesnet import sample_networks
+from p2pem.bayesnet.marginalrelease import check_marginal_schema, release_fields
 from p2pem.bayesnet.marginals import MarginalSettings, MarginalTask
 from p2pem.builders import build_graph, load_table_parts
 from p2pem.errors import ConfigError, DataError
@@ -36,7 +37,7 @@ from p2pem.synth.privbayes import AGGREGATIONS, IntArray, _release_networks, dri
 from p2pem.dp.mechanisms import FLOAT_SAMPLER
 from p2pem.dp.publication import Publication
 from p2pem.synth.synthesizer import Progress, publish, release_header, release_schema, run_seed
-from p2pem.tabular import Continuous, Schema, Table, discretize, domain_sizes, undiscretize
+from p2pem.tabular import Schema, Table, discretize, undiscretize
 
 #: An MST or AIM release's fields declared public besides the header's: the bins and settings (public
 #: choices) and how the run went (aggregations, wall time: side channels the privacy block names).  The
@@ -44,7 +45,8 @@ from p2pem.tabular import Continuous, Schema, Table, discretize, domain_sizes, u
 #: the networks are Private-PGM's estimate from the noisy marginals: post-processing.
 RELEASE_PUBLIC = ("n_bins", "settings", "aggregations", "wall_s")
 
-__all__ = ["RELEASE_PUBLIC", "MarginalRun", "MarginalSynthesizer", "check_marginal_schema", "fit_marginals", "marginal_release", "members_view"]
+__all__ = ["RELEASE_PUBLIC", "MarginalRun", "MarginalSynthesizer", "check_marginal_schema", "fit_marginals", "marginal_document", "marginal_release",
+           "members_view"]
 
 
 @dataclass
@@ -58,22 +60,6 @@ class MarginalRun:
     wall_s: float
     n_rows: int
     protocol_params: dict[str, Any] = field(default_factory=dict)
-
-
-def check_marginal_schema(schema: Schema, settings: MarginalSettings) -> tuple[int, ...]:
-    """The domain sizes of ``schema``'s columns, or a one-line ConfigError (a non-public schema, too many values)."""
-    where = schema.where or "the schema"
-    if not schema.public:
-        raise ConfigError(f"{where} is not public (public = false: its ranges or categories were read off the data); declare public "
-                          "ranges and categories and set public = true")
-    sizes = domain_sizes(schema, settings.n_bins)
-    for column, size in zip(schema.columns, sizes, strict=True):
-        if size > settings.max_categories:
-            what = "bins" if isinstance(column, Continuous) else "categories"
-            raise ConfigError(f"{where}: column {column.name!r} has {size} {what}, more than max_categories = {settings.max_categories}")
-    if len(sizes) < 2:
-        raise ConfigError(f"{where}: MST and AIM need at least 2 columns")
-    return sizes
 
 
 def fit_marginals(
@@ -160,7 +146,22 @@ def members_view(settings: MarginalSettings, n_nodes: int, protocol: str) -> tup
 
 
 def marginal_release(run: MarginalRun, schema: Schema, *, scenario: Scenario) -> dict[str, Any]:
+    """The release document of a simulated run (:func:`marginal_document` of the task's :func:`release_fields`)."""
+    aggregations = {"count": run.task.iteration, "rounds": list(run.traffic.rounds.values()), "messages": run.traffic.messages,
+                    "bytes": run.traffic.nbytes}
+    return marginal_document(release_fields(run.task, schema.names), run.task.settings, schema, scenario=scenario, protocol=run.protocol,
+                             n_nodes=run.n_nodes, n_rows=run.n_rows, protocol_params=run.protocol_params, aggregations=aggregations,
+                             wall_s=run.wall_s)
+
+
+def marginal_document(body: Mapping[str, Any], settings: MarginalSettings, schema: Schema, *, scenario: Scenario, protocol: str,
+                      n_nodes: int, n_rows: int, protocol_params: Mapping[str, Any], aggregations: Mapping[str, Any],
+                      wall_s: float) -> dict[str, Any]:
     """The release document: the shared header, the measured marginals and the ledger, the model as conditionals.
+
+    ``body`` is what the finished task determines (:func:`p2pem.bayesnet.marginalrelease.release_fields`:
+    a simulation's node 0, or a deployment's node 0 once every node agreed on it); the rest is
+    public: the scenario, the settings, the protocol and how the run went.
 
     Keys after the header (:func:`p2pem.synth.synthesizer.release_header`): ``n_bins``,
     ``settings``, ``measurements`` (attribute names and noise standard deviation of every
@@ -168,25 +169,23 @@ def marginal_release(run: MarginalRun, schema: Schema, *, scenario: Scenario) ->
     sampler's input), ``aggregations`` and ``wall_s``.  The ``privacy`` block adds the zCDP
     ``rho`` budget and spent, every ledger entry, and what members see (:func:`members_view`).
     """
-    task = run.task
-    s = task.settings
-    names = schema.names
+    s = settings
     private = not math.isinf(s.epsilon)
-    view, colluders, against_members = members_view(s, run.n_nodes, run.protocol)
-    spent = task.ledger.epsilon(s.delta) if private else None
+    view, colluders, against_members = members_view(s, n_nodes, protocol)
+    spent = body["epsilon_spent"]
     excluded = [
         "the public schema and its bins, the settings (method, epsilon, delta, bins, noise, selection, rounds, pairs)",
         f"the members of the aggregation: they see {view}",
     ]
-    if run.protocol.startswith("pdmm-sp"):
+    if protocol.startswith("pdmm-sp"):
         excluded.append("pdmm-sp's round and message counts and the run's timing (data-dependent side channels)")
     against: dict[str, Any] = {"outsider": {"zcdp": spent}}
-    if run.protocol == "centralized":
+    if protocol == "centralized":
         against["curator"] = None
     else:
         against["colluders"] = {"zcdp": spent if against_members else None}
     params: dict[str, Any] = {
-        **run.protocol_params,
+        **protocol_params,
         "epsilon": s.epsilon if private else None,
         "delta": s.delta,
         "mechanism": "gaussian (marginals), exponential (selection)",
@@ -200,31 +199,25 @@ def marginal_release(run: MarginalRun, schema: Schema, *, scenario: Scenario) ->
         "the settings (method, epsilon, delta, bins, noise, selection, iters, rounds, max_model_size, pairs)",
         "the model: Private-PGM's estimate from the noisy marginals (post-processing)",
     ]
-    header = release_header(s.method, scenario, schema, training_rows=run.n_rows, protocol_params=params, protocol=run.protocol,
+    header = release_header(s.method, scenario, schema, training_rows=n_rows, protocol_params=params, protocol=protocol,
                             public=public)
     if not private:
         header["privacy"]["note"] = "epsilon = inf: the marginals were measured without noise (not differentially private)"
+    names = schema.names
     header["privacy"].update({
         "rho": None if not private else s.rho,
-        "rho_spent": None if not private else task.ledger.rho,
+        "rho_spent": body["rho_spent"],
         "members_see": view,
-        "ledger": [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in e.items()}
-                   | {"attrs": [names[a] for a in e["attrs"]]} for e in task.ledger.entries],
+        "ledger": list(body["ledger"]),
     })
     header["n_bins"] = s.n_bins
     header["settings"] = {"method": s.method, "epsilon": s.epsilon if private else "inf", "delta": s.delta, "noise": s.noise,
                           "selection": s.selection, "iters": s.iters, "rounds": s.rounds, "max_model_size": s.max_model_size,
                           "max_cells": s.max_cells, "pairs": [[names[a] for a in p] for p in s.public_pairs]}
-    header["measurements"] = [{"attrs": [names[a] for a in m.attrs], "sigma": m.sigma} for m in task.measurements]
-    header["networks"] = [
-        {"attributes": [names[a] for a in net.attributes],
-         "conditionals": [{"child": names[c.child], "parents": [names[p] for p in c.parents], "probabilities": c.probabilities.tolist()}
-                          for c in net.conditionals]}
-        for net in task.networks
-    ]
-    header["aggregations"] = {"count": task.iteration, "rounds": list(run.traffic.rounds.values()), "messages": run.traffic.messages,
-                              "bytes": run.traffic.nbytes}
-    header["wall_s"] = run.wall_s
+    header["measurements"] = list(body["measurements"])
+    header["networks"] = list(body["networks"])
+    header["aggregations"] = dict(aggregations)
+    header["wall_s"] = wall_s
     return header
 
 

@@ -116,7 +116,7 @@ def test_an_error_in_any_block_is_raised_after_every_block_finished():
 
 def test_threads_parameter_is_validated_and_a_scenario_key():
     assert make_protocol("pdmm-sp", {"threads": 2}).threads == 2
-    assert PdmmSP().threads == "auto"
+    assert PdmmSP().threads == 1
     for bad in (0, -1, 2.5, True, "two", None):
         with pytest.raises(ConfigError, match="threads must be a positive integer or 'auto'"):
             PdmmSP(threads=bad)
@@ -128,10 +128,10 @@ def test_auto_threads_follow_the_edges_and_the_usable_cores(monkeypatch):
     topo = _topology(400, 7)
     m = topo.dst.size
     monkeypatch.setattr(engine, "usable_cores", lambda: 4)
-    assert engine.thread_count(PdmmSP(), topo) == 1  # far fewer than EDGES_PER_THREAD edges
+    assert engine.thread_count(PdmmSP(threads="auto"), topo) == 1  # far fewer than EDGES_PER_THREAD edges
     monkeypatch.setattr(engine, "EDGES_PER_THREAD", m // 3)
-    assert engine.thread_count(PdmmSP(), topo) == 3
+    assert engine.thread_count(PdmmSP(threads="auto"), topo) == 3
     monkeypatch.setattr(engine, "EDGES_PER_THREAD", m // 10)
-    assert engine.thread_count(PdmmSP(), topo) == 4  # no more than the cores
+    assert engine.thread_count(PdmmSP(threads="auto"), topo) == 4  # no more than the cores
     assert engine.thread_count(PdmmSP(threads=7), topo) == 7
     assert engine.thread_count(PdmmSP(device="array-api-strict"), topo) == 1

@@ -4,7 +4,9 @@ The engine's round is written against an array-API namespace; the two operations
 lacks (a sparse product and a segmented minimum over neighbours) are the classes here, each with
 a host form (SciPy, NumPy) and a portable device form.  On the host a round can also be split
 over threads (``RowBlocks``): NumPy's and SciPy's kernels release the GIL, so contiguous
-blocks of nodes are worked on by several cores at once.
+blocks of nodes are worked on by several cores at once, and its nodes are renumbered into a
+locality order (``Locality``) so that the sparse product reads neighbours' rows from nearby
+memory.
 """
 
 from __future__ import annotations
@@ -88,30 +90,95 @@ class RowBlocks:
                 f.result()
 
 
+class Locality:
+    """The host engine's renumbering of the nodes into a locality order, neighbour order kept.
+
+    A geometric graph's node ids follow the order its points were drawn in, so a node's
+    neighbours' rows lie anywhere in an (n, p) array: at 10^5 nodes the sparse product then
+    waits on memory for nearly every neighbour (``sim/bench_rounds.py``).  Reverse
+    Cuthill-McKee (``scipy.sparse.csgraph.reverse_cuthill_mckee``, public: the graph alone)
+    numbers them so that neighbours are close.  Node ``perm[k]`` becomes row k; row k of
+    ``matrix(weights)`` holds that node's edges in its ORIGINAL neighbour order (ascending
+    original ids, so its column indices are not sorted), and SciPy's CSR product adds a row's
+    terms in stored order from zero: each node's neighbour sum is the same sum, term by term,
+    as in the original numbering (the same bits).  Every other per-node operation of a round
+    is elementwise or an exact maximum or minimum, so the renumbered round is the original
+    round with its rows permuted.
+
+    Attributes
+    ----------
+    perm, inv : (n,) int64
+        ``perm[k]`` the original id of row k; ``inv[i]`` the row of node i (``a[perm]``
+        renumbers a per-node array, ``a[inv]`` maps it back).
+    indptr, dst : CSR arrays of the renumbered graph (``dst`` in the kept neighbour order).
+    edges : (m,) int64
+        The original position (CSR edge order) of each renumbered edge: per-edge weights are
+        ``weights[edges]``.
+    """
+
+    def __init__(self, t_: Topology) -> None:
+        from scipy.sparse.csgraph import reverse_cuthill_mckee  # lazily, as namespace's SciPy
+
+        n = t_.n_nodes
+        self.perm = reverse_cuthill_mckee(t_.adjacency, symmetric_mode=True).astype(np.int64)
+        self.inv = np.empty_like(self.perm)
+        self.inv[self.perm] = np.arange(n, dtype=np.int64)
+        deg = t_.degrees[self.perm]
+        self.indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(deg, out=self.indptr[1:])
+        self.edges = np.repeat(t_.indptr[:-1][self.perm] - self.indptr[:-1], deg) + np.arange(self.indptr[-1], dtype=np.int64)
+        self.dst = self.inv[t_.dst[self.edges]]
+        self.n = n
+
+    def matrix(self, weights: np.ndarray):
+        """The renumbered (n, n) CSR matrix with per-edge ``weights`` (original edge order),
+        each row's entries in the node's original neighbour order."""
+        import scipy.sparse as sp
+
+        return sp.csr_matrix((np.asarray(weights, dtype=float)[self.edges], self.dst, self.indptr), shape=(self.n, self.n))
+
+    def rows(self, a):
+        """A per-node array (or column (n, 1)) in the renumbered order; scalars unchanged."""
+        return a[self.perm] if isinstance(a, np.ndarray) and a.ndim and a.shape[0] == self.n else a
+
+    def back(self, a: np.ndarray) -> np.ndarray:
+        """A renumbered per-node array in the original order."""
+        return a[self.inv]
+
+
 class SparseProduct:
     """``matrix @ x`` on the engine's device: SciPy / CuPy CSR, or via NumPy for array-api-strict.
 
     array-api-strict has no sparse matrices; its arrays go through SciPy and back, so the rest
     of the engine still runs on the strict namespace and non-portable code fails in tests.
+
+    ``in_order=True`` (a ``Locality`` matrix, NumPy/SciPy only): the matrix's rows hold their
+    entries in the order they must be added in, so it runs as CSR, never sorted or converted.
     """
 
-    def __init__(self, matrix, xp, sparse, blocks: RowBlocks | None = None) -> None:
+    def __init__(self, matrix, xp, sparse, blocks: RowBlocks | None = None, *, in_order: bool = False) -> None:
         self.xp = xp
         self.blocks = blocks if blocks is not None and len(blocks) > 1 else None
+        if in_order and (sparse is None or sparse.__name__ != "scipy.sparse"):
+            raise ProtocolError("pdmm-sp: a renumbered product runs on the CPU only (internal error)")
         if self.blocks is not None:
             if sparse is None or sparse.__name__ != "scipy.sparse":
                 raise ConfigError("pdmm-sp: threads > 1 needs device = 'cpu'")
-            if not matrix.has_sorted_indices:
+            if not in_order and not matrix.has_sorted_indices:
                 raise ProtocolError("pdmm-sp: the topology's neighbour lists must be sorted (internal error)")
             # the rows of each block as a CSR matrix: with sorted indices its product adds row
             # i's terms in ascending column order, as the CSC product below does (same bits)
-            csr = matrix.tocsr()
+            # (row slices of a CSR matrix keep each row's stored order)
+            csr = matrix if in_order else matrix.tocsr()
             self.rows = {lo: csr[lo:hi] for lo, hi in self.blocks.spans}
             self.host = False
             self.matrix = csr
         elif sparse is None:
             self.matrix = matrix
             self.host = True
+        elif in_order:
+            self.host = False
+            self.matrix = matrix
         elif sparse.__name__ == "scipy.sparse":
             self.host = False
             # CSC: SciPy's CSC product is 15-25 % faster than CSR's here, and it adds row i's
@@ -149,10 +216,11 @@ class NeighbourMin:
     row i holds i itself, then i's neighbours, padded with i: one ``take`` and one ``min``.
     """
 
-    def __init__(self, t_: Topology, xp, on_host: bool) -> None:
+    def __init__(self, t_: Topology, xp, on_host: bool, order: Locality | None = None) -> None:
         self.on_host = on_host
-        if on_host:
-            self.dst, self.starts = t_.dst, t_.row_start
+        if on_host:  # (a minimum is exact: the renumbered edges give the renumbered answer)
+            self.dst: np.ndarray = t_.dst if order is None else order.dst
+            self.starts: np.ndarray = t_.row_start if order is None else order.indptr[:-1]
             return
         n, deg = t_.n_nodes, t_.degrees
         width = 1 + int(deg.max())

@@ -7,7 +7,10 @@ preallocated buffers and SciPy's CSC product, which adds each node's neighbour t
 node's own order; the settle test skips its full form while a cheap, exact prefilter already
 fails every node (see ``updates.settled``).  With ``threads`` > 1 the round's sparse product
 and its elementwise updates run over contiguous blocks of nodes (``device.RowBlocks``) on
-that many threads, with the same bits as one thread.
+that many threads, with the same bits as one thread.  From ``LOCALITY_NODES`` nodes on the
+CPU the round runs on the nodes renumbered into a locality order (``device.Locality``: each
+node's neighbour sum keeps its original order, so the bits are unchanged), mapped back in what
+the engine returns and records.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 from p2pem.errors import ConfigError
 from p2pem.messages import Message
 from p2pem.protocols.base import AggregateOutcome, Topology
-from p2pem.protocols.pdmm.device import NeighbourMin, RowBlocks, SparseProduct, namespace, to_host
+from p2pem.protocols.pdmm.device import Locality, NeighbourMin, RowBlocks, SparseProduct, namespace, to_host
 from p2pem.protocols.pdmm.spectra import per_topology
 from p2pem.protocols.pdmm.steps import Options, step_params
 from p2pem.protocols.pdmm.stopping import StopRule, check_precision
@@ -55,22 +58,28 @@ def aggregate(spec: Options, values, topology: Topology, rngs, iteration: int, *
         u, v = dual_sums_host(spec, values, t_, rngs, iteration, trace)
     else:
         u, v = dual_sums_device(spec, p, t_, rngs, xp, sparse)
+    # the round's rows in a locality order (public, cached per topology); None: the original ids
+    order = per_topology(t_, "locality", lambda: Locality(t_)) if on_host and n >= LOCALITY_NODES else None
     n_threads = thread_count(spec, t_)
-    blocks = per_topology(t_, ("blocks", n_threads), lambda: RowBlocks(t_.indptr, n_threads)) if n_threads > 1 else None
+    indptr = t_.indptr if order is None else order.indptr
+    blocks = per_topology(t_, ("blocks", n_threads, order is None), lambda: RowBlocks(indptr, n_threads)) if n_threads > 1 else None
     # the product's matrix (on the device) is built once per topology, step parameters and blocks
-    product = per_topology(t_, ("product", spec.device, prm.c, prm.beta, prm.schedule is None, n_threads), lambda: SparseProduct(
-        t_.adjacency if prm.weights is None else t_.weighted_adjacency(prm.weights), xp, sparse, blocks))
+    product = per_topology(t_, ("product", spec.device, prm.c, prm.beta, prm.schedule is None, n_threads, order is None), lambda: (
+        SparseProduct(t_.adjacency if prm.weights is None else t_.weighted_adjacency(prm.weights), xp, sparse, blocks)
+        if order is None else
+        SparseProduct(order.matrix(np.ones(t_.dst.size) if prm.weights is None else prm.weights), xp, sparse, blocks, in_order=True)))
     # min(a_i, min over i's neighbours of a_j): the stopping counters' one reduction; the
     # counters live beside x (host for the CPU, else the device: no transfer per round)
-    nb_min = per_topology(t_, ("nb_min", spec.device), lambda: NeighbourMin(t_, xp, on_host))
+    nb_min = per_topology(t_, ("nb_min", spec.device, order is None), lambda: NeighbourMin(t_, xp, on_host, order))
+    rows = (lambda a: a) if order is None else order.rows
 
     def dev(a):
         return a if not isinstance(a, np.ndarray) else xp.asarray(a)
 
-    u, v, s_dev = dev(u), dev(v), dev(np.ascontiguousarray(values, dtype=float))
-    denom, two_cd, w, degree = dev(prm.denom), dev(prm.two_cd), dev(prm.w), dev(prm.degree)
+    u, v, s_dev = dev(rows(u)), dev(rows(v)), dev(np.ascontiguousarray(rows(values), dtype=float))
+    denom, two_cd, w, degree = dev(rows(prm.denom)), dev(rows(prm.two_cd)), dev(rows(prm.w)), dev(rows(prm.degree))
     two_c = prm.two_c
-    ecc = t_.eccentricity if on_host else xp.asarray(t_.eccentricity)
+    ecc = rows(t_.eccentricity) if on_host else xp.asarray(t_.eccentricity)
     rule = StopRule(ecc, tol=spec.stop_tol, max_iter=spec.max_iter, settle_after=prm.settle_after, n_nodes=n, xp=xp,
                     fixed_stop=prm.fixed_stop)
     x_prev = None
@@ -98,8 +107,9 @@ def aggregate(spec: Options, values, topology: Topology, rngs, iteration: int, *
                 x = (s_dev - u) / denom
             if trace is not None:
                 g, stop_at = rule.g, rule.stop_at
-                for i in range(n):
-                    trace.append(Message(i, t_.neighbours[i], iteration, t, "primal", x[i].copy(), False, (int(g[i]), int(stop_at[i]))))
+                at = range(n) if order is None else order.inv.tolist()  # node i's row
+                for i, k in enumerate(at):
+                    trace.append(Message(i, t_.neighbours[i], iteration, t, "primal", x[k].copy(), False, (int(g[k]), int(stop_at[k]))))
             nb_sum = product(x, pool)
             if rule.advance(t, x, x_prev, nb_sum, degree, nb_min, nb_min):
                 break
@@ -113,7 +123,13 @@ def aggregate(spec: Options, values, topology: Topology, rngs, iteration: int, *
     n_edges = t_.dst.size
     messages = n_edges + n * t
     nbytes = n_edges * 8 * p + n * t * (8 * p + 16)
-    return AggregateOutcome(to_host(x), t, messages, nbytes, rule.converged, trace)
+    return AggregateOutcome(to_host(x) if order is None else order.back(x), t, messages, nbytes, rule.converged, trace)
+
+
+#: The CPU round runs renumbered (``device.Locality``) from this many nodes: at 10^4 the edge
+#: state no longer fits in the caches and the product's reads in the drawn order wait on
+#: memory (``sim/bench_rounds.py``); below, the renumbering costs more than it saves.
+LOCALITY_NODES = 5_000
 
 
 #: ``threads = "auto"`` gives each thread at least this many directed edges: below, a round

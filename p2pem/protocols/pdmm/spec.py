@@ -75,9 +75,13 @@ class PdmmSP(ProtocolSpec):
     threads : int or "auto"
         Threads of the vectorised engine's rounds on the CPU: each round's sparse product
         and updates run over that many contiguous blocks of nodes at once, with the same
-        bits as one thread.  "auto" (default): one thread per 250 000 directed edges, up to
-        the cores this process may use (so 1 below about 18 000 nodes of a default geometric
-        graph); other devices run one.  ``sim/bench_rounds.py`` measures the gain.
+        bits as one thread.  1 (default): on this project's shared 2-core machine a second
+        thread gave no measured gain at 10^5 nodes (``sim/bench_rounds.py``, 2026-11-28: 0.73
+        times one thread's speed in wall time at a load average of 7-13; with the nodes in a
+        locality order one thread's round is already within 1.4 times a streaming copy), and
+        the gain is only real where a core is idle.  "auto": one thread per 250 000 directed
+        edges, up to the cores this process may use (1 below about 18 000 nodes of a default
+        geometric graph); other devices run one.
     stop : {"auto", "adaptive"}
         "auto" (default): where the Leja polynomial runs (3 to 100 000 nodes) and is known to
         be below its target on the whole public spectrum (``steps.fixed_stop``), every node
@@ -96,7 +100,7 @@ class PdmmSP(ProtocolSpec):
     momentum: Union[float, str] = "auto"
     device: Literal["cpu", "cuda", "array-api-strict"] = "cpu"
     stop: Literal["auto", "adaptive"] = "auto"
-    threads: Union[int, str] = "auto"
+    threads: Union[int, str] = 1
     name: str = field(init=False, default="pdmm-sp")
     exact: bool = field(init=False, default=False)
 
@@ -139,7 +143,7 @@ class PdmmSP(ProtocolSpec):
         elif not (isinstance(self.threads, int) and not isinstance(self.threads, bool) and self.threads >= 1):
             raise ConfigError(f"pdmm-sp: threads must be a positive integer or 'auto', got {self.threads!r}")
         elif self.threads > 1 and self.device != "cpu":
-            raise ConfigError(f"pdmm-sp: threads = {self.threads} splits rounds on the CPU; with device = {self.device!r} leave it 'auto'")
+            raise ConfigError(f"pdmm-sp: threads = {self.threads} splits rounds on the CPU; with device = {self.device!r} leave it 1 or 'auto'")
 
     @property
     def asynchronous(self) -> bool:

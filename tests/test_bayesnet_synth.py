@@ -19,7 +19,7 @@ from p2pem.streams import synth_child
 from p2pem.synth.privbayes import fit_bayesnet, release_document
 from p2pem.synth.registry import SYNTHESIZERS
 from p2pem.tabular import read_table
-from test_synth import run_cli
+from test_synth import independent_marginals_floor, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,5 +166,6 @@ def test_adult_scenario_meets_its_goals(tmp_path, capsys):
     release = json.loads((out / "release" / "release.json").read_text())
     assert release["protocol"]["name"].startswith("pdmm-sp") and release["privacy"]["epsilon"] == 0.8 and release["n_nodes"] == 100
     report = json.loads((out / "holder-only" / "report.json").read_text())
-    assert report["summary"]["2way_tvd_mean"] <= 0.065
+    # better than releasing every column's exact marginal independently, on the same public bins
+    assert report["summary"]["2way_tvd_mean"] < independent_marginals_floor(ROOT / "scenarios" / "privbayes_adult.toml")
     assert report["summary"]["tstr"]["logistic"] >= 0.79

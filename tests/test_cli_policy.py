@@ -62,6 +62,7 @@ def _argv(command: str, tmp_path: Path, out: Path) -> list[str]:
         "tradeoff": lambda: ["tradeoff", str(_tradeoff_scenario(tmp_path))],
         "deploy": lambda: ["deploy", str(_small(tmp_path)), "--prepare-only"],
         "keys new": lambda: ["keys", "new", "--node-id", "0"],
+        "keys tls": lambda: ["keys", "tls", "--host", "127.0.0.1"],
         "keys roster": lambda: ["keys", "roster", str(_small(tmp_path)), "--public", str(_pubs(tmp_path))],
         "model": lambda: ["model", str(_run(tmp_path))],
         "synth": lambda: ["synth", str(ROOT / "scenarios" / "synth_ais.toml"), "--rows", "50"],
@@ -76,7 +77,7 @@ def _run(tmp_path: Path) -> Path:
     return run
 
 
-COMMANDS = ["simulate", "leakage", "tradeoff", "deploy", "keys new", "keys roster", "model", "select", "synth"]
+COMMANDS = ["simulate", "leakage", "tradeoff", "deploy", "keys new", "keys tls", "keys roster", "model", "select", "synth"]
 FILE_OUTPUTS = {"keys new": "out.key", "keys roster": "out.toml", "model": "model.json"}
 
 

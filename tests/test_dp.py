@@ -307,7 +307,7 @@ def test_a_private_run_needs_an_em_iteration(problem):
     parts, g, s, bound = problem
     for private_init in (False, True):
         settings = dataclasses.replace(s, max_iter=0, init=None if private_init else s.init)
-        with pytest.raises(ConfigError, match=r"at least one EM iteration, got max_iter = 0 \(em.max_iter\)"):
+        with pytest.raises(ConfigError, match=r"at least one EM iteration, got max_iter = 0 \(the estimator's max_iter; \[em\] max_iter in a scenario\)"):
             run_protocol(parts, g, make_protocol("dp-central", {"bound": bound}), settings)
 
 

@@ -67,7 +67,7 @@ def test_the_cli_sends_the_sweep_to_the_scheduler(tmp_path: Path, cluster: str, 
 
 def test_leakage_estimates_are_the_same_wherever_they_run(cluster: str) -> None:
     scenario = load_scenario(SCENARIOS / "fig1.toml")
-    config = dataclasses.replace(parse_leakage(scenario), runs=400, iterations=3)
+    config = dataclasses.replace(parse_leakage(scenario), runs=400, rounds=3)
     plan = plan_analysis(scenario, config)
 
     def numbers(workers: Workers) -> list:
@@ -75,7 +75,7 @@ def test_leakage_estimates_are_the_same_wherever_they_run(cluster: str) -> None:
         return [(r.label, r.adversary, r.node, r.mi_bits, r.mi_ci, r.exact_bits) for r in report.runs]
 
     here = numbers(Workers())
-    assert len(here) == 9 and all(len(r[3]) == 3 for r in here)  # 3 protocols x 3 targets, 3 iterations each
+    assert len(here) == 9 and all(len(r[3]) == 3 for r in here)  # 3 protocols x 3 targets, 3 rounds each
     assert numbers(Workers(jobs=2)) == here
     assert numbers(Workers(backend="dask", scheduler=cluster)) == here
 

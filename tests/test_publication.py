@@ -115,8 +115,8 @@ class Replay:
             out = aggregate(spec, values, topology, rngs, iteration, record=record)
             return dataclasses.replace(out, results=replay.value("aggregate", out.results.copy()))
 
-        def patched_select(task, utilities, sensitivity, key, what):
-            return replay.value("select", select(task, utilities, sensitivity, key, what))
+        def patched_select(task, *args):
+            return replay.value("select", select(task, *args))
 
         def patched_conditionals(task, noisy):
             return conditionals(task, replay.value("conditionals", noisy))
